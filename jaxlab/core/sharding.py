@@ -1,0 +1,121 @@
+"""Logical-axis rules: arrays are annotated with logical names, the rules map them to mesh axes.
+
+A model says "this dimension is ``embed``"; the table below says ``embed`` lives on ``fsdp``.
+Changing parallelism is changing the table or the mesh, never the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import flax.linen as nn
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+# logical name -> mesh axis (or tuple of axes, or None = replicated).
+DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", ("data", "fsdp")),   # examples: split over every data-like axis
+    ("seq", "context"),            # sequence / context parallelism
+    ("embed", "fsdp"),             # parameters' model dim: ZeRO-3 style sharding
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("vocab", "tensor"),
+    ("nodes", "nodes"),            # decentralized optimisation: one node per device
+    ("ensemble", None),
+    ("layers", None),
+)
+
+Rules = Sequence[tuple[str, Any]]
+
+
+def _as_tuple(x) -> tuple:
+  if x is None:
+    return ()
+  return (x,) if isinstance(x, str) else tuple(x)
+
+
+def logical_to_spec(names: Sequence[str | None] | None, rules: Rules | None = None,
+                    mesh: Mesh | None = None) -> P:
+  """Maps logical dimension names to a `PartitionSpec`.
+
+  Mesh axes absent from ``mesh`` (when given) are dropped, and a mesh axis is used at most once
+  per array (first dimension wins), so one rule table serves every mesh shape.
+  """
+  if names is None:
+    return P()
+  table = dict(DEFAULT_RULES if rules is None else rules)
+  used: set[str] = set()
+  out = []
+  for name in names:
+    if name is None:
+      out.append(None)
+      continue
+    if name not in table:
+      raise KeyError(f"logical axis {name!r} has no rule; known: {sorted(table)}")
+    axes = [a for a in _as_tuple(table[name])
+            if a not in used and (mesh is None or a in mesh.axis_names)]
+    used.update(axes)
+    out.append(None if not axes else (axes[0] if len(axes) == 1 else tuple(axes)))
+  return P(*out)
+
+
+def named_sharding(mesh: Mesh, names: Sequence[str | None] | None,
+                   rules: Rules | None = None) -> NamedSharding:
+  return NamedSharding(mesh, logical_to_spec(names, rules, mesh))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def batch_sharding(mesh: Mesh, rules: Rules | None = None) -> NamedSharding:
+  """Leading-axis ``batch`` sharding (the rest replicated)."""
+  return named_sharding(mesh, ("batch",), rules)
+
+
+def _is_names(x) -> bool:
+  return x is None or (isinstance(x, (tuple, P)) and all(isinstance(n, (str, type(None))) for n in x))
+
+
+def tree_shardings(logical_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
+  """A pytree of logical-name tuples (or flax ``LogicallyPartitioned`` boxes) -> NamedShardings."""
+  if not isinstance(logical_tree, (dict, list)) or True:
+    logical_tree = _unbox_names(logical_tree)
+  return jax.tree.map(lambda n: named_sharding(mesh, n, rules), logical_tree, is_leaf=_is_names)
+
+
+def _unbox_names(tree):
+  """Turns flax `nn.LogicallyPartitioned` leaves into their name tuples; other leaves -> None."""
+  def f(x):
+    if isinstance(x, nn.LogicallyPartitioned):
+      return tuple(x.names)
+    if _is_names(x):
+      return x
+    return None
+  return jax.tree.map(f, tree, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned) or _is_names(x))
+
+
+def shard_pytree(tree: Any, logical_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
+  """Places ``tree`` on ``mesh`` following its logical annotations (``logical_tree``)."""
+  return jax.device_put(tree, tree_shardings(logical_tree, mesh, rules))
+
+
+def shard_boxed(boxed_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
+  """Unboxes flax-linen partitioned params and places them by their logical names."""
+  shardings = tree_shardings(boxed_tree, mesh, rules)
+  return jax.device_put(nn.unbox(boxed_tree), shardings)
+
+
+def constrain(x: jax.Array, names: Sequence[str | None], mesh: Mesh | None = None,
+              rules: Rules | None = None) -> jax.Array:
+  """``with_sharding_constraint`` by logical names; a no-op without a mesh."""
+  if mesh is None:
+    return x
+  return jax.lax.with_sharding_constraint(x, named_sharding(mesh, names, rules))
+
+
+def flax_rules(rules: Rules | None = None) -> tuple[tuple[str, Any], ...]:
+  """The table in the form `flax.linen.logical_axis_rules` expects."""
+  return tuple(DEFAULT_RULES if rules is None else rules)

@@ -210,6 +210,29 @@ def plot_curves(path: str | pathlib.Path, curves: Mapping[str, tuple], xlabel: s
   return path
 
 
+def define_config(default_config, name: str = "config"):
+  """``config_flags.DEFINE_config_dict`` whose bad overrides exit 2 naming the field.
+
+  ml_collections applies ``--config.x=...`` overrides while the flag is defined (at import), so
+  an unknown field would otherwise surface as a traceback.
+  """
+  from ml_collections import config_flags
+  try:
+    return config_flags.DEFINE_config_dict(name, default_config)
+  except (AttributeError, KeyError, ValueError, TypeError, flags.Error) as e:
+    prefix = f"--{name}."
+    for arg in sys.argv[1:]:
+      if arg.startswith(prefix):
+        path = arg[len(prefix):].split("=", 1)[0]
+        node = default_config
+        for part in path.split("."):
+          if not hasattr(node, "keys") or part not in node.keys():
+            allowed = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "none"
+            fail(f"{name}.{path}", f"unknown config field {part!r}; fields here: {allowed}")
+          node = node[part]
+    fail(name, str(e).strip("'\""))
+
+
 def _flags_parser(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag exits 2 with one line instead of 1 with the whole usage."""
   try:
@@ -222,6 +245,10 @@ def _flags_parser(argv: list[str]) -> list[str]:
 def run(main) -> None:
   """``absl.app.run`` with jaxlab's flag-error convention (exit 2, one clear line)."""
   def _main(argv):
+    if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
+      # orbax and absl log every checkpoint at INFO; a run's console is the bar and results.
+      from absl import logging
+      logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
       fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
     try:

@@ -37,11 +37,12 @@ def _as_tuple(x) -> tuple:
 
 
 def logical_to_spec(names: Sequence[str | None] | None, rules: Rules | None = None,
-                    mesh: Mesh | None = None) -> P:
+                    mesh: Mesh | None = None, shape: Sequence[int] | None = None) -> P:
   """Maps logical dimension names to a `PartitionSpec`.
 
-  Mesh axes absent from ``mesh`` (when given) are dropped, and a mesh axis is used at most once
-  per array (first dimension wins), so one rule table serves every mesh shape.
+  Mesh axes absent from ``mesh`` (when given) are dropped, a mesh axis is used at most once per
+  array (first dimension wins), and with ``shape`` an axis that does not divide its dimension is
+  dropped (e.g. a width-1 output layer stays replicated), so one rule table serves every mesh.
   """
   if names is None:
     return P()
@@ -56,14 +57,27 @@ def logical_to_spec(names: Sequence[str | None] | None, rules: Rules | None = No
       raise KeyError(f"logical axis {name!r} has no rule; known: {sorted(table)}")
     axes = [a for a in _as_tuple(table[name])
             if a not in used and (mesh is None or a in mesh.axis_names)]
+    if shape is not None and mesh is not None:
+      dim, kept = shape[len(out)], []
+      for a in axes:
+        if dim % (mesh.shape[a] * _prod(mesh.shape[b] for b in kept)) == 0:
+          kept.append(a)
+      axes = kept
     used.update(axes)
     out.append(None if not axes else (axes[0] if len(axes) == 1 else tuple(axes)))
   return P(*out)
 
 
+def _prod(xs) -> int:
+  out = 1
+  for x in xs:
+    out *= x
+  return out
+
+
 def named_sharding(mesh: Mesh, names: Sequence[str | None] | None,
-                   rules: Rules | None = None) -> NamedSharding:
-  return NamedSharding(mesh, logical_to_spec(names, rules, mesh))
+                   rules: Rules | None = None, shape: Sequence[int] | None = None) -> NamedSharding:
+  return NamedSharding(mesh, logical_to_spec(names, rules, mesh, shape))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -79,11 +93,20 @@ def _is_names(x) -> bool:
   return x is None or (isinstance(x, (tuple, P)) and all(isinstance(n, (str, type(None))) for n in x))
 
 
-def tree_shardings(logical_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
-  """A pytree of logical-name tuples (or flax ``LogicallyPartitioned`` boxes) -> NamedShardings."""
-  if not isinstance(logical_tree, (dict, list)) or True:
-    logical_tree = _unbox_names(logical_tree)
-  return jax.tree.map(lambda n: named_sharding(mesh, n, rules), logical_tree, is_leaf=_is_names)
+def tree_shardings(logical_tree: Any, mesh: Mesh, rules: Rules | None = None,
+                   like: Any = None) -> Any:
+  """Logical-name tuples (or flax ``LogicallyPartitioned`` boxes) -> NamedShardings.
+
+  With ``like`` (a pytree of arrays of the same structure), axes that do not divide the
+  corresponding dimension are dropped.
+  """
+  names = _unbox_names(logical_tree)
+  if like is None:
+    return jax.tree.map(lambda n: named_sharding(mesh, n, rules), names, is_leaf=_is_names)
+  flat_names, treedef = jax.tree.flatten(names, is_leaf=_is_names)
+  flat_like = treedef.flatten_up_to(like)
+  return treedef.unflatten([named_sharding(mesh, n, rules, getattr(x, "shape", None))
+                            for n, x in zip(flat_names, flat_like)])
 
 
 def _unbox_names(tree):
@@ -99,13 +122,13 @@ def _unbox_names(tree):
 
 def shard_pytree(tree: Any, logical_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
   """Places ``tree`` on ``mesh`` following its logical annotations (``logical_tree``)."""
-  return jax.device_put(tree, tree_shardings(logical_tree, mesh, rules))
+  return jax.device_put(tree, tree_shardings(logical_tree, mesh, rules, like=tree))
 
 
 def shard_boxed(boxed_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
   """Unboxes flax-linen partitioned params and places them by their logical names."""
-  shardings = tree_shardings(boxed_tree, mesh, rules)
-  return jax.device_put(nn.unbox(boxed_tree), shardings)
+  params = nn.unbox(boxed_tree)
+  return jax.device_put(params, tree_shardings(boxed_tree, mesh, rules, like=params))
 
 
 def constrain(x: jax.Array, names: Sequence[str | None], mesh: Mesh | None = None,

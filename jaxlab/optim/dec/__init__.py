@@ -1,0 +1,6 @@
+"""Decentralized SGD with node weights λ (arXiv 2511.19513); public entry: `jaxlab.optim.decentralized`.
+
+Submodules: `graphs` (topologies, mixing matrices, property checks), `geometry` (L²(λ) and the
+diagnostic), `problems` (least squares, digits logistic regression / MLP, λ distributions),
+`algorithms` (both strategies, dense simulation and one-node-per-device `shard_map`).
+"""

@@ -78,14 +78,13 @@ def parse_name(env_name: str, task_id: int | None = None) -> TaskName:
         dataset_name = "-".join(parts[:pos] + parts[-1:])
         prefix = parts[:pos]
     else:
-        if task_id is None:
-            raise DatasetError(
-                f"{env_name!r} is a goal-conditioned data set name; pass task_id=1..5 or use a single-task name; "
-                + ALLOWED_HELP)
         dataset_name = env_name
         prefix = parts[:-1]
     if len(prefix) < 2 or prefix[-1] not in _DATASET_TYPES:
         raise DatasetError(f"unknown OGBench env_name {env_name!r}; {ALLOWED_HELP}")
+    if "singletask" not in parts and task_id is None:
+        raise DatasetError(f"{env_name!r} is a goal-conditioned data set name; pass task_id=1..5 or use a "
+                           f"single-task name; {ALLOWED_HELP}")
     if task_id is not None and not 1 <= int(task_id) <= 5:
         raise DatasetError(f"task_id must be in 1..5, got {task_id}")
     base = "-".join(prefix[:-1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Mapping
 
 import jax
 from absl import logging
@@ -10,62 +11,51 @@ from absl import logging
 _initialized = False
 
 
-def _slurm_env() -> dict | None:
-  """Coordinator, process count and id from SLURM variables, when running under srun."""
-  if "SLURM_JOB_ID" not in os.environ or "SLURM_NTASKS" not in os.environ:
-    return None
-  ntasks = int(os.environ["SLURM_NTASKS"])
-  if ntasks <= 1:
-    return None
-  nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", "")
-  head = os.environ.get("JAXLAB_COORDINATOR_HOST") or _first_host(nodelist)
-  port = os.environ.get("JAXLAB_COORDINATOR_PORT", "12355")
-  return dict(coordinator_address=f"{head}:{port}", num_processes=ntasks,
-              process_id=int(os.environ["SLURM_PROCID"]))
-
-
-def _first_host(nodelist: str) -> str:
-  """First host of a SLURM nodelist such as ``gpu[001-004,007],cpu1`` -> ``gpu001``."""
+def first_host(nodelist: str) -> str:
+  """First host of a SLURM nodelist: ``gpu[001-004,007],cpu1`` -> ``gpu001``."""
   if not nodelist:
     return "localhost"
-  first = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist
-  if "[" in first:
-    prefix, rest = first.split("[", 1)
-    rng = rest.split(",")[0].split("]")[0]
-    return prefix + rng.split("-")[0]
-  return first
+  head = nodelist.split("[", 1)
+  if len(head) == 1:
+    return nodelist.split(",")[0]
+  prefix, rest = head
+  if "," in prefix:  # "cpu1,gpu[01-02]": the first entry has no brackets
+    return prefix.split(",")[0]
+  return prefix + rest.split(",")[0].split("]")[0].split("-")[0]
 
 
 def plan(coordinator_address: str | None = None, num_processes: int | None = None,
-         process_id: int | None = None, env: dict | None = None) -> dict | None:
-  """What `initialize` would pass to ``jax.distributed.initialize`` (None = single host)."""
+         process_id: int | None = None, env: Mapping[str, str] | None = None) -> dict | None:
+  """The keyword arguments `initialize` passes to ``jax.distributed.initialize``.
+
+  ``None`` means single host (nothing to do); ``{}`` means let jax auto-detect (TPU pods).
+  """
   env = os.environ if env is None else env
-  if coordinator_address or (num_processes or 0) > 1:
+  if coordinator_address or num_processes or process_id is not None:
     if coordinator_address is None or num_processes is None or process_id is None:
-      raise ValueError("multi-host needs coordinator_address, num_processes and process_id together")
+      raise ValueError("multi-host needs --coordinator_address, --num_processes and --process_id "
+                       "together")
+    if not 0 <= process_id < num_processes:
+      raise ValueError(f"--process_id={process_id} is not in [0, {num_processes})")
     return dict(coordinator_address=coordinator_address, num_processes=num_processes,
                 process_id=process_id)
-  if env.get("TPU_WORKER_HOSTNAMES") or env.get("TPU_WORKER_ID") or env.get("JAXLAB_TPU_POD"):
-    hosts = env.get("TPU_WORKER_HOSTNAMES", "")
-    if "," in hosts or env.get("JAXLAB_TPU_POD"):
-      return {}  # TPU pods: jax discovers everything from the metadata server
-    return None
-  old = dict(os.environ)
-  try:
-    if env is not os.environ:
-      os.environ.clear(); os.environ.update(env)
-    return _slurm_env()
-  finally:
-    if env is not old and env is not os.environ:
-      os.environ.clear(); os.environ.update(old)
+  if env.get("JAXLAB_TPU_POD") or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
+    return {}  # TPU pod slice: jax reads the topology from the TPU metadata server
+  ntasks = int(env.get("SLURM_NTASKS", "1") or 1)
+  if "SLURM_JOB_ID" in env and ntasks > 1:
+    host = env.get("JAXLAB_COORDINATOR_HOST") or first_host(
+        env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
+    port = env.get("JAXLAB_COORDINATOR_PORT", "12355")
+    return dict(coordinator_address=f"{host}:{port}", num_processes=ntasks,
+                process_id=int(env["SLURM_PROCID"]))
+  return None
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None) -> bool:
-  """Initialises ``jax.distributed`` when running on several hosts; a no-op on one host.
+  """Starts ``jax.distributed`` on several hosts; a no-op (returns False) on one host.
 
-  Returns True when a multi-host runtime was started. Sources, in order: explicit arguments
-  (from flags), TPU pod environment (auto-discovery), SLURM variables (``srun`` tasks).
+  Sources, in order: explicit arguments (flags), a TPU pod environment, SLURM variables.
   """
   global _initialized
   if _initialized:
@@ -77,3 +67,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   jax.distributed.initialize(**kwargs)
   _initialized = True
   return True
+
+
+def is_main_process() -> bool:
+  """True on the host that writes logs, plots and summaries (process 0)."""
+  return jax.process_index() == 0

@@ -39,6 +39,10 @@ flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'data:2,fsdp:-1' (-1 = the re
 flags.DEFINE_integer("steps", None, "Number of training steps (default: the experiment's).")
 flags.DEFINE_integer("log_every", None, "Steps per jitted chunk / metrics row (default: the "
                      "experiment's).")
+flags.DEFINE_string("coordinator_address", None, "Multi-host GPU: host:port of process 0 "
+                    "(TPU pods and SLURM jobs are detected without it).")
+flags.DEFINE_integer("num_processes", None, "Multi-host GPU: number of processes.")
+flags.DEFINE_integer("process_id", None, "Multi-host GPU: this process's index.")
 flags.DEFINE_integer("ckpt_every", None, "Steps between checkpoints (0 = only at the end; default: "
                      "the experiment's).")
 
@@ -249,6 +253,11 @@ def run(main) -> None:
       # orbax and absl log every checkpoint at INFO; a run's console is the bar and results.
       from absl import logging
       logging.set_verbosity(logging.WARNING)
+    from jaxlab.core import distributed
+    try:
+      distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    except ValueError as e:
+      fail("coordinator_address", str(e))
     if len(argv) > 1:
       fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
     try:

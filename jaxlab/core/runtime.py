@@ -282,7 +282,9 @@ def train(state: PyTree,
     raise ValueError(f"log_every must be >= 1, got {log_every}")
   workdir = pathlib.Path(workdir).absolute()
   workdir.mkdir(parents=True, exist_ok=True)
-  if config is not None:
+  main = jax.process_index() == 0  # one host writes logs and plots; orbax coordinates all hosts
+  progress, use_tensorboard, plot = progress and main, use_tensorboard and main, plot and main
+  if config is not None and main:
     with open(workdir / "config.json", "w") as f:
       json.dump(_jsonable(config), f, indent=2, default=str)
 
@@ -303,7 +305,7 @@ def train(state: PyTree,
       print(f"[jaxlab] resuming from checkpoint at step {start} in {workdir}", flush=True)
 
   chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding)
-  writer = MetricsWriter(workdir, start, use_tensorboard)
+  writer = MetricsWriter(workdir, start, use_tensorboard) if main else None
   bar = None
   if progress:
     from tqdm.auto import tqdm
@@ -323,7 +325,7 @@ def train(state: PyTree,
         last_metrics = _to_float_dict(metrics)  # blocks: the chunk is done
         sps = (end - step) / (time.perf_counter() - t0)
         step = end
-        if step % log_every == 0 or step == num_steps:
+        if writer is not None and (step % log_every == 0 or step == num_steps):
           writer.write("metrics", step, {**last_metrics, "steps_per_sec": sps})
         if bar is not None:
           bar.update(end - bar.n)
@@ -331,7 +333,8 @@ def train(state: PyTree,
           bar.set_postfix(**shown, sps=f"{sps:.1f}")
         if eval_fn is not None and ((eval_every and step % eval_every == 0) or step == num_steps):
           last_eval = dict(eval_fn(state, step))
-          writer.write("eval", step, last_eval)
+          if writer is not None:
+            writer.write("eval", step, last_eval)
           if bar is not None:
             bar.write(f"[eval @ {step}] " + " ".join(f"{k}={v:.4g}" for k, v in last_eval.items()))
         if (ckpt_every and step % ckpt_every == 0) or step == num_steps or sigterm["set"]:
@@ -343,7 +346,8 @@ def train(state: PyTree,
   finally:
     if bar is not None:
       bar.close()
-    writer.close()
+    if writer is not None:
+      writer.close()
     mngr.close()
 
   summary = {"step": step, "num_steps": num_steps, "wall_s": time.perf_counter() - t_run,
@@ -353,7 +357,8 @@ def train(state: PyTree,
   if start == num_steps and (workdir / "summary.json").exists():
     with open(workdir / "summary.json") as f:  # already finished: keep its record
       summary = {**json.load(f), "resumed_from": start}
-  write_json(workdir / "summary.json", summary)
+  if main:
+    write_json(workdir / "summary.json", summary)
   if plot:
     try:
       plot_metrics(workdir)

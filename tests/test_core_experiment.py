@@ -1,0 +1,52 @@
+"""Experiment conventions: bad flags exit 2 with one message naming the flag, no workdir left."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(args, cwd):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  return subprocess.run([sys.executable, "-m", "experiments.example", *args], cwd=cwd, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--steps=-5"], "--steps"),
+    (["--log_every=0"], "--log_every"),
+    (["--ckpt_every=-1"], "--ckpt_every"),
+    (["--mesh=data:3"], "--mesh"),
+    (["--mesh=data:3,fsdp:-1"], "--mesh"),
+    (["--mesh=bogus"], "--mesh"),
+    (["--config.nope=1"], "--config.nope"),
+    (["--config.lr=-1"], "--config.lr"),
+    (["--config.lr=abc"], "config.lr"),
+    (["--not_a_flag=1"], "not_a_flag"),
+    (["positional"], "positional"),
+    (["--coordinator_address=h:1"], "--coordinator_address"),
+])
+def test_bad_input_exits_2_without_workdir(tmp_path, args, flag):
+  workdir = tmp_path / "run"
+  r = _run([f"--workdir={workdir}", *args], tmp_path)
+  assert r.returncode == 2, (r.stdout, r.stderr[-1500:])
+  lines = [l for l in r.stderr.strip().splitlines() if l.startswith("error:")]
+  assert len(lines) == 1 and flag in lines[0], r.stderr[-1500:]
+  assert "Traceback" not in r.stderr
+  assert not workdir.exists()
+
+
+def test_example_runs_and_resumes(tmp_path):
+  workdir = tmp_path / "run"
+  r = _run([f"--workdir={workdir}", "--steps=200", "--log_every=50", "--mesh=data:-1",
+            "--config.batch_size=64"], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["step"] == 200 and summary["eval/w_err"] < 0.5
+  assert (workdir / "curves.png").stat().st_size > 1000
+  r = _run([f"--workdir={workdir}", "--steps=300", "--log_every=50"], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "resuming from checkpoint at step 200" in r.stderr + r.stdout
+  assert json.loads((workdir / "summary.json").read_text())["step"] == 300

@@ -95,3 +95,56 @@ def test_sb_identities_z3_squared():
     flipped = -losses.ctrl_dm_log_target(sched, x1, xt, tt, N)
     for bad in (no_shift, flipped):
       assert float(jnp.max(jnp.abs(cond_mean(jnp.exp(bad), jnp.asarray(it)) / ratio(phit) - 1))) > 1e-2
+
+
+# ----------------------------------------------------------------------------- layer 2: MCMC
+def _exact_sampler_tv(states, pmf, n, reps=4):
+  rng = np.random.default_rng(0)
+  tvs = [exact.tv_distance(states[rng.choice(len(pmf), n, p=pmf)], pmf, 2 if states.max() < 2 else
+                           int(states.max()) + 1) for _ in range(reps)]
+  return float(np.mean(tvs)), float(np.std(tvs))
+
+
+@pytest.fixture(scope="module")
+def ising3():
+  tgt = energies.Lattice("ising", 3, 0.4407)
+  states, pmf, _ = exact.exact_pmf(tgt)
+  return tgt, states, pmf
+
+
+@pytest.mark.parametrize("method,thin", [("sw", 3), ("metropolis", 4)])
+def test_mcmc_matches_enumeration_3x3(ising3, method, thin):
+  from jaxlab.sampling import mcmc
+  tgt, states, pmf = ising3
+  xs, es, _ = mcmc.run_chains(jax.random.PRNGKey(0), tgt, 64, 160, 30, thin, method)
+  tv = exact.tv_distance(xs, pmf, 2)
+  m, s = _exact_sampler_tv(states, pmf, xs.shape[0])
+  assert tv < m + 5 * s + 0.01, (method, tv, m, s)
+  u_exact = exact.enumerated_observables(tgt)["u_per_site"]
+  assert abs(float(es.mean()) / tgt.D - u_exact) < 0.03
+  # a wrong temperature is detected: the test can fail
+  assert exact.tv_distance(xs, exact.exact_pmf(energies.Lattice("ising", 3, 0.3))[1], 2) > m + 5 * s + 0.03
+
+
+# ----------------------------------------------------------------------------- layer 3: tau-leaping
+def test_tau_leaping_tv_falls_with_steps(ising3):
+  from jaxlab.sampling import sampler
+  tgt, states, pmf = ising3
+  sched = ref_lib.Schedule("log_linear", 1.0, 0.5)
+  log_phi, info = exact.exact_sb_rates(tgt, sched)
+  st = jnp.asarray(states)
+  tv = {}
+  for steps in (4, 16, 64):   # exact law of the tau-leaping chain: no sampling noise
+    p = np.asarray(sampler.exact_tau_leap_marginal(log_phi, st, info["mu"], sched, 2, steps))
+    tv[steps] = 0.5 * np.abs(p - pmf).sum()
+  assert tv[4] > tv[16] > tv[64]
+  assert 2.5 < tv[4] / tv[16] < 6 and 2.5 < tv[16] / tv[64] < 6, tv     # ~ 1/steps
+  assert tv[64] < 0.02
+  # the sampler draws from that law, and its log-RND variance shrinks with the step count
+  run = jax.jit(lambda k, x, steps: sampler.tau_leap(k, log_phi, x, sched, 2, steps), static_argnums=2)
+  x0 = sampler.sample_source(jax.random.PRNGKey(1), "uniform", 20000, tgt.D, 2)
+  out8, out64 = run(jax.random.PRNGKey(2), x0, 8), run(jax.random.PRNGKey(3), x0, 64)
+  m, s = _exact_sampler_tv(states, pmf, 20000)
+  assert exact.tv_distance(out64["x1"], pmf, 2) < m + tv[64] + 5 * s
+  assert float(jnp.var(out64["log_rnd"])) < 0.2 * float(jnp.var(out8["log_rnd"]))
+  assert float(sampler.ess(out64["log_rnd"])) > 0.95 and float(out64["invalid_frac"]) == 0.0

@@ -142,6 +142,7 @@ def exact_sb_rates(target, sched: ref_lib.Schedule, source: str = "uniform"):
   D = states.shape[1]
 
   def log_phi(t, x_BxD):
+    t = jnp.ravel(t)[0]        # one common time per call (as in tau-leaping)
     log_a, log_b = ref_lib.log_AB(sched, t, 1.0, N)
     log_phit = jax.nn.logsumexp(D * log_b + ham_j * (log_a - log_b) + log_phi1[None, :], axis=1)  # S
     i = state_index(x_BxD, N)

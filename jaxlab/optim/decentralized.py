@@ -38,17 +38,18 @@ from jaxlab.optim.dec.algorithms import (COMMS, ORDERS, STRATEGIES, DecState, ca
                                          step_with_grads, update)
 from jaxlab.optim.dec.geometry import (adjoint, comparison, consensus_error, consensus_factor,
                                        diagnose, inner, lam_norm, spectral_gap)
-from jaxlab.optim.dec.graphs import (ROW_MIXINGS, TOPOLOGIES, Graph, check_mixing,
+from jaxlab.optim.dec.graphs import (ROW_MIXINGS, TOPOLOGIES, Graph, check_mixing, complete,
                                      degree_average, degree_lambda, doubly_stochastic_residuals,
-                                     erdos_renyi, lambda_metropolis, make_graph, metropolis,
-                                     row_stochastic, row_stochastic_residuals, scaled_kernel)
+                                     erdos_renyi, exponential, hypercube, lambda_metropolis,
+                                     make_graph, metropolis, ring, row_stochastic,
+                                     row_stochastic_residuals, scaled_kernel, star, torus)
 from jaxlab.optim.dec.problems import (LAMBDAS, PROBLEMS, Problem, digits_logistic, digits_mlp,
                                        dirichlet_split, least_squares, make_lambda, make_problem)
 
 __all__ = [
     "run", "RunResult", "default_lr", "COMMS", "ORDERS", "STRATEGIES", "TOPOLOGIES", "PROBLEMS",
     "LAMBDAS", "ROW_MIXINGS", "DecState", "Graph", "Problem", "adjoint", "canonical_strategy",
-    "check_mixing", "choose_comm", "comparison", "consensus_error", "consensus_factor",
+    "check_mixing", "choose_comm", "complete", "exponential", "hypercube", "ring", "star", "torus", "comparison", "consensus_error", "consensus_factor",
     "degree_average", "degree_lambda", "diagnose", "digits_logistic", "digits_mlp",
     "dirichlet_split", "doubly_stochastic_residuals", "erdos_renyi", "init_state", "inner",
     "lam_norm", "lambda_metropolis", "least_squares", "make_graph", "make_lambda", "make_problem",

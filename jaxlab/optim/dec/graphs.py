@@ -184,7 +184,7 @@ def lambda_metropolis(graph: Graph, lam) -> np.ndarray:
   prop = 1.0 / (d[:, None] + 1.0)                                # proposal i -> j
   acc = (lam[None, :] / lam[:, None]) * (d[:, None] + 1.0) / (d[None, :] + 1.0)
   a = np.where(graph.adj, prop * np.minimum(1.0, acc), 0.0)
-  return a + np.diag(1.0 - a.sum(1))
+  return a + np.diag(np.maximum(1.0 - a.sum(1), 0.0))  # clip -1e-16 round-off
 
 
 def degree_average(graph: Graph) -> np.ndarray:
@@ -200,7 +200,7 @@ def scaled_kernel(graph: Graph, lam, weights: np.ndarray | None = None) -> np.nd
   w = graph.adj.astype(np.float64) if weights is None else np.where(graph.adj, weights, 0.0)
   k = w * lam[None, :]
   a = k / k.sum(1).max()
-  return a + np.diag(1.0 - a.sum(1))
+  return a + np.diag(np.maximum(1.0 - a.sum(1), 0.0))  # clip -1e-16 round-off
 
 
 def degree_lambda(graph: Graph) -> np.ndarray:

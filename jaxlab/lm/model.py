@@ -1,0 +1,188 @@
+"""Decoder-only transformer (RMSNorm, RoPE, SwiGLU, GQA) in flax linen, mesh-sharded by logical names.
+
+Parameters carry logical axis names (``nn.with_logical_partitioning``) that
+`jaxlab.core.sharding.DEFAULT_RULES` maps to the mesh (embed->fsdp, heads/mlp/vocab->tensor), and
+activations are constrained to (batch->data+fsdp, seq->context). One mesh config therefore gives
+data, FSDP, tensor and context parallelism; the attention implementation is a config string
+(`jaxlab.lm.attention.IMPLS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxlab.core import sharding as shd
+from jaxlab.lm import attention as attn_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class LMConfig:
+  vocab_size: int = 256
+  d_model: int = 64
+  n_layers: int = 2
+  n_heads: int = 4
+  n_kv_heads: int = 2          # GQA: must divide n_heads
+  head_dim: int = 16
+  mlp_dim: int = 128           # SwiGLU hidden size
+  rope_theta: float = 10000.0
+  dtype: str = "float32"       # compute dtype (params are float32)
+  attention: str = "dense"     # one of attention.IMPLS
+  upipe_chunks: int = 0        # 0: heads per device / context (one head per device per stage)
+  load_balance: bool = True    # zigzag token layout for causal ring attention
+  remat: bool = False          # jax.checkpoint each block
+  tie_embeddings: bool = False
+
+  def validate(self):
+    if self.attention not in attn_lib.IMPLS:
+      raise ValueError(f"attention={self.attention!r}; allowed: {', '.join(attn_lib.IMPLS)}")
+    if self.n_heads % self.n_kv_heads:
+      raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
+    for f in ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "mlp_dim"):
+      if getattr(self, f) <= 0:
+        raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
+    return self
+
+
+def param_count(params) -> int:
+  return int(sum(np.prod(x.shape) for x in jax.tree.leaves(nn.unbox(params))))
+
+
+def flops_per_token(cfg: LMConfig, seq_len: int, n_params: int) -> float:
+  """Training FLOPs per token: 6N (matmuls incl. unembedding) + causal attention 6*L*S*H*Dh."""
+  attn = 6 * cfg.n_layers * seq_len * cfg.n_heads * cfg.head_dim  # 12*... halved for causal
+  emb = cfg.vocab_size * cfg.d_model  # input embedding lookup is not a matmul
+  return 6.0 * (n_params - emb) + attn
+
+
+def _init(names, init=nn.initializers.lecun_normal()):
+  return nn.with_logical_partitioning(init, names)
+
+
+class RMSNorm(nn.Module):
+  eps: float = 1e-6
+
+  @nn.compact
+  def __call__(self, x_BxLxD):
+    scale = self.param("scale", _init(("embed",), nn.initializers.ones), (x_BxLxD.shape[-1],))
+    x = x_BxLxD.astype(jnp.float32)
+    x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+    return (x * scale).astype(x_BxLxD.dtype)
+
+
+def rope(x_BxLxHxD, pos_BxL, theta: float):
+  """Rotary embedding (half-split convention) at explicit positions."""
+  d = x_BxLxHxD.shape[-1]
+  freqs = theta ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2 / d)
+  ang = pos_BxL.astype(jnp.float32)[..., None] * freqs            # B L D/2
+  sin, cos = jnp.sin(ang)[:, :, None], jnp.cos(ang)[:, :, None]
+  x1, x2 = jnp.split(x_BxLxHxD.astype(jnp.float32), 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BxLxHxD.dtype)
+
+
+class Attention(nn.Module):
+  cfg: LMConfig
+  mesh: Mesh | None = None
+
+  @nn.compact
+  def __call__(self, x_BxLxD, pos_BxL):
+    c = self.cfg
+    dt = jnp.dtype(c.dtype)
+    wq = self.param("wq", _init(("embed", "heads", "head_dim")), (c.d_model, c.n_heads, c.head_dim))
+    wk = self.param("wk", _init(("embed", "kv_heads", "head_dim")),
+                    (c.d_model, c.n_kv_heads, c.head_dim))
+    wv = self.param("wv", _init(("embed", "kv_heads", "head_dim")),
+                    (c.d_model, c.n_kv_heads, c.head_dim))
+    wo = self.param("wo", _init(("heads", "head_dim", "embed")), (c.n_heads, c.head_dim, c.d_model))
+    x = x_BxLxD.astype(dt)
+    q = jnp.einsum("bld,dhk->blhk", x, wq.astype(dt))
+    k = jnp.einsum("bld,dhk->blhk", x, wk.astype(dt))
+    v = jnp.einsum("bld,dhk->blhk", x, wv.astype(dt))
+    q, k = rope(q, pos_BxL, c.rope_theta), rope(k, pos_BxL, c.rope_theta)
+    natural = pos_BxL if self.is_permuted() else None
+    o = attn_lib.attention(q, k, v, natural, impl=c.attention, mesh=self.mesh,
+                           upipe_chunks=c.upipe_chunks)
+    return jnp.einsum("blhk,hkd->bld", o, wo.astype(dt))
+
+  def is_permuted(self) -> bool:
+    return _uses_zigzag(self.cfg, self.mesh)
+
+
+def _uses_zigzag(cfg: LMConfig, mesh) -> bool:
+  n = 1 if mesh is None else mesh.shape.get("context", 1)
+  return cfg.load_balance and n > 1 and cfg.attention in ("ring", "allgather")
+
+
+class SwiGLU(nn.Module):
+  cfg: LMConfig
+
+  @nn.compact
+  def __call__(self, x_BxLxD):
+    c = self.cfg
+    dt = jnp.dtype(c.dtype)
+    w1 = self.param("w1", _init(("embed", "mlp")), (c.d_model, c.mlp_dim))
+    w3 = self.param("w3", _init(("embed", "mlp")), (c.d_model, c.mlp_dim))
+    w2 = self.param("w2", _init(("mlp", "embed")), (c.mlp_dim, c.d_model))
+    x = x_BxLxD.astype(dt)
+    h = jax.nn.silu(x @ w1.astype(dt)) * (x @ w3.astype(dt))
+    return h @ w2.astype(dt)
+
+
+class Block(nn.Module):
+  cfg: LMConfig
+  mesh: Mesh | None = None
+
+  @nn.compact
+  def __call__(self, x_BxLxD, pos_BxL):
+    x = x_BxLxD + Attention(self.cfg, self.mesh, name="attn")(RMSNorm(name="ln1")(x_BxLxD), pos_BxL)
+    x = shd.constrain(x, ("batch", "seq", None), self.mesh)
+    x = x + SwiGLU(self.cfg, name="mlp")(RMSNorm(name="ln2")(x))
+    return shd.constrain(x, ("batch", "seq", None), self.mesh)
+
+
+class Transformer(nn.Module):
+  """tokens_BxL -> logits_BxLxV (float32). Causal; positions are 0..L-1."""
+  cfg: LMConfig
+  mesh: Mesh | None = None
+
+  @nn.compact
+  def __call__(self, tokens_BxL, return_hidden: bool = False, embeds_BxLxD=None):
+    """``embeds_BxLxD`` (optional) replaces the embedding lookup (for input-gradient tests)."""
+    c = self.cfg
+    b, l = tokens_BxL.shape
+    pos = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (b, l))
+    perm = None
+    if _uses_zigzag(c, self.mesh):
+      # Causal load balancing: every layer runs in the zigzag token order (explicit positions),
+      # undone once on the logits.
+      perm = attn_lib.zigzag_permutation(l, self.mesh.shape["context"])
+      tokens_BxL, pos = tokens_BxL[:, perm], pos[:, perm]
+      if embeds_BxLxD is not None:
+        embeds_BxLxD = embeds_BxLxD[:, perm]
+    embed = self.param("embed", _init(("vocab", "embed"), nn.initializers.normal(1.0)),
+                       (c.vocab_size, c.d_model))
+    x = embed[tokens_BxL] if embeds_BxLxD is None else embeds_BxLxD
+    x = x.astype(jnp.dtype(c.dtype))
+    x = shd.constrain(x, ("batch", "seq", None), self.mesh)
+    block = nn.remat(Block) if c.remat else Block
+    for i in range(c.n_layers):
+      x = block(c, self.mesh, name=f"block{i}")(x, pos)
+    x = RMSNorm(name="ln_f")(x)
+    if c.tie_embeddings:
+      logits = x @ embed.T.astype(x.dtype)
+    else:
+      w = self.param("unembed", _init(("embed", "vocab")), (c.d_model, c.vocab_size))
+      logits = x @ w.astype(x.dtype)
+    logits = logits.astype(jnp.float32)
+    if perm is not None:
+      inv = np.argsort(perm)
+      logits, x = logits[:, inv], x[:, inv]
+    logits = shd.constrain(logits, ("batch", "seq", None), self.mesh)
+    return (logits, x) if return_hidden else logits

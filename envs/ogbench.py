@@ -47,6 +47,14 @@ class DatasetError(ValueError):
     """A data set file is missing, malformed, or cannot be made offline; the message says which and what to do."""
 
 
+def _require_ogbench():
+    try:
+        import ogbench  # noqa: F401  (registers the environments)
+    except ImportError as e:
+        raise ImportError(f"OGBench is not installed ({e}); install it with: pip install -e '.[ogbench]'") from None
+    return ogbench
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskName:
     """A parsed OGBench single-task name."""
@@ -62,8 +70,8 @@ def parse_name(env_name: str, task_id: int | None = None) -> TaskName:
 
     Raises DatasetError listing what is allowed.
     """
+    _require_ogbench()
     import gymnasium
-    import ogbench  # noqa: F401  (registers the environments)
 
     if not isinstance(env_name, str) or not env_name.endswith("-v0"):
         raise DatasetError(f"unknown OGBench env_name {env_name!r}; {ALLOWED_HELP}")
@@ -192,8 +200,7 @@ def load(
     that many episodes (cached under `<folder>/jaxlab-generated/`). Raises DatasetError when the file is
     malformed or cannot be made offline.
     """
-    import ogbench
-
+    ogbench = _require_ogbench()
     tn = parse_name(env_name, task_id)
     root = os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR)
     log = _log if verbose else (lambda *_: None)

@@ -469,6 +469,10 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     size = sum(os.path.getsize(meta[k]) for k in ("train_path", "val_path"))
+    standard = spec_for(args.env_name).num_episodes
+    if meta["num_episodes"] < standard:
+        print(f"note: this set has {meta['num_episodes']} episodes, OGBench's has {standard}; it sits under the "
+              f"standard name, so OGBench's downloader would skip this file later (delete it to fetch the real one).")
     print(f"wrote {meta['train_path']} ({meta['train_steps']} steps) and {meta['val_path']} ({meta['val_steps']} "
           f"steps), {size / 1e6:.2f} MB, in {meta['seconds']:.1f} s ({meta['seconds_per_1000_steps']:.2f} s per 1000 "
           f"steps); oracle finished {meta['oracle_tasks_finished']} sub-tasks/goals")

@@ -254,6 +254,7 @@ def train(state: PyTree,
           data_sharding: PyTree | None = None,
           config: Any = None,
           progress: bool = True,
+          progress_keys: tuple[str, ...] | None = None,
           use_tensorboard: bool = True,
           plot: bool = True) -> tuple[PyTree, dict]:
   """Runs ``num_steps`` updates in jitted chunks with logging, eval, checkpoints and resume.
@@ -272,6 +273,7 @@ def train(state: PyTree,
     eval_fn: host-side ``eval_fn(state, step) -> dict`` run between chunks.
     mesh, state_sharding, data_sharding: optional placement; the chunk keeps ``state_sharding``.
     config: saved to ``config.json`` for the record.
+    progress_keys: metrics shown on the progress bar (default: the first three).
 
   Returns:
     ``(final_state, summary)``; ``summary`` is also written to ``summary.json``.
@@ -329,7 +331,8 @@ def train(state: PyTree,
           writer.write("metrics", step, {**last_metrics, "steps_per_sec": sps})
         if bar is not None:
           bar.update(end - bar.n)
-          shown = {k: f"{v:.3g}" for k, v in list(last_metrics.items())[:3]}
+          keys = [k for k in (progress_keys or list(last_metrics)[:3]) if k in last_metrics]
+          shown = {k: f"{last_metrics[k]:.3g}" for k in keys}
           bar.set_postfix(**shown, sps=f"{sps:.1f}")
         if eval_fn is not None and ((eval_every and step % eval_every == 0) or step == num_steps):
           last_eval = dict(eval_fn(state, step))

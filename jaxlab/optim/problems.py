@@ -55,7 +55,9 @@ class LinearGame(struct.PyTreeNode):
 class StochasticOracle(struct.PyTreeNode):
   """g(z, key) = (M + sigma_mult E)(z - shift) + sigma xi, E and xi standard Gaussian (unbiased).
 
-  For a bilinear game E perturbs A only: the noisy matrix is [[0, E], [-E^T, 0]]."""
+  For a bilinear game E perturbs A only: the noisy matrix is [[0, E], [-E^T, 0]]. Only E d is
+  ever used, so it is sampled exactly in distribution with O(dim) normals (see
+  ``_matrix_noise_times``) instead of forming E."""
   game: LinearGame
   sigma: jax.Array
   sigma_mult: jax.Array
@@ -66,13 +68,7 @@ class StochasticOracle(struct.PyTreeNode):
     d = z - self.game.shift
     g = self.game.M @ d + self.sigma * jax.random.normal(k_add, z.shape, z.dtype)
     if self.multiplicative:
-      n = self.game.n_x
-      if n:
-        e = jax.random.normal(k_mult, (n, z.shape[0] - n), z.dtype)
-        g = g + self.sigma_mult * jnp.concatenate([e @ d[n:], -e.T @ d[:n]])
-      else:
-        e = jax.random.normal(k_mult, self.game.M.shape, z.dtype)
-        g = g + self.sigma_mult * (e @ d)
+      g = g + self.sigma_mult * _matrix_noise_times(k_mult, d, self.game.n_x)
     return g
 
   def exact(self, z):
@@ -81,6 +77,32 @@ class StochasticOracle(struct.PyTreeNode):
   @property
   def lipschitz(self):
     return self.game.lipschitz
+
+
+def _safe_unit(v):
+  n = jnp.linalg.norm(v)
+  return jnp.where(n > 0, v / jnp.where(n > 0, n, 1.0), 0.0), n
+
+
+def _matrix_noise_times(key, d, n_x):
+  """A sample of E d for E with i.i.d. N(0, 1) entries, without forming E.
+
+  Full E: E d ~ N(0, ||d||^2 I). Bilinear ([[0, E], [-E^T, 0]] d = (E d_y, -E^T d_x)): with unit
+  p = d_x/|d_x|, q = d_y/|d_y|, E q and E^T p share only a = p^T E q ~ N(0, 1); the rest,
+  (I - pp^T) E q and (I - qq^T) E^T p, are independent N(0, I - pp^T), N(0, I - qq^T). So
+  E q = a p + (I - pp^T) xi, E^T p = a q + (I - qq^T) zeta is exact in law (and still exact
+  when d_x or d_y is 0, where p or q is the zero vector)."""
+  if not n_x:
+    return jnp.linalg.norm(d) * jax.random.normal(key, d.shape, d.dtype)
+  k_a, k_u, k_v = jax.random.split(key, 3)
+  p, nx = _safe_unit(d[:n_x])
+  q, ny = _safe_unit(d[n_x:])
+  a = jax.random.normal(k_a, (), d.dtype)
+  xi = jax.random.normal(k_u, p.shape, d.dtype)
+  zeta = jax.random.normal(k_v, q.shape, d.dtype)
+  e_q = a * p + xi - p * jnp.vdot(p, xi)
+  et_p = a * q + zeta - q * jnp.vdot(q, zeta)
+  return jnp.concatenate([ny * e_q, -nx * et_p])
 
 
 def _orthonormal(key, n, r):

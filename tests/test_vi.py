@@ -1,0 +1,267 @@
+"""Monotone-VI solvers: the rates, oracle counts and limit points the papers claim (brief §1)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.optim import problems as P
+from jaxlab.optim import vi
+
+T1_ITERS = 10_000
+T1_SEEDS = 4
+T1_METHODS = ("eg", "popov", "eag_c", "eag_v", "feg", "apv", "goma")
+ANCHORED_DET = ("eag_c", "eag_v", "feg", "apv", "goma")
+
+
+def _geo_mean(r):
+  return np.exp(np.log(np.maximum(r, 1e-300)).mean(0))
+
+
+@pytest.fixture(scope="module")
+def t1():
+  """Brief T1: n = 40 bilinear games, s log-spaced in [1e-3, 1], z0 ~ N(0, I); all methods, 4
+  instances in one vmapped jit per method."""
+  games = jax.vmap(P.ill_conditioned_bilinear)(jax.random.split(jax.random.PRNGKey(0), T1_SEEDS))
+  z0s = jax.vmap(P.sample_start)(jax.random.split(jax.random.PRNGKey(1), T1_SEEDS), games)
+  out = {}
+  for m in T1_METHODS:
+    tr = jax.jit(jax.vmap(lambda g, z, m=m: vi.run(m, g, z, T1_ITERS, L=1.0)))(games, z0s)
+    out[m] = (np.asarray(tr.residual_sq), np.asarray(tr.oracle_calls))
+  r2 = np.asarray(jax.vmap(lambda g, z: jnp.sum((z - g.project_solution(z)) ** 2))(games, z0s))
+  return out, r2
+
+
+def test_t1_problem_is_the_briefs(t1):
+  g = P.ill_conditioned_bilinear(jax.random.PRNGKey(0))
+  s = np.linalg.svd(np.asarray(g.M[:40, 40:]), compute_uv=False)
+  np.testing.assert_allclose(s, np.geomspace(1.0, 1e-3, 40), rtol=1e-3)
+  assert abs(float(g.lipschitz) - 1.0) < 1e-5
+  m = np.asarray(g.M)
+  assert np.allclose(m, -m.T)      # bilinear: skew, hence monotone
+
+
+@pytest.mark.parametrize("method", ANCHORED_DET)
+def test_anchored_methods_reach_the_optimal_rate(t1, method):
+  res, _ = t1[0][method], None
+  slope = vi.fit_slope(np.arange(T1_ITERS + 1), _geo_mean(res[0]))
+  assert -2.1 <= slope <= -1.8, slope
+
+
+@pytest.mark.parametrize("method", ("eg", "popov"))
+def test_non_anchored_methods_are_one_over_k(t1, method):
+  slope = vi.fit_slope(np.arange(T1_ITERS + 1), _geo_mean(t1[0][method][0]))
+  assert -1.15 <= slope <= -0.85, slope
+
+
+def test_goma_constant_is_bounded_and_beats_apv_per_oracle_call(t1):
+  (res_goma, calls_goma), (res_apv, calls_apv) = t1[0]["goma"], t1[0]["apv"]
+  r2 = t1[1]
+  k = T1_ITERS
+  const = k ** 2 * res_goma[:, k] / r2            # L = 1
+  assert np.all(const < 100), const
+  # Both are single-call: the same iteration is the same oracle budget.
+  np.testing.assert_array_equal(calls_goma, calls_apv)
+  assert np.all(res_goma[:, k] < res_apv[:, k])
+  # Two-call FEG at 10^4 oracle calls (iteration 5000) vs GOMA at 10^4 calls.
+  res_feg, calls_feg = t1[0]["feg"]
+  i_feg = int(np.searchsorted(calls_feg[0], 10_000))
+  assert calls_feg[0, i_feg] == 10_000
+  assert _geo_mean(res_goma[:, 9_999:10_000])[0] < 10 * _geo_mean(res_feg[:, i_feg:i_feg + 1])[0]
+
+
+def test_oracle_call_accounting(t1):
+  for m in ("popov", "apv", "goma"):
+    calls = t1[0][m][1][0]
+    assert calls[0] == 0 and calls[1] == 2          # F(y_{-1}) = F(z_0), then F(y_0)
+    assert np.all(np.diff(calls[1:]) == 1), m       # one call per iteration after the first
+  for m in ("eg", "eag_c", "eag_v", "feg"):
+    assert np.all(np.diff(t1[0][m][1][0]) == 2), m
+
+
+def test_oracle_calls_match_runtime_evaluations():
+  """Counts real evaluations with a host callback (independent of the trace-time counter)."""
+  game = P.rotation()
+  n = 7
+  for method in ("goma_stochastic", "goma", "eg"):
+    hits = []
+
+    def oracle(z, key, hits=hits):
+      jax.debug.callback(lambda: hits.append(1))
+      return game(z)
+
+    tr = vi.run(method, oracle, jnp.ones(2), n, key=jax.random.PRNGKey(0), exact=game)
+    jax.block_until_ready(tr)
+    assert len(hits) == int(tr.oracle_calls[-1]), (method, len(hits))
+  assert int(tr.oracle_calls[-1]) == 2 * n
+
+
+# ------------------------------------------------------------------ stochastic (brief T2) --------
+
+@pytest.fixture(scope="module")
+def t2():
+  """DSEG bilinear (d = 50, s ~ U[1, 2]), additive sigma = 0.5 plus multiplicative sigma_C = 0.1
+  (variance grows with ||z - z*||^2), start e_1 for both players, 3 seeds."""
+  game = P.dseg_bilinear(jax.random.PRNGKey(0))
+  oracle = P.stochastic(game, sigma=0.5, sigma_mult=0.1)
+  z0 = jnp.zeros(100).at[0].set(1.0).at[50].set(1.0)
+  keys = jax.random.split(jax.random.PRNGKey(5), 3)
+  runs = {
+      "goma_stochastic": ("goma_stochastic", {}),
+      # Single step size anchored Popov: eta_k = 0.2/sqrt(k+1), gamma_k = (1 - b_k) eta_k.
+      "anchored_popov_single": ("goma", dict(eta_schedule="power", eta=0.2, r_eta=0.5)),
+  }
+  out = {}
+  for name, (m, hp) in runs.items():
+    f = jax.jit(jax.vmap(lambda k, m=m, hp=hp: vi.run(m, oracle, z0, 10_000, key=k, **hp)))
+    out[name] = np.asarray(f(keys).residual_sq).mean(0)    # E||F(z_k)||^2 over seeds
+  return out
+
+
+def test_stochastic_goma_converges_under_unbounded_variance(t2):
+  k = np.arange(10_001)
+  slope = vi.fit_slope(k, t2["goma_stochastic"], 1e3, 1e4)
+  assert slope <= -0.4, slope
+  plateau = vi.fit_slope(k, t2["anchored_popov_single"], 1e3, 1e4)
+  assert plateau >= -0.15, plateau
+  assert t2["goma_stochastic"][-1] < 0.3 * t2["anchored_popov_single"][-1]
+
+
+def test_zero_noise_stochastic_path_equals_deterministic_path():
+  game = P.ill_conditioned_bilinear(jax.random.PRNGKey(3), n=8)
+  z0 = P.sample_start(jax.random.PRNGKey(4), game)
+  sched = dict(eta_schedule="power", eta=0.6, r_eta=2 / 3, gamma_schedule="power", gamma=0.6,
+               r_gamma=1 / 3)
+  det = vi.run("goma", game, z0, 300, **sched)
+  sto = vi.run("goma_stochastic", P.stochastic(game, 0.0, 0.0), z0, 300, key=jax.random.PRNGKey(9))
+  np.testing.assert_allclose(sto.residual_sq, det.residual_sq, rtol=1e-5, atol=1e-12)
+  np.testing.assert_allclose(sto.z, det.z, rtol=1e-5, atol=1e-7)
+
+
+def test_stochastic_oracle_is_unbiased_with_the_matrix_noise_covariance():
+  """The O(dim) sampler of E d must have the law of the explicit [[0, E], [-E^T, 0]] d."""
+  game = P.dseg_bilinear(jax.random.PRNGKey(0), d=3)
+  oracle = P.stochastic(game, sigma=0.1, sigma_mult=0.3)
+  keys = jax.random.split(jax.random.PRNGKey(1), 40_000)
+  for z in (jnp.array([1.0, -2.0, 0.5, 0.3, 1.0, -1.0]), jnp.array([0.0, 0, 0, 1, 2, 3])):
+    noise = np.asarray(jax.vmap(lambda k: oracle(z, k))(keys) - game(z))
+    assert np.all(np.abs(noise.mean(0)) < 5 * noise.std(0) / math.sqrt(len(keys)))
+    dx, dy = np.asarray(z[:3]), np.asarray(z[3:])
+    cov = 0.1 ** 2 * np.eye(6)
+    cov[:3, :3] += 0.3 ** 2 * dy @ dy * np.eye(3)
+    cov[3:, 3:] += 0.3 ** 2 * dx @ dx * np.eye(3)
+    cov[:3, 3:] -= 0.3 ** 2 * np.outer(dx, dy)     # Cov(E d_y, -E^T d_x)_ij = -d_x,i d_y,j
+    cov[3:, :3] = cov[:3, 3:].T
+    np.testing.assert_allclose(np.cov(noise.T), cov, atol=0.03 * np.abs(cov).max())
+  full = P.stochastic(P.quadratic_game(jax.random.PRNGKey(2), 2), sigma=0.0, sigma_mult=0.5)
+  z = jnp.ones(4)
+  noise = np.asarray(jax.vmap(lambda k: full(z, k))(keys[:10_000]) - full.exact(z))
+  d = np.asarray(z - full.game.shift)
+  np.testing.assert_allclose(np.cov(noise.T), 0.25 * d @ d * np.eye(4), atol=0.05 * 0.25 * d @ d)
+
+
+# ------------------------------------------------------------------ structural checks ------------
+
+def test_goma_with_apv_settings_is_tran_dinh_apv():
+  game = P.quadratic_game(jax.random.PRNGKey(2), 6)
+  z0 = jnp.zeros(12)
+  apv = vi.run("apv", game, z0, 200)
+  L = float(game.lipschitz)
+  goma = vi.run("goma", game, z0, 200, eta_schedule="apv", eta=1 / (2 * math.sqrt(3) * L),
+                gamma_schedule="ratio", gamma_ratio=1.0, beta_offset=2.0)
+  np.testing.assert_allclose(goma.residual_sq, apv.residual_sq, rtol=1e-5, atol=1e-12)
+
+
+def test_step_size_recurrences_reach_the_briefs_limits():
+  # EAG-V: alpha_k -> 0.4365/L from 0.618/L; APV: eta_k -> 0.2151/L (brief §1.3, MEAS).
+  alpha, eta = 0.618, 1 / (2 * math.sqrt(3))
+  for k in range(20_000):
+    q = alpha ** 2
+    alpha = alpha * (1 - q / ((k + 1) * (k + 3) * (1 - q)))
+    eta = float(vi._apv_eta_next(eta, 1 / (k + 2), 1 / (k + 3), 4.0, 1.0))
+  assert abs(alpha - 0.4365) < 2e-3 and abs(eta - 0.2151) < 2e-3, (alpha, eta)
+
+
+def test_anchored_methods_converge_to_the_solution_nearest_the_anchor():
+  """Singular linear F with the solution set shift + ker M off the origin: Halpern-anchored
+  methods end at P_Sol(z0), not at P_Sol(0) (an origin anchor) nor elsewhere on Sol."""
+  game = P.bilinear(jax.random.PRNGKey(7), 10, smin=0.5, smax=1.0, spectrum="uniform", rank=6,
+                    shift=jax.random.normal(jax.random.PRNGKey(8), (20,)))
+  z0 = 2.0 * jax.random.normal(jax.random.PRNGKey(9), (20,))
+  target = game.project_solution(z0)
+  d0 = float(jnp.linalg.norm(z0 - target))
+  assert float(jnp.linalg.norm(target - game.project_solution(jnp.zeros(20)))) > 0.5 * d0
+  for m in ANCHORED_DET:
+    z = vi.run(m, game, z0, 3000).z
+    assert float(jnp.linalg.norm(z - target)) < 1e-2 * d0, m
+
+
+def test_gda_diverges_on_the_rotation_and_the_others_converge():
+  game = P.rotation()
+  z0 = jnp.array([1.0, 0.5])
+  n = 3000
+  gda = vi.run("gda", game, z0, n)
+  assert float(gda.residual_sq[-1]) > 1e3 * float(gda.residual_sq[0])
+  runs = [(m, {}) for m in vi.METHODS if m != "gda"] + [("dseg", {"form": "og"})]
+  for m, hp in runs:
+    r = np.asarray(vi.run(m, game, z0, n, **hp).residual_sq)
+    if m in ("dseg", "goma_stochastic"):
+      # Decaying step sizes: polynomial decay, not a fixed point.
+      assert vi.fit_slope(np.arange(n + 1), r, 300, n) < -0.5, (m, hp)
+      assert r[-1] < 0.02 * r[0], (m, hp, r[-1])
+    else:
+      assert r[-1] < 1e-3 * r[0], (m, r[-1])
+
+
+def test_pytree_iterates_match_flat_iterates():
+  game = P.quadratic_game(jax.random.PRNGKey(2), 3, 2)
+  z0 = jax.random.normal(jax.random.PRNGKey(3), (5,))
+
+  def f_tree(z):
+    g = game(jnp.concatenate([z["x"], z["y"]]))
+    return {"x": g[:3], "y": g[3:]}
+
+  flat = vi.run("goma", game, z0, 50, L=1.3)
+  tree = vi.run("goma", f_tree, {"x": z0[:3], "y": z0[3:]}, 50, L=1.3)
+  np.testing.assert_allclose(tree.residual_sq, flat.residual_sq, rtol=1e-5)
+  np.testing.assert_allclose(jnp.concatenate([tree.z["x"], tree.z["y"]]), flat.z, rtol=1e-5,
+                             atol=1e-6)
+
+
+def test_vmap_over_instances_and_hparams_matches_single_runs():
+  games = jax.vmap(lambda k: P.bilinear(k, 4))(jax.random.split(jax.random.PRNGKey(4), 3))
+  z0s = jnp.ones((3, 8))
+  etas = jnp.array([0.1, 0.2, 0.3])
+  batched = jax.vmap(lambda g, z, e: vi.run("popov", g, z, 40, eta=e).residual_sq)(games, z0s, etas)
+  for i in range(3):
+    g = jax.tree.map(lambda x: x[i], games)
+    single = vi.run("popov", g, z0s[i], 40, eta=float(etas[i])).residual_sq
+    np.testing.assert_allclose(batched[i], single, rtol=1e-5)
+
+
+def test_bad_input_names_the_field_and_the_allowed_values():
+  game = P.rotation()
+  with pytest.raises(ValueError, match="method.*allowed: gda, eg, popov"):
+    vi.run("adam", game, jnp.ones(2), 3)
+  with pytest.raises(ValueError, match="unknown hparam 'lr'.*allowed: L, eta"):
+    vi.run("eg", game, jnp.ones(2), 3, lr=0.1)
+  with pytest.raises(ValueError, match="eta_schedule='cosine'; allowed"):
+    vi.run("goma", game, jnp.ones(2), 3, eta_schedule="cosine")
+  with pytest.raises(ValueError, match="exact"):
+    vi.run("goma_stochastic", lambda z, k: game(z), jnp.ones(2), 3, key=jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match="num_iters"):
+    vi.run("eg", game, jnp.ones(2), -1)
+
+
+def test_problem_solution_sets():
+  for game in (P.bilinear(jax.random.PRNGKey(0), 6, rank=3, shift=jnp.arange(12.0)),
+               P.quadratic_game(jax.random.PRNGKey(1), 4, 3)):
+    m = np.asarray(game.M)
+    assert np.linalg.eigvalsh(m + m.T).min() > -1e-5           # monotone
+    z = jax.random.normal(jax.random.PRNGKey(2), (game.dim,))
+    p = game.project_solution(z)
+    assert float(jnp.linalg.norm(game(p))) < 1e-4               # on Sol
+    np.testing.assert_allclose(game.project_solution(p), p, atol=1e-4)   # a projection
+    np.testing.assert_allclose(float(game.lipschitz), np.linalg.norm(m, 2), rtol=1e-5)

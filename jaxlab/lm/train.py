@@ -74,7 +74,10 @@ def create_state(cfg: LMConfig, tx: optax.GradientTransformation, key, seq_len: 
   else:
     p_sh, o_sh = state_shardings(cfg, tx, mesh, seq_len, rules)
     params, opt = jax.jit(init, out_shardings=(p_sh, o_sh))(key)
-  return LMState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt,
+  step = jnp.zeros((), jnp.int32)
+  if mesh is not None:
+    step = jax.device_put(step, shd.replicated(mesh))
+  return LMState(step=step, params=params, opt_state=opt,
                  apply_fn=model.apply, tx=tx)
 
 

@@ -12,11 +12,13 @@ which is not λ-self-adjoint unless λ is uniform, the norm exceeds the spectral
 
 `diagnose` reports these together with two comparisons in the spirit of the paper's Rayleigh-quotient
 and Loewner-order conditions. **Their exact form in the paper is not public**; the quantities below are
-this codebase's reconstruction:
-* ``loewner_ratio`` = max over x ⊥_λ 1 of ‖(I−J_λ)A x‖²_λ / ‖(I−J_λ)W x‖²_λ. ≤ 1 iff A*(I−J_λ)A ⪯
-  W*(I−J_λ)W on 1^⊥ (Loewner order): A shrinks every disagreement direction at least as much as W.
-* ``rayleigh_min`` / ``rayleigh_max``: extreme ratios of the Dirichlet forms ⟨x,(I−A)x⟩_λ / ⟨x,(I−W)x⟩_λ
-  on 1^⊥ (generalised eigenvalues). rayleigh_min ≥ 1 means (I − A) ⪰ (I − W) in L²(λ).
+this codebase's reconstruction (all on the disagreement subspace 1^⊥ of L²(λ)):
+* ``loewner_min`` / ``loewner_max``: extreme eigenvalues of W̃*W̃ − Ã*Ã, B̃ = (I−J_λ)B(I−J_λ).
+  loewner_min ≥ 0 iff Ã*Ã ⪯ W̃*W̃ (Loewner order): A shrinks every disagreement direction at least as
+  much as W does in one step.
+* ``rayleigh_min`` / ``rayleigh_max``: extreme Rayleigh quotients ⟨x,(I−W)x⟩_λ / ⟨x,(I−A)x⟩_λ
+  (the denominator is positive definite on 1^⊥ for a connected λ-reversible A). rayleigh_max ≤ 1 iff
+  (I − A) ⪰ (I − W); rayleigh_min < 0 means W *expands* some disagreement direction in L²(λ).
 """
 
 from __future__ import annotations
@@ -89,17 +91,17 @@ def comparison(a: np.ndarray, w: np.ndarray, lam) -> dict[str, float]:
   """Loewner / Rayleigh comparison of A and W on 1^⊥ in L²(λ) (see module docstring)."""
   lam = np.asarray(lam, dtype=np.float64)
   ma, mw = _on_complement(a, lam), _on_complement(w, lam)
-  # max ‖Ma y‖²/‖Mw y‖²: generalised symmetric eigenproblem (MaᵀMa, MwᵀMw).
-  ga, gw = ma.T @ ma, mw.T @ mw
-  eps = 1e-12 * np.trace(gw)
-  loewner = scipy.linalg.eigh(ga, gw + eps * np.eye(len(gw)), eigvals_only=True)
-  # Dirichlet forms: only the λ-symmetric part of W enters ⟨x,(I−W)x⟩_λ.
+  loew = np.linalg.eigvalsh(mw.T @ mw - ma.T @ ma)
+  # Dirichlet forms: only the λ-symmetric parts enter ⟨x,(I−B)x⟩_λ.
   ident = np.eye(len(ma))
   da = ident - 0.5 * (ma + ma.T)
   dw = ident - 0.5 * (mw + mw.T)
-  ray = scipy.linalg.eigh(da, dw + 1e-12 * np.eye(len(dw)), eigvals_only=True)
-  return {"loewner_ratio": float(loewner.max()), "rayleigh_min": float(ray.min()),
-          "rayleigh_max": float(ray.max())}
+  if np.linalg.eigvalsh(da).min() <= 1e-12:
+    ray = np.array([np.nan])  # A does not connect the graph: no quotient
+  else:
+    ray = scipy.linalg.eigh(dw, da, eigvals_only=True)
+  return {"loewner_min": float(loew.min()), "loewner_max": float(loew.max()),
+          "rayleigh_min": float(ray.min()), "rayleigh_max": float(ray.max())}
 
 
 def diagnose(graph: G.Graph, lam, w: np.ndarray | None = None, a: np.ndarray | None = None,
@@ -117,7 +119,8 @@ def diagnose(graph: G.Graph, lam, w: np.ndarray | None = None, a: np.ndarray | N
          "asym_W": lam_norm(w - adjoint(w, lam), lam)}
   if graph.directed:
     out.update({"gap_lam_A": float("nan"), "rho_lam_A": float("nan"), "asym_A": float("nan"),
-                "loewner_ratio": float("nan"), "rayleigh_min": float("nan"),
+                "loewner_min": float("nan"), "loewner_max": float("nan"),
+                "rayleigh_min": float("nan"),
                 "rayleigh_max": float("nan"), "predict_II": False})
     return out
   a = G.row_stochastic(graph, lam, row_kind) if a is None else a

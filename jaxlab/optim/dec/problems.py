@@ -209,13 +209,19 @@ def _load_digits(n: int, alpha: float, seed: int, test_frac: float):
           (jnp.asarray(a[test]), jnp.asarray(y[test])))
 
 
+def _softmax_smoothness(inputs, counts) -> float:
+  """max_i L_i for softmax cross-entropy on linear logits: Hessian ⪯ ½ (1/m_i) Σ a aᵀ ⊗ I."""
+  a, m = np.asarray(inputs, np.float64), np.asarray(counts)
+  return max(0.5 * np.linalg.eigvalsh(a[i, :m[i]].T @ a[i, :m[i]] / m[i]).max()
+             for i in range(len(m)))
+
+
 def digits_logistic(n: int = 16, *, alpha: float = 0.5, seed: int = 0, reg: float = 1e-3,
                     batch_size: int = 16, test_frac: float = 0.2) -> Problem:
   """Multinomial logistic regression (L2 ``reg``) on non-IID digits."""
   inputs, targets, counts, test = _load_digits(n, alpha, seed, test_frac)
   x0 = {"w": jnp.zeros((64, 10), jnp.float32), "b": jnp.zeros((10,), jnp.float32)}
-  # softmax CE has Hessian ⪯ ½‖a‖²; ‖a‖² ≤ 64 for pixels in [0,1] but typically ~20.
-  smooth = 0.5 * float(jnp.max(jnp.sum(inputs ** 2, -1))) + reg
+  smooth = _softmax_smoothness(inputs, counts) + reg
   return Problem(inputs=inputs, targets=targets, counts=counts, x0=x0,
                  example_loss=_classification_loss(_linear_logits), name="logistic", reg=reg,
                  batch_size=batch_size, smoothness=smooth, test=test)
@@ -228,7 +234,7 @@ def digits_mlp(n: int = 16, *, alpha: float = 0.5, seed: int = 0, hidden: int = 
   model = MLP(hidden=hidden)
   x0 = model.init(jax.random.key(seed), jnp.zeros((64,)))["params"]
   logits = lambda params, a: model.apply({"params": params}, a)
-  smooth = 0.5 * float(jnp.max(jnp.sum(inputs ** 2, -1)))  # rough scale for the step-size rule
+  smooth = _softmax_smoothness(inputs, counts)  # of the linear model: a scale for the step rule
   return Problem(inputs=inputs, targets=targets, counts=counts, x0=x0,
                  example_loss=_classification_loss(logits), name="mlp", batch_size=batch_size,
                  smoothness=smooth, convex=False, test=test)

@@ -50,11 +50,9 @@ def init_state(config) -> State:
   return State(w=w, opt_state=tx.init(w), tx=tx)
 
 
-def sample(data, key, batch_size, mesh=None):
+def sample(data, key, batch_size):
   idx = jax.random.randint(key, (batch_size,), 0, data["y"].shape[0])
-  batch = jax.tree.map(lambda a: a[idx], data)
-  return jax.tree.map(lambda a: sharding.constrain(a, ("batch",) + (None,) * (a.ndim - 1), mesh),
-                      batch)
+  return jax.tree.map(lambda a: a[idx], data)
 
 
 def update(state: State, batch, key):
@@ -86,7 +84,7 @@ def main(argv):
 
   state, summary = runtime.train(
       init_state(config), update, num_steps=run.steps, workdir=run.workdir, key=key, data=data,
-      sample_fn=lambda d, k: sample(d, k, config.batch_size, run.mesh),
+      sample_fn=sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh),
       log_every=run.log_every, ckpt_every=run.ckpt_every, eval_fn=eval_fn, mesh=run.mesh,
       config=config)
   print(f"final loss {summary['train/loss']:.4g}, |w - w*| {summary['eval/w_err']:.4g} "

@@ -110,17 +110,11 @@ def main(argv):
   state = uhm.create(jax.random.fold_in(key, 0), obs_dim, act_dim, cfg,
                      obs_stats=offline_data.obs_stats(data))
 
-  sample_fn = uhm.make_sample_fn(cfg)
+  # Data parallel over --mesh: the batch is split, parameters and the data set are replicated.
+  sample_fn = sharding.data_parallel(uhm.make_sample_fn(cfg), run.mesh)
   state_sharding = data_sharding = None
   if run.mesh is not None:
-    # Data parallel: the batch is split over the mesh, parameters are replicated.
-    base = sample_fn
-    def sample_fn(d, k):  # noqa: F811
-      b = base(d, k)
-      return {n: sharding.constrain(v, ("batch",) + (None,) * (v.ndim - 1), run.mesh)
-              for n, v in b.items()}
-    state_sharding = sharding.replicated(run.mesh)
-    data_sharding = sharding.replicated(run.mesh)
+    state_sharding = data_sharding = sharding.replicated(run.mesh)
 
   policy = make_policy()
   eval_env = loaded.env

@@ -142,3 +142,19 @@ def constrain(x: jax.Array, names: Sequence[str | None], mesh: Mesh | None = Non
 def flax_rules(rules: Rules | None = None) -> tuple[tuple[str, Any], ...]:
   """The table in the form `flax.linen.logical_axis_rules` expects."""
   return tuple(DEFAULT_RULES if rules is None else rules)
+
+
+def data_parallel(sample_fn, mesh: Mesh | None, rules: Rules | None = None):
+  """Wraps ``sample_fn(data, key) -> batch`` so every batch leaf is split on its leading axis.
+
+  The leading axis of each leaf is the logical ``batch`` axis; the rest stay replicated. Without a
+  mesh the sampler is returned unchanged.
+  """
+  if mesh is None:
+    return sample_fn
+
+  def sharded(data, key):
+    batch = sample_fn(data, key)
+    return jax.tree.map(lambda v: constrain(v, ("batch",) + (None,) * (v.ndim - 1), mesh, rules),
+                        batch)
+  return sharded

@@ -272,3 +272,36 @@ def test_distributed_mode_rejects_wrong_mesh(mesh8, ls16):
   g = dec.ring(16)
   with pytest.raises(ValueError, match="one node per device"):
     dec.run("II", g, np.full(16, 1 / 16), ls16, 2, 0.01, key=jax.random.key(0), mesh=mesh8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Experiment CLI.
+
+def _cli(args, tmp_path):
+  import os
+  import subprocess
+  import sys
+  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, "-m", "experiments.decentralized", *args,
+                         f"--workdir={tmp_path}"], capture_output=True, text=True, env=env,
+                        timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_experiment_cli(tmp_path):
+  bad = _cli(["--topology=moebius"], tmp_path / "bad")
+  assert bad.returncode == 2 and "--topology" in bad.stderr and not (tmp_path / "bad").exists()
+  out = _cli(["--sweep", "--steps=200", "--config.n=8", "--config.sweep_topologies=ring,star",
+              "--config.sweep_lams=degree,dirichlet:1"], tmp_path / "sweep")
+  assert out.returncode == 0, out.stderr[-2000:]
+  table = (tmp_path / "sweep" / "sweep.md").read_text()
+  assert table.count("| ring |") == 2 and table.count("| star |") == 2
+  import json
+  summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
+  assert summary["cells"] == 4 and all(r["winner_gap"] in ("I", "II", "tie") for r in summary["rows"])
+  out = _cli(["--steps=100", "--config.n=8", "--lam=dirichlet", "--config.batch_size=3"],
+             tmp_path / "single")
+  assert out.returncode == 0, out.stderr[-2000:]
+  for f in ("gap.png", "consensus.png", "diagnostic.md", "metrics.csv", "summary.json"):
+    assert (tmp_path / "single" / f).exists(), f
+  summary = json.loads((tmp_path / "single" / "summary.json").read_text())
+  assert set(summary["final"]) == {"I", "II"} and summary["diagnostic"]["asym_A"] < 1e-12

@@ -145,8 +145,9 @@ def test_stochastic_oracle_is_unbiased_with_the_matrix_noise_covariance():
   game = P.dseg_bilinear(jax.random.PRNGKey(0), d=3)
   oracle = P.stochastic(game, sigma=0.1, sigma_mult=0.3)
   keys = jax.random.split(jax.random.PRNGKey(1), 40_000)
+  sample = jax.jit(lambda o, z, ks: jax.vmap(lambda k: o(z, k) - o.exact(z))(ks))
   for z in (jnp.array([1.0, -2.0, 0.5, 0.3, 1.0, -1.0]), jnp.array([0.0, 0, 0, 1, 2, 3])):
-    noise = np.asarray(jax.vmap(lambda k: oracle(z, k))(keys) - game(z))
+    noise = np.asarray(sample(oracle, z, keys))
     assert np.all(np.abs(noise.mean(0)) < 5 * noise.std(0) / math.sqrt(len(keys)))
     dx, dy = np.asarray(z[:3]), np.asarray(z[3:])
     cov = 0.1 ** 2 * np.eye(6)
@@ -157,7 +158,7 @@ def test_stochastic_oracle_is_unbiased_with_the_matrix_noise_covariance():
     np.testing.assert_allclose(np.cov(noise.T), cov, atol=0.03 * np.abs(cov).max())
   full = P.stochastic(P.quadratic_game(jax.random.PRNGKey(2), 2), sigma=0.0, sigma_mult=0.5)
   z = jnp.ones(4)
-  noise = np.asarray(jax.vmap(lambda k: full(z, k))(keys[:10_000]) - full.exact(z))
+  noise = np.asarray(sample(full, z, keys[:10_000]))
   d = np.asarray(z - full.game.shift)
   np.testing.assert_allclose(np.cov(noise.T), 0.25 * d @ d * np.eye(4), atol=0.05 * 0.25 * d @ d)
 
@@ -265,3 +266,25 @@ def test_problem_solution_sets():
     assert float(jnp.linalg.norm(game(p))) < 1e-4               # on Sol
     np.testing.assert_allclose(game.project_solution(p), p, atol=1e-4)   # a projection
     np.testing.assert_allclose(float(game.lipschitz), np.linalg.norm(m, 2), rtol=1e-5)
+
+
+def test_experiment_writes_plot_csv_summary_and_rejects_bad_flags(tmp_path):
+  import json
+  import os
+  import subprocess
+  import sys
+  env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+  cmd = [sys.executable, "-m", "experiments.goma", "--problem=stochastic_bilinear",
+         "--methods=goma_stochastic,popov_anchored_1step", "--iters=300", "--config.num_seeds=2",
+         "--config.d=5", f"--workdir={tmp_path / 'ok'}"]
+  out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
+  assert out.returncode == 0, out.stderr[-2000:]
+  summary = json.loads((tmp_path / "ok" / "summary.json").read_text())
+  assert set(summary["methods"]) == {"goma_stochastic", "popov_anchored_1step"}
+  assert summary["methods"]["goma_stochastic"]["oracle_calls_final"] == 301
+  assert (tmp_path / "ok" / "curves.png").stat().st_size > 0
+  assert (tmp_path / "ok" / "metrics.csv").read_text().startswith("method,iteration,oracle_calls")
+  bad = subprocess.run(cmd[:3] + ["--methods=goma,adam", f"--workdir={tmp_path / 'bad'}"],
+                       capture_output=True, text=True, env=env, timeout=120)
+  assert bad.returncode == 2 and "--methods" in bad.stderr and "goma_stochastic" in bad.stderr
+  assert not (tmp_path / "bad").exists()

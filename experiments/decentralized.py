@@ -245,7 +245,8 @@ def sweep(config, run, topos, lams):
             f"{config.order}, batch {config.batch_size}, same γ per cell\n\n"
             f"f(x̄_λ) − f* and Σλ‖x_i − x̄_λ‖² averaged over the last {config.tail:.0%} of steps; "
             f"'tie' = within {config.tie_tol:.0%}. II wins f-gap in {wins}/{len(rows)} cells. "
-            f"predict_II (ρ_λ(A) < ρ_λ(W), a reconstructed criterion) matches the decided winner in "
+            f"predict_II (gap_λ(A) > gap(W), a heuristic, not the paper's condition) matches the "
+            f"decided winner in "
             f"{agree}/{len(decided)} cells.\n\n")
   (run.workdir / "sweep.md").write_text(header + _md_table(rows, cols))
   with open(run.workdir / "sweep.csv", "w", newline="") as f:

@@ -110,7 +110,11 @@ def diagnose(graph: G.Graph, lam, w: np.ndarray | None = None, a: np.ndarray | N
 
   Returns a flat dict: n·max λ (the factor that scales Strategy I's step-size limit), Euclidean gap of W,
   ρ_λ of W and A, ‖W − W*‖_λ (non-self-adjointness penalty), gap_λ(A), and the Loewner/Rayleigh
-  comparison. ``predict_II`` is True when A's consensus factor is smaller than W's.
+  comparison. ``predict_II`` is True when gap_λ(A) > gap(W): on least squares with the substitute
+  λ-MH matrix this called the decided winner in 19/20 cells of the experiment's sweep, while the
+  one-step L²(λ) factor comparison ρ_λ(A) < ρ_λ(W) called only 4/20 (W's non-normal transient makes
+  one-step norms pessimistic). The paper's sharper condition (II can win with a smaller gap) is not
+  public.
   """
   lam = np.asarray(lam, dtype=np.float64)
   w = G.metropolis(graph) if w is None else w
@@ -127,5 +131,5 @@ def diagnose(graph: G.Graph, lam, w: np.ndarray | None = None, a: np.ndarray | N
   out.update({"gap_lam_A": spectral_gap(a, lam), "rho_lam_A": consensus_factor(a, lam),
               "asym_A": lam_norm(a - adjoint(a, lam), lam)})
   out.update(comparison(a, w, lam))
-  out["predict_II"] = bool(out["rho_lam_A"] < out["rho_lam_W"])
+  out["predict_II"] = bool(out["gap_lam_A"] > out["gap_W"])
   return out

@@ -156,7 +156,8 @@ def main(argv):
       lsq = float(vi.fit_slope(ks, center, cfg.fit_lo, fit_hi, method="lsq"))
     per_method[m] = {
         "slope": slope, "slope_lsq": lsq,
-        "constant": float(const.mean() if stochastic else np.exp(np.log(const).mean())),
+        "constant": float(const.mean() if stochastic
+                          else np.exp(np.log(np.maximum(const, 1e-300)).mean())),
         "constant_max": float(const.max()),
         "residual_sq_final": float(center[-1]),
         "oracle_calls_final": int(calls[-1]),

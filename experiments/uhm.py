@@ -141,6 +141,11 @@ def main(argv):
   summary.update({"agent": cfg.agent, "env_name": FLAGS.env_name, "data_source": loaded.source,
                   "transitions": int(data.size), "total_wall_s": time.perf_counter() - t0})
   experiment.write_summary(run.workdir, summary)
+  evals = runtime.read_csv(run.workdir / "eval.csv") if (run.workdir / "eval.csv").exists() else {}
+  if evals:
+    experiment.plot_curves(run.workdir / "learning_curve.png",
+                           {cfg.agent: (evals["step"], 100 * evals["success"])}, "update step",
+                           "success rate (%)", title=f"{cfg.agent} on {FLAGS.env_name}")
   print(f"[uhm] {cfg.agent} on {FLAGS.env_name}: success rate "
         f"{100 * summary.get('eval/success', float('nan')):.1f}% over {FLAGS.eval_episodes} episodes "
         f"after {summary['step']} steps -> {run.workdir}/summary.json", flush=True)

@@ -37,6 +37,7 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   assert all(np.isfinite(v) for v in losses.values()), losses
   assert 0.0 <= first["eval/success"] <= 1.0
   assert (tmp_path / "run" / "curves.png").exists()
+  assert (tmp_path / "run" / "learning_curve.png").exists()
   r = _run(common + ["--steps=100"], tmp_path)  # same workdir: resumes, reuses the cached data set
   assert r.returncode == 0, r.stderr[-3000:]
   assert "resuming from checkpoint at step 60" in r.stdout + r.stderr

@@ -73,11 +73,15 @@ def make_offline_data(d: Mapping[str, np.ndarray]) -> OfflineData:
         traj_end=jnp.asarray(traj_end.astype(np.int32)))
 
 
-def obs_stats(data: OfflineData, eps: float = 1e-3):
-    """Per-dimension observation mean and std (std floored at eps), for the flow model's space."""
-    mean = jnp.mean(data.observations, 0)
-    std = jnp.maximum(jnp.std(data.observations, 0), eps)
-    return mean, std
+def obs_stats(data: OfflineData, eps: float = 1e-3) -> dict:
+    """Per-dimension statistics for model coordinates: observation mean / std and std of s' - s.
+
+    Stds are floored at eps so constant dimensions do not blow up.
+    """
+    delta = data.next_observations - data.observations
+    return dict(mean=jnp.mean(data.observations, 0),
+                std=jnp.maximum(jnp.std(data.observations, 0), eps),
+                delta_std=jnp.maximum(jnp.std(delta, 0), eps))
 
 
 def sample(data: OfflineData, key, batch_size: int, k_max: int = 0) -> dict:

@@ -68,6 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.ctrl_loss = "tm"          # 'tm' (adjoint/target matching) | 'dm' (denoising matching)
   c.corr_loss = "dm"          # 'tm' | 'dm' ('tm' needs source='uniform')
   c.bregman = "tlogt"         # 'tlogt' | '-logt' | 't2'
+  c.time_weight = "unif"      # controller-loss time weight: 'unif' (1) | 'gamma' (gamma(t)/N)
   c.dm_eps = 0.01             # ctrl-DM: t ~ U[0, 1 - dm_eps]
   c.corr_dm_eps = 0.01        # corr-DM: t ~ U[0, 1 - corr_dm_eps] (1.0: t = 0, x_t = x0)
   c.lr = 5e-4                 # AdamW learning rate (controller and corrector)
@@ -100,6 +101,7 @@ class Spec:
   ctrl_loss: str
   corr_loss: str
   bregman: str
+  time_weight: str
   dm_eps: float
   corr_dm_eps: float
   lr: float
@@ -126,6 +128,8 @@ def make_spec(config) -> Spec:
   _check("corr_loss", c.corr_loss in CORR_LOSSES, f"must be one of {CORR_LOSSES}, got {c.corr_loss!r}")
   _check("corr_loss", not (c.corr_loss == "tm" and c.source == "constant"),
          "'tm' is not allowed with source='constant' (beta_init = inf); use 'dm'")
+  _check("time_weight", c.time_weight in ("unif", "gamma"),
+         f"must be 'unif' or 'gamma', got {c.time_weight!r}")
   _check("bregman", c.bregman in losses.BREGMAN, f"must be one of {losses.BREGMAN}, got {c.bregman!r}")
   for k in ("batch_size", "num_repl", "buffer_size", "resample_freq", "sampling_steps", "num_stages",
             "ctrl_steps", "hidden", "depth", "heads", "knots"):
@@ -246,9 +250,10 @@ def make_update(spec: Spec, mesh=None):
     else:
       target = losses.ctrl_dm_log_target(sched, x1, xt, t, N)
     target = jax.lax.stop_gradient(target)
+    w = sched.rate(t) / N if spec.time_weight == "gamma" else None
 
     def loss_fn(p):
-      return losses.masked_loss(target, ctrl.apply(p, xt, t), xt, spec.bregman)
+      return losses.masked_loss(target, ctrl.apply(p, xt, t), xt, spec.bregman, w)
     loss, g = jax.value_and_grad(loss_fn)(state.ctrl_params)
     upd, ctrl_opt = opt.update(g, state.ctrl_opt, state.ctrl_params)
     params = optax.apply_updates(state.ctrl_params, upd)
@@ -290,8 +295,10 @@ def make_update(spec: Spec, mesh=None):
     # end of a controller phase: the controller takes the EMA weights
     end_ctrl = is_ctrl & (local == spec.ctrl_steps - 1)
     state = jax.lax.cond(end_ctrl, lambda st: st.replace(ctrl_params=st.ctrl_ema), lambda st: st, state)
-    metrics = {"loss": loss, "ctrl_loss": jnp.where(is_ctrl, loss, jnp.nan),
-               "corr_loss": jnp.where(is_ctrl, jnp.nan, loss), "ess": state.last_ess,
+    # chunk means of ctrl_loss / ctrl_frac give the controller loss (likewise for the corrector)
+    metrics = {"loss": loss, "ctrl_loss": jnp.where(is_ctrl, loss, 0.0),
+               "corr_loss": jnp.where(is_ctrl, 0.0, loss), "ctrl_frac": is_ctrl.astype(jnp.float32),
+               "ess": state.last_ess,
                "invalid_frac": state.last_invalid, "stage": (s // phase_len).astype(jnp.float32)}
     return state.replace(step=s + 1), metrics
 
@@ -303,9 +310,10 @@ def state_sharding(state: DASBSState, mesh):
   return jax.tree.map(lambda _: shd.replicated(mesh), state)
 
 
-def train(config, key, mesh=None, workdir=None, num_steps: int | None = None, **runtime_kw) -> DASBSState:
+def train(config, key, mesh=None, workdir=None, num_steps: int | None = None, record=None,
+          **runtime_kw) -> DASBSState:
   """Runs the full staged schedule. With `workdir`, through `jaxlab.core.runtime.train` (metrics,
-  checkpoints, resume); without, as one jitted `lax.scan`."""
+  checkpoints, resume; `record` is saved as its config.json); without, as one jitted `lax.scan`."""
   spec = config if isinstance(config, Spec) else make_spec(config)
   k_init, k_run = jax.random.split(key)
   state = init_state(spec, k_init)
@@ -315,7 +323,7 @@ def train(config, key, mesh=None, workdir=None, num_steps: int | None = None, **
     from jaxlab.core import runtime
     sh = state_sharding(state, mesh) if mesh is not None else None
     state, _ = runtime.train(state, update, num_steps=n, workdir=workdir, key=k_run, mesh=mesh,
-                             state_sharding=sh, **runtime_kw)
+                             state_sharding=sh, config=record, **runtime_kw)
     return state
 
   def run(state):

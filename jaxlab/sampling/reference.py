@@ -98,3 +98,16 @@ def sample_forward(key, sched: Schedule, x_BxD, s, t, N: int):
   log_a, log_b = log_AB(sched, s, t, N)
   logits = jnp.where(x_BxD[..., None] == jnp.arange(N), log_b, log_a)
   return jax.random.categorical(key, logits, axis=-1).astype(x_BxD.dtype)
+
+
+def log_marginal(sched: Schedule, source: str, x_BxD, N: int, s: float = 0.0, t: float = 1.0):
+  """log p^r_t(x) when the reference starts at time s from `source` ('uniform': uniform, stationary;
+  'constant': the N all-equal configurations)."""
+  D = x_BxD.shape[-1]
+  if source == "uniform":
+    return jnp.full(x_BxD.shape[:-1], -D * jnp.log(N))
+  if source == "constant":
+    log_a, log_b = log_AB(sched, s, t, N)
+    eq = (x_BxD[..., None] == jnp.arange(N)).sum(-2)          # ... x N: sites equal to colour c
+    return jax.nn.logsumexp(eq * log_b + (D - eq) * log_a, axis=-1) - jnp.log(N)
+  raise ValueError(f"source must be 'uniform' or 'constant', got {source!r}")

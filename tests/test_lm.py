@@ -152,6 +152,7 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
                straight.params)
 
 
+@pytest.mark.slow  # ~30 s CPU (fresh JAX import + compile); in-process tests cover the same paths
 def test_experiment_cli_mesh_run(tmp_path):
   """`python -m experiments.lm --config=tiny` on data:2,fsdp:2,context:2 trains and writes outputs."""
   import json, os, subprocess, sys

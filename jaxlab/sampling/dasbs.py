@@ -38,7 +38,15 @@ SOURCES = ("uniform", "constant")
 
 
 def get_config() -> ml_collections.ConfigDict:
-  """Defaults = the Ising critical setting of the DASBS README at L = 8 (see experiments/dasbs.py)."""
+  """Defaults = the Ising critical setting of the DASBS README (beta_c, constant source, ctrl-TM /
+  corr-DM, lr 5e-4) at L = 8; `experiments/dasbs.py --preset=...` sets the six README settings.
+
+  Full preset (5 x (400 + 200) steps, L = 24): hours on 2 CPU cores, GPU intended:
+    python -m experiments.dasbs --target=ising --L=24 --beta=0.4407
+  Reduced CPU run (~8-13 min on 2 heavily shared cores, 180-300 steps):
+    python -m experiments.dasbs --preset=ising_critical --L=8 --config.num_stages=2 \
+        --config.ctrl_steps=100 --config.corr_steps=50 --config.sampling_steps=50 --config.num_repl=4
+  """
   c = ml_collections.ConfigDict()
   c.target = "ising"          # 'ising' | 'potts'
   c.L = 8                     # lattice side; D = L*L sites (L >= 3)
@@ -182,6 +190,10 @@ def _optimizer(spec):
 
 def init_state(config_or_spec, key) -> DASBSState:
   spec = config_or_spec if isinstance(config_or_spec, Spec) else make_spec(config_or_spec)
+  return jax.jit(_init_state, static_argnums=0)(spec, key)   # jit: eager flax init is slow on CPU
+
+
+def _init_state(spec: Spec, key) -> DASBSState:
   ctrl, corr = make_models(spec)
   D = spec.target.D
   x = jnp.zeros((1, D), jnp.int32)

@@ -22,3 +22,12 @@ def execute(cmds: Sequence[Sequence[str]], dry_run: bool) -> int:
         print(f"command failed with exit code {rc}", file=sys.stderr)
         return rc
   return 0
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+  """Splits ``[launcher flags] -- [the command to run]`` at the first ``--``."""
+  argv = list(argv)
+  if "--" in argv:
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+  return argv, []

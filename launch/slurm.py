@@ -16,7 +16,7 @@ import pathlib
 import shlex
 import sys
 
-from launch.common import execute
+from launch.common import execute, split_command
 
 COORDINATOR_PORT = 12355
 
@@ -54,10 +54,7 @@ def render(args) -> str:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-  command: list[str] = []
-  if "--" in argv:
-    i = argv.index("--")
-    argv, command = argv[:i], argv[i + 1:]
+  argv, command = split_command(argv)
   p = argparse.ArgumentParser(prog="python -m launch.slurm", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--nodes", type=int, default=1)

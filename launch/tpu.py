@@ -20,7 +20,7 @@ import argparse
 import shlex
 import sys
 
-from launch.common import execute
+from launch.common import execute, split_command
 
 ACTIONS = ("create", "copy", "run", "logs", "delete")
 REMOTE_DIR = "~/jaxlab"
@@ -74,10 +74,7 @@ def commands(args) -> list[list[str]]:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-  command: list[str] = []
-  if "--" in argv:
-    i = argv.index("--")
-    argv, command = argv[:i], argv[i + 1:]
+  argv, command = split_command(argv)
   p = argparse.ArgumentParser(prog="python -m launch.tpu", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("action", choices=ACTIONS)

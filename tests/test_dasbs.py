@@ -165,8 +165,8 @@ def _tabular_config():
   from jaxlab.sampling import dasbs
   c = dasbs.get_config()
   c.update(L=3, beta=0.28, model="tabular", source="uniform", corr_loss="tm", batch_size=512, num_repl=4,
-           buffer_size=4096, resample_freq=20, sampling_steps=32, num_stages=3, ctrl_steps=300,
-           corr_steps=100, lr=0.02, knots=8)
+           buffer_size=4096, resample_freq=20, sampling_steps=32, num_stages=8, ctrl_steps=1000,
+           corr_steps=300, lr=0.005, knots=16)
   return c
 
 
@@ -187,7 +187,7 @@ def test_tabular_3x3_ising_converges_to_exact_pmf(tabular_run):
   tv = exact.tv_distance(x, pmf, 2)
   m, s = _exact_sampler_tv(states, pmf, n)
   print(f"tabular TV {tv:.4f}; exact sampler {m:.4f} +- {s:.4f}")
-  assert tv < m + 5 * s + 0.01, (tv, m, s)
+  assert tv < m + 3 * s, (tv, m, s)  # within sampling noise of the exact sampler
   assert float(jnp.mean(x)) == pytest.approx(0.5, abs=0.03)        # +- symmetry (h = 0)
   # the untrained sampler (reference: uniform terminal law) is far off: the test can fail
   assert 0.5 * np.abs(pmf - 1 / 512).sum() > m + 0.3

@@ -180,3 +180,20 @@ def test_evaluate_trivial_and_oracle_policies():
     assert r2["return"] == r["return"]  # seeded resets: reproducible
     with pytest.raises(ValueError, match="policy_fn returned shape"):
         og.evaluate("pointmaze-medium-navigate-v0", lambda o: np.zeros(3), num_episodes=1, task_id=1)
+
+
+def test_concurrent_runs_generate_a_missing_set_once(tmp_path):
+    """Two runs of a sweep asking for the same missing set: one generates, the other waits and loads."""
+    import subprocess
+    import sys
+    code = ("from envs import ogbench as og; d = og.load('pointmaze-medium-stitch-singletask-task1-v0', "
+            f"dataset_dir={str(tmp_path)!r}, num_episodes=2, verbose=True); print('N', len(d.train['rewards']))")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
+    stdout = [o[0] for o in outs]
+    assert sum("generating pointmaze-medium-stitch-v0 locally" in s for s in stdout) == 1
+    sizes = {line for s in stdout for line in s.splitlines() if line.startswith("N ")}
+    assert len(sizes) == 1  # both loaded the same set

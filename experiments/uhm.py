@@ -40,7 +40,8 @@ flags.DEFINE_string("dataset_dir", None, "Folder with OGBench .npz files (defaul
 flags.DEFINE_integer("episodes", None, "Generate/use a local set of this many episodes instead of "
                      "the standard (or embedded) one.")
 flags.DEFINE_integer("eval_episodes", 10, "Evaluation episodes in the real environment.")
-flags.DEFINE_integer("eval_every", 0, "Steps between evaluations (0 = only at the end).")
+flags.DEFINE_integer("eval_every", None, "Steps between evaluations (0 = only at the end; default: "
+                     "a quarter of --steps, so the learning curve has 4 points).")
 FLAGS = flags.FLAGS
 
 
@@ -76,8 +77,11 @@ def main(argv):
     config.agent = FLAGS.agent
   if FLAGS.eval_episodes < 1:
     experiment.fail("eval_episodes", f"must be >= 1, got {FLAGS.eval_episodes}")
-  if FLAGS.eval_every < 0:
-    experiment.fail("eval_every", f"must be >= 0, got {FLAGS.eval_every}")
+  # A multiple of log_every keeps every chunk the same length: one compile for the whole run.
+  eval_every = (max(run.log_every, run.steps // 4 // run.log_every * run.log_every)
+                if FLAGS.eval_every is None else FLAGS.eval_every)
+  if eval_every < 0:
+    experiment.fail("eval_every", f"must be >= 0, got {eval_every}")
   if FLAGS.episodes is not None and FLAGS.episodes < 1:
     experiment.fail("episodes", f"must be >= 1, got {FLAGS.episodes}")
   try:
@@ -133,7 +137,7 @@ def main(argv):
   state, summary = runtime.train(
       state, uhm.update, num_steps=run.steps, workdir=run.workdir, key=key, data=data,
       sample_fn=sample_fn, log_every=run.log_every, ckpt_every=run.ckpt_every,
-      eval_fn=eval_fn, eval_every=FLAGS.eval_every, mesh=run.mesh,
+      eval_fn=eval_fn, eval_every=eval_every, mesh=run.mesh,
       state_sharding=state_sharding, data_sharding=data_sharding,
       progress_keys=("critic_loss", "q_mean", "bc_mse", "flow_loss"),
       config={"agent": cfg.to_dict(), "env_name": FLAGS.env_name, "data": loaded.source,

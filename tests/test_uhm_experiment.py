@@ -45,6 +45,15 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   second = json.loads((tmp_path / "run" / "summary.json").read_text())
   assert second["step"] == 100 and second["resumed_from"] == 60
   assert np.isfinite(second["train/critic_loss"])
+  # re-evaluating a kept checkpoint with more episodes
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"}
+  env.pop("XLA_FLAGS", None)
+  r = subprocess.run([sys.executable, "-m", "experiments.uhm_eval", f"--workdir={tmp_path / 'run'}",
+                      "--step=60", "--eval_episodes=2"], cwd=tmp_path, env=env, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  ev = json.loads((tmp_path / "run" / "eval_step60_n2.json").read_text())
+  assert ev["step"] == 60 and ev["num_episodes"] == 2 and 0.0 <= ev["success"] <= 1.0
 
 
 @pytest.mark.parametrize("args, flag", [

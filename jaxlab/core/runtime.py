@@ -185,11 +185,18 @@ def _abstract(tree: PyTree) -> PyTree:
   return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
 
 
-def restore_latest(workdir: str | os.PathLike, like: PyTree) -> tuple[PyTree, int] | None:
-  """The latest checkpoint in ``workdir`` restored into the structure/shardings of ``like``."""
-  mngr = checkpoint_manager(workdir)
+def restore(workdir: str | os.PathLike, like: PyTree,
+            step: int | None = None) -> tuple[PyTree, int] | None:
+  """A checkpoint of ``workdir`` (the latest, or ``step``) in the structure/shardings of ``like``.
+
+  Returns ``(state, step)``, or None when the workdir has no checkpoint.
+  """
+  mngr = checkpoint_manager(workdir, keep=1_000_000)  # reading must never prune
   try:
-    step = mngr.latest_step()
+    if step is None:
+      step = mngr.latest_step()
+    elif step not in mngr.all_steps():
+      raise FileNotFoundError(f"no checkpoint at step {step} in {workdir}; have {mngr.all_steps()}")
     if step is None:
       return None
     restored = mngr.restore(step, args=ocp.args.Composite(

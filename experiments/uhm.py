@@ -136,7 +136,7 @@ def main(argv):
   t0 = time.perf_counter()
   state, summary = runtime.train(
       state, uhm.update, num_steps=run.steps, workdir=run.workdir, key=key, data=data,
-      sample_fn=sample_fn, log_every=run.log_every, ckpt_every=run.ckpt_every,
+      sample_fn=sample_fn, log_every=run.log_every, ckpt_every=run.ckpt_every, keep=run.keep,
       eval_fn=eval_fn, eval_every=eval_every, mesh=run.mesh,
       state_sharding=state_sharding, data_sharding=data_sharding,
       progress_keys=("critic_loss", "q_mean", "bc_mse", "flow_loss"),

@@ -39,6 +39,7 @@ flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'data:2,fsdp:-1' (-1 = the re
 flags.DEFINE_integer("steps", None, "Number of training steps (default: the experiment's).")
 flags.DEFINE_integer("log_every", None, "Steps per jitted chunk / metrics row (default: the "
                      "experiment's).")
+flags.DEFINE_integer("keep", 3, "Checkpoints kept in the workdir (older ones are deleted).")
 flags.DEFINE_string("coordinator_address", None, "Multi-host GPU: host:port of process 0 "
                     "(TPU pods and SLURM jobs are detected without it).")
 flags.DEFINE_integer("num_processes", None, "Multi-host GPU: number of processes.")
@@ -121,6 +122,7 @@ class Common:
   steps: int
   log_every: int
   ckpt_every: int
+  keep: int = 3
 
 
 def common(name: str, default_steps: int = 1000, default_log_every: int | None = None,
@@ -144,6 +146,8 @@ def common(name: str, default_steps: int = 1000, default_log_every: int | None =
     fail("ckpt_every", f"must be >= 0 (0 = only at the end), got {ckpt_every}")
   if FLAGS.seed < 0:
     fail("seed", f"must be >= 0, got {FLAGS.seed}")
+  if FLAGS.keep < 1:
+    fail("keep", f"must be >= 1, got {FLAGS.keep}")
 
   mesh = None
   spec: dict = {}
@@ -165,7 +169,7 @@ def common(name: str, default_steps: int = 1000, default_log_every: int | None =
   if workdir.exists() and not workdir.is_dir():
     fail("workdir", f"{workdir} exists and is not a directory")
   return Common(name=name, workdir=workdir, seed=FLAGS.seed, mesh=mesh, mesh_spec=spec,
-                steps=steps, log_every=log_every, ckpt_every=ckpt_every)
+                steps=steps, log_every=log_every, ckpt_every=ckpt_every, keep=FLAGS.keep)
 
 
 def prepare_workdir(path: str | pathlib.Path) -> pathlib.Path:

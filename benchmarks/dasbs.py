@@ -28,7 +28,7 @@ FLAGS = flags.FLAGS
 
 
 def _timed(fn, *a):
-  jax.block_until_ready(fn(*a))                 # compile + warm
+  jax.block_until_ready(fn(*a))  # compile + warm
   t0 = time.perf_counter()
   jax.block_until_ready(fn(*a))
   return time.perf_counter() - t0
@@ -51,14 +51,18 @@ def main(argv):
   def run(state, key):
     def body(st, i):
       return update(st, None, jax.random.fold_in(key, i))[0], None
+
     return jax.lax.scan(body, state, jax.numpy.arange(FLAGS.steps))[0]
+
   train_s = _timed(run, state, key)
   sim = jax.jit(lambda p, k: dasbs.simulate(spec, p, k, FLAGS.num_samples)["x1"])
   samp_s = _timed(sim, state.ctrl_ema, key)
-  print(f"DASBS {spec.target.kind} L={spec.target.L} beta={spec.target.beta}: "
-        f"train {FLAGS.steps / train_s:.2f} steps/s (batch {spec.batch_size}x{spec.num_repl}, "
-        f"resample every {spec.resample_freq}), sampling {FLAGS.num_samples / samp_s:.1f} samples/s "
-        f"({spec.sampling_steps} tau-leaps)")
+  print(
+    f"DASBS {spec.target.kind} L={spec.target.L} beta={spec.target.beta}: "
+    f"train {FLAGS.steps / train_s:.2f} steps/s (batch {spec.batch_size}x{spec.num_repl}, "
+    f"resample every {spec.resample_freq}), sampling {FLAGS.num_samples / samp_s:.1f} samples/s "
+    f"({spec.sampling_steps} tau-leaps)"
+  )
   model_sps = FLAGS.num_samples / samp_s
   for method in ("sw", "metropolis"):
     f = lambda k: mcmc.run_chains(k, spec.target, FLAGS.chains, FLAGS.mcmc_samples, 100, 1, method)
@@ -66,9 +70,11 @@ def main(argv):
     _, es, _ = f(key)
     tau = mcmc.integrated_autocorr(np.asarray(es))
     eff = FLAGS.chains * FLAGS.mcmc_samples / tau / mc_s
-    print(f"MCMC {method:10s}: tau_int(E) = {tau:.2f} sweeps, {eff:.1f} effective samples/s "
-          f"(incl. 100 burn-in sweeps/chain); DASBS samples/s : {method} eff. samples/s = "
-          f"{model_sps / eff:.3g}")
+    print(
+      f"MCMC {method:10s}: tau_int(E) = {tau:.2f} sweeps, {eff:.1f} effective samples/s "
+      f"(incl. 100 burn-in sweeps/chain); DASBS samples/s : {method} eff. samples/s = "
+      f"{model_sps / eff:.3g}"
+    )
 
 
 if __name__ == "__main__":

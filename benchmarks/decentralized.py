@@ -20,8 +20,9 @@ def main():
   ap.add_argument("--topology", default="ring")
   args = ap.parse_args()
   if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               f" --xla_force_host_platform_device_count={args.nodes}")
+    os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.nodes}"
+    )
   import jax
   import numpy as np
 

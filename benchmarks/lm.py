@@ -36,10 +36,14 @@ def _args():
 
 
 ARGS = _args()
-if ARGS.part in ("all", "memory") and "--xla_force_host_platform_device_count" not in \
-    os.environ.get("XLA_FLAGS", "") and os.environ.get("JAX_PLATFORMS", "") in ("", "cpu"):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             f" --xla_force_host_platform_device_count={ARGS.context}").strip()
+if (
+  ARGS.part in ("all", "memory")
+  and "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
+  and os.environ.get("JAX_PLATFORMS", "") in ("", "cpu")
+):
+  os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={ARGS.context}"
+  ).strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -69,19 +73,28 @@ def _matmul_flops(dtype, n=4096 if jax.default_backend() != "cpu" else 1024, rep
   for _ in range(reps):
     out = f(a)
   out.block_until_ready()
-  return 2 * n ** 3 * reps / (time.perf_counter() - t)
+  return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
 def throughput():
   gpu = jax.default_backend() != "cpu"
   model = ARGS.model if ARGS.model != "auto" else ("small" if gpu else "tiny")
   if model == "small":  # ~100M params (GPT-2-small-like, GQA, 32k vocab)
-    cfg = LMConfig(vocab_size=32768, d_model=768, n_layers=12, n_heads=12, n_kv_heads=4,
-                   head_dim=64, mlp_dim=2048, dtype="bfloat16" if gpu else "float32")
+    cfg = LMConfig(
+      vocab_size=32768,
+      d_model=768,
+      n_layers=12,
+      n_heads=12,
+      n_kv_heads=4,
+      head_dim=64,
+      mlp_dim=2048,
+      dtype="bfloat16" if gpu else "float32",
+    )
     batch, seq = ARGS.batch or 16, 1024
   else:
-    cfg = LMConfig(vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
-                   mlp_dim=384)
+    cfg = LMConfig(
+      vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, mlp_dim=384
+    )
     batch, seq = ARGS.batch or 8, 128
   tx = T.make_optimizer(3e-4, 10, 1000)
   state = T.create_state(cfg, tx, jax.random.key(0), seq)
@@ -99,15 +112,21 @@ def throughput():
   achieved = fpt * batch * seq / dt
   mm = _matmul_flops(jnp.dtype(cfg.dtype))
   peak, kind = _peak()
-  print(f"[throughput] model={model} ({n / 1e6:.1f}M params, {cfg.dtype}, batch {batch} x {seq}) "
-        f"on {kind}: {dt * 1e3:.1f} ms/step, {batch * seq / dt:,.0f} tokens/s, "
-        f"{achieved / 1e12:.3f} TFLOP/s")
+  print(
+    f"[throughput] model={model} ({n / 1e6:.1f}M params, {cfg.dtype}, batch {batch} x {seq}) "
+    f"on {kind}: {dt * 1e3:.1f} ms/step, {batch * seq / dt:,.0f} tokens/s, "
+    f"{achieved / 1e12:.3f} TFLOP/s"
+  )
   if peak:
-    print(f"[throughput] MFU {100 * achieved / peak:.1f}% of {peak / 1e12:.0f} TFLOP/s nominal peak")
+    print(
+      f"[throughput] MFU {100 * achieved / peak:.1f}% of {peak / 1e12:.0f} TFLOP/s nominal peak"
+    )
   else:
     print("[throughput] MFU: no nominal peak for this device kind")
-  print(f"[throughput] reference: {mm / 1e12:.3f} TFLOP/s square matmul in this process; "
-        f"LM / matmul = {achieved / mm:.2f}")
+  print(
+    f"[throughput] reference: {mm / 1e12:.3f} TFLOP/s square matmul in this process; "
+    f"LM / matmul = {achieved / mm:.2f}"
+  )
 
 
 def memory():
@@ -128,8 +147,10 @@ def memory():
     ma = comp.memory_analysis()
     return ma.temp_size_in_bytes, ma.argument_size_in_bytes
 
-  print(f"[memory] causal attention fwd+bwd, B={b} L={l} H={h} KV={kh} D={d} {jnp.dtype(dt).name}, "
-        f"context={p}; per-device temp bytes from memory_analysis()")
+  print(
+    f"[memory] causal attention fwd+bwd, B={b} L={l} H={h} KV={kh} D={d} {jnp.dtype(dt).name}, "
+    f"context={p}; per-device temp bytes from memory_analysis()"
+  )
   rows = {}
   for impl in ("allgather", "ring", "ulysses"):
     rows[impl] = temp_bytes(impl)[0]
@@ -141,13 +162,17 @@ def memory():
   for name, t in rows.items():
     print(f"  {name:18s} {t / 2**20:10.1f} MiB   / ulysses = {t / ref:.3f}")
   last = rows[f"upipe(chunks={chunks[-1]})"]
-  print(f"[memory] UPipe at {chunks[-1]} chunks uses {100 * (1 - last / ref):.1f}% less attention "
-        f"temp memory than Ulysses (paper: up to 87.5% at 8 chunks)")
+  print(
+    f"[memory] UPipe at {chunks[-1]} chunks uses {100 * (1 - last / ref):.1f}% less attention "
+    f"temp memory than Ulysses (paper: up to 87.5% at 8 chunks)"
+  )
 
 
 if __name__ == "__main__":
-  print(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} devices",
-        file=sys.stderr)
+  print(
+    f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} devices",
+    file=sys.stderr,
+  )
   if ARGS.part in ("all", "throughput"):
     throughput()
   if ARGS.part in ("all", "memory"):

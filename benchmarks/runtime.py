@@ -54,11 +54,31 @@ def main():
   bare = a.steps / (time.perf_counter() - t0)
 
   with tempfile.TemporaryDirectory() as d:
-    runtime.train(init, update, num_steps=a.log_every, workdir=f"{d}/warm", key=key, data=batch,
-                  log_every=a.log_every, ckpt_every=0, progress=False, plot=False)  # compile
+    runtime.train(
+      init,
+      update,
+      num_steps=a.log_every,
+      workdir=f"{d}/warm",
+      key=key,
+      data=batch,
+      log_every=a.log_every,
+      ckpt_every=0,
+      progress=False,
+      plot=False,
+    )  # compile
     t0 = time.perf_counter()
-    runtime.train(init, update, num_steps=a.steps, workdir=f"{d}/run", key=key, data=batch,
-                  log_every=a.log_every, ckpt_every=a.steps // 2, progress=False, plot=False)
+    runtime.train(
+      init,
+      update,
+      num_steps=a.steps,
+      workdir=f"{d}/run",
+      key=key,
+      data=batch,
+      log_every=a.log_every,
+      ckpt_every=a.steps // 2,
+      progress=False,
+      plot=False,
+    )
     ours = a.steps / (time.perf_counter() - t0)
   print(f"backend={jax.default_backend()} dim={a.dim} steps={a.steps}")
   print(f"bare jitted python loop : {bare:10.1f} steps/s")

@@ -20,13 +20,19 @@ from jaxlab.rl import offline_data, uhm
 def _dataset():
   try:
     from envs import ogbench as og
+
     return og.load(verbose=False).train, "embedded cube-single-play"
   except Exception:  # noqa: BLE001 - ogbench extra not installed
     rng = np.random.default_rng(0)
     n = 100_000
-    return dict(observations=rng.normal(size=(n, 28)), actions=rng.uniform(-1, 1, (n, 5)),
-                rewards=-np.ones(n), masks=np.ones(n), terminals=np.arange(n) % 1000 == 999,
-                next_observations=rng.normal(size=(n, 28))), "random"
+    return dict(
+      observations=rng.normal(size=(n, 28)),
+      actions=rng.uniform(-1, 1, (n, 5)),
+      rewards=-np.ones(n),
+      masks=np.ones(n),
+      terminals=np.arange(n) % 1000 == 999,
+      next_observations=rng.normal(size=(n, 28)),
+    ), "random"
 
 
 def time_chunk(fn, *args, reps=3):
@@ -49,8 +55,10 @@ def main():
   a = p.parse_args()
   raw, source = _dataset()
   data = offline_data.make_offline_data(raw)
-  print(f"backend={jax.default_backend()} data={source} ({data.size} transitions) "
-        f"batch={a.batch_size} steps/chunk={a.steps}")
+  print(
+    f"backend={jax.default_backend()} data={source} ({data.size} transitions) "
+    f"batch={a.batch_size} steps/chunk={a.steps}"
+  )
   results = {}
   for agent in a.agents.split(","):
     c = uhm.get_config()
@@ -59,8 +67,13 @@ def main():
       for k in ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims"):
         c[k] = (512,) * 4
     cfg = uhm.validate_config(c)
-    state = uhm.create(jax.random.key(0), data.observations.shape[1], data.actions.shape[1], cfg,
-                       obs_stats=offline_data.obs_stats(data))
+    state = uhm.create(
+      jax.random.key(0),
+      data.observations.shape[1],
+      data.actions.shape[1],
+      cfg,
+      obs_stats=offline_data.obs_stats(data),
+    )
     sample = uhm.make_sample_fn(cfg)
 
     @jax.jit
@@ -68,6 +81,7 @@ def main():
       def body(s, i):
         k = jax.random.fold_in(key, i)
         return uhm.update(s, sample(data, k), k)
+
       return jax.lax.scan(body, state, jnp.arange(a.steps))
 
     results[agent] = 1e3 * time_chunk(chunk, state, jax.random.key(1)) / a.steps
@@ -86,6 +100,7 @@ def main():
     def body(acc, i):
       b = offline_data.sample(d, jax.random.fold_in(key, i), a.batch_size, 8)
       return acc + jnp.sum(b["observations"]) + jnp.sum(b["window_rewards"]), None
+
     return jax.lax.scan(body, 0.0, jnp.arange(n))[0]
 
   jax_bps = n / time_chunk(sample_many, data, jax.random.key(2))
@@ -96,9 +111,11 @@ def main():
     idx = rng.integers(0, len(raw_np["rewards"]), a.batch_size)
     _ = {k: v[idx] for k, v in raw_np.items()}
   np_bps = n / (time.perf_counter() - t0)
-  print(f"sampler (jit+scan, k_max=8 windows): {jax_bps:9.1f} batches/s = "
-        f"{jax_bps * a.batch_size:,.0f} transitions/s; NumPy gather (no windows): {np_bps:9.1f} "
-        f"batches/s; ratio {jax_bps / np_bps:.2f}")
+  print(
+    f"sampler (jit+scan, k_max=8 windows): {jax_bps:9.1f} batches/s = "
+    f"{jax_bps * a.batch_size:,.0f} transitions/s; NumPy gather (no windows): {np_bps:9.1f} "
+    f"batches/s; ratio {jax_bps / np_bps:.2f}"
+  )
 
 
 if __name__ == "__main__":

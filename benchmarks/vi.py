@@ -27,7 +27,7 @@ def numpy_goma(m_bxdxd, z0_bxd, iters, eta, gamma_ratio=1.0, beta_offset=2.0):
   z, a = z0_bxd.copy(), z0_bxd
   g_prev = f(z0_bxd)
   res = np.empty((iters + 1, len(z0_bxd)), z0_bxd.dtype)
-  res[0] = (g_prev ** 2).sum(-1)
+  res[0] = (g_prev**2).sum(-1)
   for k in range(iters):
     beta = 1.0 / (k + beta_offset)
     base = z + beta * (a - z)
@@ -35,7 +35,7 @@ def numpy_goma(m_bxdxd, z0_bxd, iters, eta, gamma_ratio=1.0, beta_offset=2.0):
     g_prev = f(y)
     z = base - eta[:, None] * g_prev
     r = f(z)
-    res[k + 1] = (r ** 2).sum(-1)
+    res[k + 1] = (r**2).sum(-1)
   return z, res
 
 
@@ -63,10 +63,10 @@ def main():
   games = jax.vmap(lambda k: P.bilinear(k, a.n, 0.1, 1.0, "uniform"))(keys)
   z0s = jax.vmap(P.sample_start)(jax.random.split(jax.random.PRNGKey(1), a.instances), games)
   lips = jax.vmap(lambda g: g.lipschitz)(games)
-  eta_scale = vi.default_hparams(a.method)["eta"]     # eta = c / L per instance
+  eta_scale = vi.default_hparams(a.method)["eta"]  # eta = c / L per instance
 
   solve = jax.jit(jax.vmap(lambda g, z, L: vi.run(a.method, g, z, a.iters, L=L)))
-  jax.block_until_ready(solve(games, z0s, lips))       # compile
+  jax.block_until_ready(solve(games, z0s, lips))  # compile
   t0 = time.perf_counter()
   tr = jax.block_until_ready(solve(games, z0s, lips))
   t_jax = time.perf_counter() - t0
@@ -81,12 +81,16 @@ def main():
   work = a.instances * a.iters
   r_jax, r_np = np.asarray(tr.residual_sq[:, -1]), res_np[-1]
   diff = float(np.max(np.abs(r_jax - r_np) / np.maximum(np.abs(r_np), 1e-30)))
-  print(f"{a.method}: {a.instances} instances x {a.iters} iters, dim {2 * a.n}, "
-        f"{jax.device_count()} {jax.devices()[0].platform} device(s)")
+  print(
+    f"{a.method}: {a.instances} instances x {a.iters} iters, dim {2 * a.n}, "
+    f"{jax.device_count()} {jax.devices()[0].platform} device(s)"
+  )
   print(f"  jax  vmap(jit(scan)): {t_jax:7.3f} s  {work / t_jax:12,.0f} instance-iters/s")
   print(f"  numpy batched loop  : {t_np:7.3f} s  {work / t_np:12,.0f} instance-iters/s")
-  print(f"  ratio jax/numpy     : {t_np / t_jax:7.2f}x   (max rel. diff of final ||F||^2: "
-        f"{diff:.1e}; median final ||F||^2 {np.median(r_np):.2e})")
+  print(
+    f"  ratio jax/numpy     : {t_np / t_jax:7.2f}x   (max rel. diff of final ||F||^2: "
+    f"{diff:.1e}; median final ||F||^2 {np.median(r_np):.2e})"
+  )
   if not math.isfinite(diff) or diff > 1e-2:
     raise SystemExit("jax and numpy results disagree")
 

@@ -35,23 +35,29 @@ PROBLEMS = ("bilinear", "stochastic_bilinear", "quadratic", "rotation")
 NOISES = ("additive", "multiplicative")
 # Experiment-level variants (a vi method plus fixed hparams, step sizes in units of 1/L).
 VARIANTS = {
-    # Anchored Popov with one decaying step size eta_k = 0.4/(L sqrt(k+1)), gamma_k = (1-b_k) eta_k:
-    # the single-time-scale baseline that stalls at a noise floor (brief §1.4 table).
-    "popov_anchored_1step": ("goma", {"eta_schedule": "power", "eta": 0.4, "r_eta": 0.5}),
+  # Anchored Popov with one decaying step size eta_k = 0.4/(L sqrt(k+1)), gamma_k = (1-b_k) eta_k:
+  # the single-time-scale baseline that stalls at a noise floor (brief §1.4 table).
+  "popov_anchored_1step": ("goma", {"eta_schedule": "power", "eta": 0.4, "r_eta": 0.5}),
 }
 DEFAULT_METHODS = {
-    "bilinear": "eg,popov,eag_v,feg,apv,goma",
-    "quadratic": "eg,popov,eag_c,eag_v,feg,apv,goma",
-    "rotation": "gda,eg,popov,eag_v,feg,apv,goma",
-    "stochastic_bilinear": "goma_stochastic,dseg,popov_anchored_1step,apv",
+  "bilinear": "eg,popov,eag_v,feg,apv,goma",
+  "quadratic": "eg,popov,eag_c,eag_v,feg,apv,goma",
+  "rotation": "gda,eg,popov,eag_v,feg,apv,goma",
+  "stochastic_bilinear": "goma_stochastic,dseg,popov_anchored_1step,apv",
 }
 
 _PROBLEM = flags.DEFINE_string("problem", "bilinear", f"Test problem: {', '.join(PROBLEMS)}.")
-_METHODS = flags.DEFINE_string("methods", None, "Comma-separated methods: "
-                               f"{', '.join(vi.METHODS + tuple(VARIANTS))} (default: per problem).")
-_ITERS = flags.DEFINE_integer("iters", None, "Iterations per run (overrides --steps; default 10000).")
-_NOISE = flags.DEFINE_string("noise", "multiplicative", "Oracle noise for stochastic_bilinear: "
-                             f"{', '.join(NOISES)}.")
+_METHODS = flags.DEFINE_string(
+  "methods",
+  None,
+  f"Comma-separated methods: {', '.join(vi.METHODS + tuple(VARIANTS))} (default: per problem).",
+)
+_ITERS = flags.DEFINE_integer(
+  "iters", None, "Iterations per run (overrides --steps; default 10000)."
+)
+_NOISE = flags.DEFINE_string(
+  "noise", "multiplicative", f"Oracle noise for stochastic_bilinear: {', '.join(NOISES)}."
+)
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -60,18 +66,18 @@ def get_config() -> ml_collections.ConfigDict:
   python -m experiments.goma --problem=bilinear --methods=eg,popov,eag_v,feg,apv,goma --iters=10000
   """
   c = ml_collections.ConfigDict()
-  c.num_seeds = 5          # independent instances + starts (+ noise streams), vmapped in one jit
-  c.n = 40                 # bilinear/quadratic: size of each player (brief T1: 40)
-  c.smin = 1e-3            # bilinear: smallest singular value (log-spaced spectrum)
-  c.smax = 1.0             # bilinear: largest singular value (= L)
-  c.rank = 0               # bilinear: >0 zeroes all but the `rank` largest singular values
-  c.d = 50                 # stochastic_bilinear: size of each player (DSEG: 50, s ~ U[1, 2])
-  c.sigma = 0.5            # stochastic_bilinear: additive Gaussian noise std (DSEG noise_std)
-  c.sigma_mult = 0.1       # stochastic_bilinear, --noise=multiplicative: matrix noise std sigma_C
-  c.omega = 0.5            # quadratic: ||A|| = ||B|| = omega
-  c.fit_lo = 100           # slope fit range start (iterations)
-  c.fit_hi = 10000         # slope fit range end (clipped to --iters)
-  c.plot_points = 400      # log-spaced iterations kept in the plot and the CSV
+  c.num_seeds = 5  # independent instances + starts (+ noise streams), vmapped in one jit
+  c.n = 40  # bilinear/quadratic: size of each player (brief T1: 40)
+  c.smin = 1e-3  # bilinear: smallest singular value (log-spaced spectrum)
+  c.smax = 1.0  # bilinear: largest singular value (= L)
+  c.rank = 0  # bilinear: >0 zeroes all but the `rank` largest singular values
+  c.d = 50  # stochastic_bilinear: size of each player (DSEG: 50, s ~ U[1, 2])
+  c.sigma = 0.5  # stochastic_bilinear: additive Gaussian noise std (DSEG noise_std)
+  c.sigma_mult = 0.1  # stochastic_bilinear, --noise=multiplicative: matrix noise std sigma_C
+  c.omega = 0.5  # quadratic: ||A|| = ||B|| = omega
+  c.fit_lo = 100  # slope fit range start (iterations)
+  c.fit_hi = 10000  # slope fit range end (clipped to --iters)
+  c.plot_points = 400  # log-spaced iterations kept in the plot and the CSV
   return c
 
 
@@ -92,7 +98,7 @@ def _build(problem, cfg, noise, key):
     return game, P.sample_start(k_z, game)
   game = P.dseg_bilinear(k_game, cfg.d)
   oracle = P.stochastic(game, cfg.sigma, cfg.sigma_mult if noise == "multiplicative" else 0.0)
-  z0 = jnp.zeros(2 * cfg.d).at[0].set(1.0).at[cfg.d].set(1.0)   # DSEG start: e_1 for both
+  z0 = jnp.zeros(2 * cfg.d).at[0].set(1.0).at[cfg.d].set(1.0)  # DSEG start: e_1 for both
   return oracle, z0
 
 
@@ -119,18 +125,29 @@ def main(argv):
   run = experiment.common("goma", default_steps=10_000)
   problem = experiment.check_choice("problem", _PROBLEM.value, PROBLEMS)
   noise = experiment.check_choice("noise", _NOISE.value, NOISES)
-  methods = experiment.check_list("methods", _METHODS.value or DEFAULT_METHODS[problem],
-                                  vi.METHODS + tuple(VARIANTS))
+  methods = experiment.check_list(
+    "methods", _METHODS.value or DEFAULT_METHODS[problem], vi.METHODS + tuple(VARIANTS)
+  )
   iters = run.steps if _ITERS.value is None else _ITERS.value
   if iters < 2:
     experiment.fail("iters", f"must be >= 2, got {iters}")
-  experiment.check_config(cfg, {
-      "num_seeds": "positive", "n": "positive", "d": "positive", "smin": "positive",
+  experiment.check_config(
+    cfg,
+    {
+      "num_seeds": "positive",
+      "n": "positive",
+      "d": "positive",
+      "smin": "positive",
       "smax": lambda v: None if v >= cfg.smin else f"must be >= config.smin={cfg.smin}, got {v}",
       "rank": lambda v: None if 0 <= v <= cfg.n else f"must be in [0, config.n={cfg.n}], got {v}",
-      "sigma": "nonneg", "sigma_mult": "nonneg", "omega": "nonneg", "fit_lo": "positive",
+      "sigma": "nonneg",
+      "sigma_mult": "nonneg",
+      "omega": "nonneg",
+      "fit_lo": "positive",
       "fit_hi": lambda v: None if v > cfg.fit_lo else f"must be > config.fit_lo={cfg.fit_lo}",
-      "plot_points": "positive"})
+      "plot_points": "positive",
+    },
+  )
   workdir = experiment.prepare_workdir(run.workdir)
 
   stochastic = problem.startswith("stochastic")
@@ -149,28 +166,35 @@ def main(argv):
     logs = np.log(np.maximum(res, 1e-300))
     center = res.mean(0) if stochastic else np.exp(logs.mean(0))
     lo, hi = res.min(0), res.max(0)
-    const = iters ** 2 * res[:, -1] / (lips ** 2 * r2)
+    const = iters**2 * res[:, -1] / (lips**2 * r2)
     slope = lsq = None
     if np.all(np.isfinite(center)) and cfg.fit_lo < fit_hi:
       slope = float(vi.fit_slope(ks, center, cfg.fit_lo, fit_hi))
       lsq = float(vi.fit_slope(ks, center, cfg.fit_lo, fit_hi, method="lsq"))
     per_method[m] = {
-        "slope": slope, "slope_lsq": lsq,
-        "constant": float(const.mean() if stochastic
-                          else np.exp(np.log(np.maximum(const, 1e-300)).mean())),
-        "constant_max": float(const.max()),
-        "residual_sq_final": float(center[-1]),
-        "oracle_calls_final": int(calls[-1]),
-        "oracle_calls_per_iter": float((calls[-1] - calls[1]) / max(iters - 1, 1)),
-        "seconds": round(secs, 2),
-        "hparams": {k: (v if isinstance(v, str) else float(v))
-                    for k, v in vi.default_hparams(VARIANTS.get(m, (m,))[0]).items()}
-        | {k: v for k, v in VARIANTS.get(m, (m, {}))[1].items()},
+      "slope": slope,
+      "slope_lsq": lsq,
+      "constant": float(
+        const.mean() if stochastic else np.exp(np.log(np.maximum(const, 1e-300)).mean())
+      ),
+      "constant_max": float(const.max()),
+      "residual_sq_final": float(center[-1]),
+      "oracle_calls_final": int(calls[-1]),
+      "oracle_calls_per_iter": float((calls[-1] - calls[1]) / max(iters - 1, 1)),
+      "seconds": round(secs, 2),
+      "hparams": {
+        k: (v if isinstance(v, str) else float(v))
+        for k, v in vi.default_hparams(VARIANTS.get(m, (m,))[0]).items()
+      }
+      | {k: v for k, v in VARIANTS.get(m, (m, {}))[1].items()},
     }
     s = "n/a" if slope is None else f"{slope:+.3f}"
-    print(f"{m:22s} slope[{cfg.fit_lo}..{fit_hi}] {s}  k^2|F|^2/(L^2R^2) "
-          f"{per_method[m]['constant']:.3g}  |F(z_K)|^2 {center[-1]:.3g}  "
-          f"calls {calls[-1]}  ({secs:.1f}s)", flush=True)
+    print(
+      f"{m:22s} slope[{cfg.fit_lo}..{fit_hi}] {s}  k^2|F|^2/(L^2R^2) "
+      f"{per_method[m]['constant']:.3g}  |F(z_K)|^2 {center[-1]:.3g}  "
+      f"calls {calls[-1]}  ({secs:.1f}s)",
+      flush=True,
+    )
     keep = pts[pts >= 1]
     curves[m] = (calls[keep], center[keep], lo[keep], hi[keep])
     for i in pts:
@@ -178,22 +202,40 @@ def main(argv):
 
   with open(workdir / "metrics.csv", "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["method", "iteration", "oracle_calls", "residual_sq_center", "residual_sq_min",
-                "residual_sq_max"])
+    w.writerow(
+      [
+        "method",
+        "iteration",
+        "oracle_calls",
+        "residual_sq_center",
+        "residual_sq_min",
+        "residual_sq_max",
+      ]
+    )
     w.writerows(rows)
   what = "E||F(z_k)||^2 (mean)" if stochastic else "||F(z_k)||^2 (geometric mean)"
-  experiment.plot_curves(workdir / "curves.png", curves, xlabel="oracle calls",
-                         ylabel=f"{what}, band min..max", logx=True, logy=True,
-                         title=f"{problem}" + (f" ({noise} noise)" if stochastic else "")
-                         + f", {cfg.num_seeds} seeds")
+  experiment.plot_curves(
+    workdir / "curves.png",
+    curves,
+    xlabel="oracle calls",
+    ylabel=f"{what}, band min..max",
+    logx=True,
+    logy=True,
+    title=f"{problem}" + (f" ({noise} noise)" if stochastic else "") + f", {cfg.num_seeds} seeds",
+  )
   summary = {
-      "problem": problem, "noise": noise if stochastic else None, "iters": iters,
-      "num_seeds": cfg.num_seeds, "seed": run.seed, "fit_range": [cfg.fit_lo, fit_hi],
-      "center": "mean" if stochastic else "geometric_mean",
-      "slope_method": "endpoints (vi.fit_slope); slope_lsq: least squares on log-spaced points",
-      "constant": "k^2 ||F(z_k)||^2 / (L^2 ||z_0 - P_Sol(z_0)||^2) at k = iters",
-      "goma": "reconstruction (template of brief §1.4); see jaxlab.optim.vi.run docstring",
-      "config": cfg.to_dict(), "methods": per_method,
+    "problem": problem,
+    "noise": noise if stochastic else None,
+    "iters": iters,
+    "num_seeds": cfg.num_seeds,
+    "seed": run.seed,
+    "fit_range": [cfg.fit_lo, fit_hi],
+    "center": "mean" if stochastic else "geometric_mean",
+    "slope_method": "endpoints (vi.fit_slope); slope_lsq: least squares on log-spaced points",
+    "constant": "k^2 ||F(z_k)||^2 / (L^2 ||z_0 - P_Sol(z_0)||^2) at k = iters",
+    "goma": "reconstruction (template of brief §1.4); see jaxlab.optim.vi.run docstring",
+    "config": cfg.to_dict(),
+    "methods": per_method,
   }
   experiment.write_summary(workdir, summary)
   print(f"wrote {workdir}/curves.png, metrics.csv, summary.json")

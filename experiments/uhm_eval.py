@@ -42,6 +42,7 @@ def main(argv):
   warnings.filterwarnings("ignore", message=".*precision lowered.*")
   warnings.filterwarnings("ignore", message=".*DISPLAY.*")
   from envs import ogbench as og
+
   env = og.make_env(record["env_name"])
   obs_dim = int(env.observation_space.shape[0])
   act_dim = int(env.action_space.shape[0])
@@ -54,13 +55,20 @@ def main(argv):
     experiment.fail("workdir", f"{workdir} has no checkpoint")
   state, step = restored
   act = jax.jit(uhm.sample_actions)
-  r = og.evaluate(record["env_name"], lambda o: act(state, o), num_episodes=FLAGS.eval_episodes,
-                  seed=20_000 + FLAGS.seed, env=env)
+  r = og.evaluate(
+    record["env_name"],
+    lambda o: act(state, o),
+    num_episodes=FLAGS.eval_episodes,
+    seed=20_000 + FLAGS.seed,
+    env=env,
+  )
   r.update(step=step, agent=cfg.agent, env_name=record["env_name"])
   out = workdir / f"eval_step{step}_n{FLAGS.eval_episodes}.json"
   runtime.write_json(out, r)
-  print(f"[uhm_eval] {cfg.agent} @ {step}: success {100 * r['success']:.1f}% over "
-        f"{FLAGS.eval_episodes} episodes -> {out}")
+  print(
+    f"[uhm_eval] {cfg.agent} @ {step}: success {100 * r['success']:.1f}% over "
+    f"{FLAGS.eval_episodes} episodes -> {out}"
+  )
 
 
 if __name__ == "__main__":

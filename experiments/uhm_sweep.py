@@ -27,19 +27,46 @@ import numpy as np
 from absl import app, flags
 
 SUITES = {
-    "standard": ["antmaze-large-navigate", "antmaze-giant-navigate", "humanoidmaze-medium-navigate",
-                 "humanoidmaze-large-navigate", "antsoccer-arena-navigate", "cube-single-play",
-                 "cube-double-play", "scene-play", "puzzle-3x3-play", "puzzle-4x4-play"],
-    "noisy": ["antmaze-medium-explore", "antmaze-large-explore", "cube-double-noisy", "scene-noisy",
-              "puzzle-4x4-noisy"],
-    "long": ["cube-triple-play", "cube-quadruple-play", "puzzle-4x5-play", "puzzle-4x6-play",
-             "humanoidmaze-giant-navigate"],
+  "standard": [
+    "antmaze-large-navigate",
+    "antmaze-giant-navigate",
+    "humanoidmaze-medium-navigate",
+    "humanoidmaze-large-navigate",
+    "antsoccer-arena-navigate",
+    "cube-single-play",
+    "cube-double-play",
+    "scene-play",
+    "puzzle-3x3-play",
+    "puzzle-4x4-play",
+  ],
+  "noisy": [
+    "antmaze-medium-explore",
+    "antmaze-large-explore",
+    "cube-double-noisy",
+    "scene-noisy",
+    "puzzle-4x4-noisy",
+  ],
+  "long": [
+    "cube-triple-play",
+    "cube-quadruple-play",
+    "puzzle-4x5-play",
+    "puzzle-4x6-play",
+    "humanoidmaze-giant-navigate",
+  ],
 }
-AGENT_COLUMNS = {"rebrac": "ReBRAC†", "mbtd": "MBTD(λ)", "dtd": "DTD(λ)", "ghm": "GHM", "uhm": "UHM"}
+AGENT_COLUMNS = {
+  "rebrac": "ReBRAC†",
+  "mbtd": "MBTD(λ)",
+  "dtd": "DTD(λ)",
+  "ghm": "GHM",
+  "uhm": "UHM",
+}
 # Paper averages (success %, project-page tables) for a side-by-side line under each table.
-PAPER_AVERAGE = {"standard": {"rebrac": 35, "mbtd": 45, "dtd": 52, "ghm": 48, "uhm": 55},
-                 "noisy": {"rebrac": 23, "mbtd": 32, "dtd": 23, "ghm": 38, "uhm": 39},
-                 "long": {"rebrac": 5, "mbtd": 5, "dtd": 13, "ghm": 16, "uhm": 22}}
+PAPER_AVERAGE = {
+  "standard": {"rebrac": 35, "mbtd": 45, "dtd": 52, "ghm": 48, "uhm": 55},
+  "noisy": {"rebrac": 23, "mbtd": 32, "dtd": 23, "ghm": 38, "uhm": 39},
+  "long": {"rebrac": 5, "mbtd": 5, "dtd": 13, "ghm": 16, "uhm": 22},
+}
 
 flags.DEFINE_enum("suite", "standard", list(SUITES) + ["all"], "Which of the paper's task sets.")
 flags.DEFINE_list("agents", list(AGENT_COLUMNS), "Agents (columns).")
@@ -66,10 +93,20 @@ def runs(suite: str):
       for agent in FLAGS.agents:
         for seed in FLAGS.seeds:
           wd = root / env / f"task{task}" / agent / f"seed{seed}"
-          argv = ["python", "-m", "experiments.uhm", "--env=ogbench",
-                  f"--env_name={env}-singletask-task{task}-v0", f"--agent={agent}", f"--seed={seed}",
-                  f"--steps={FLAGS.steps}", f"--workdir={wd}", f"--config.discount={discount(env)}",
-                  "--eval_every=100000", "--eval_episodes=50"]
+          argv = [
+            "python",
+            "-m",
+            "experiments.uhm",
+            "--env=ogbench",
+            f"--env_name={env}-singletask-task{task}-v0",
+            f"--agent={agent}",
+            f"--seed={seed}",
+            f"--steps={FLAGS.steps}",
+            f"--workdir={wd}",
+            f"--config.discount={discount(env)}",
+            "--eval_every=100000",
+            "--eval_episodes=50",
+          ]
           if FLAGS.dataset_dir:
             argv.append(f"--dataset_dir={FLAGS.dataset_dir}")
           argv += shlex.split(FLAGS.extra)
@@ -97,8 +134,13 @@ def table(suite: str) -> tuple[str, list[list[str]]]:
       else:
         row.append("–")
     rows.append(row)
-  rows.append(["**Average (ours)**"] + [f"{np.mean(v):.0f}" if len(v) == len(SUITES[suite]) else
-                                        ("partial" if v else "–") for v in per_agent_env.values()])
+  rows.append(
+    ["**Average (ours)**"]
+    + [
+      f"{np.mean(v):.0f}" if len(v) == len(SUITES[suite]) else ("partial" if v else "–")
+      for v in per_agent_env.values()
+    ]
+  )
   rows.append(["Average (paper)"] + [str(PAPER_AVERAGE[suite].get(a, "–")) for a in FLAGS.agents])
   md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   md += ["| " + " | ".join(r) + " |" for r in rows]

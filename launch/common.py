@@ -29,5 +29,5 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
   argv = list(argv)
   if "--" in argv:
     i = argv.index("--")
-    return argv[:i], argv[i + 1:]
+    return argv[:i], argv[i + 1 :]
   return argv, []

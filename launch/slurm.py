@@ -25,27 +25,27 @@ def render(args) -> str:
   """The sbatch script for ``args``."""
   user = " ".join(shlex.quote(c) for c in args.command)
   lines = [
-      "#!/bin/bash",
-      f"#SBATCH --job-name={args.job_name}",
-      f"#SBATCH --nodes={args.nodes}",
-      "#SBATCH --ntasks-per-node=1",
-      f"#SBATCH --gpus-per-node={args.gpus_per_node}",
-      f"#SBATCH --cpus-per-task={args.cpus_per_task}",
-      f"#SBATCH --time={args.time}",
-      f"#SBATCH --output={args.job_name}-%j.out",
+    "#!/bin/bash",
+    f"#SBATCH --job-name={args.job_name}",
+    f"#SBATCH --nodes={args.nodes}",
+    "#SBATCH --ntasks-per-node=1",
+    f"#SBATCH --gpus-per-node={args.gpus_per_node}",
+    f"#SBATCH --cpus-per-task={args.cpus_per_task}",
+    f"#SBATCH --time={args.time}",
+    f"#SBATCH --output={args.job_name}-%j.out",
   ]
   if args.partition:
     lines.append(f"#SBATCH --partition={args.partition}")
   if args.account:
     lines.append(f"#SBATCH --account={args.account}")
   lines += [
-      "#SBATCH --requeue",  # preemption: SIGTERM -> jaxlab saves a checkpoint, the requeue resumes
-      "#SBATCH --signal=TERM@120",
-      "",
-      "set -euo pipefail",
-      'export JAXLAB_COORDINATOR_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-      f"export JAXLAB_COORDINATOR_PORT={COORDINATOR_PORT}",
-      "export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9",
+    "#SBATCH --requeue",  # preemption: SIGTERM -> jaxlab saves a checkpoint, the requeue resumes
+    "#SBATCH --signal=TERM@120",
+    "",
+    "set -euo pipefail",
+    'export JAXLAB_COORDINATOR_HOST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    f"export JAXLAB_COORDINATOR_PORT={COORDINATOR_PORT}",
+    "export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9",
   ]
   if args.setup:
     lines.append(args.setup)
@@ -55,8 +55,11 @@ def render(args) -> str:
 
 def parse(argv: list[str]) -> argparse.Namespace:
   argv, command = split_command(argv)
-  p = argparse.ArgumentParser(prog="python -m launch.slurm", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = argparse.ArgumentParser(
+    prog="python -m launch.slurm",
+    description=__doc__,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
   p.add_argument("--nodes", type=int, default=1)
   p.add_argument("--gpus_per_node", type=int, default=8)
   p.add_argument("--cpus_per_task", type=int, default=16)
@@ -64,7 +67,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
   p.add_argument("--partition", default=None)
   p.add_argument("--account", default=None)
   p.add_argument("--job_name", default="jaxlab")
-  p.add_argument("--setup", default="", help="shell line run before srun (e.g. 'source venv/bin/activate')")
+  p.add_argument(
+    "--setup", default="", help="shell line run before srun (e.g. 'source venv/bin/activate')"
+  )
   p.add_argument("--script_dir", default=".", help="where the .sbatch file is written")
   p.add_argument("--dry_run", action="store_true", help="print the script and sbatch command only")
   args = p.parse_args(argv)

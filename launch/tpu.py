@@ -35,15 +35,21 @@ def _base(args) -> list[str]:
 
 
 def _ssh(args, command: str, worker: str = "all") -> list[str]:
-  return (["gcloud", "compute", "tpus", "tpu-vm", "ssh", args.name] + _base(args) +
-          [f"--worker={worker}", f"--command={command}"])
+  return (
+    ["gcloud", "compute", "tpus", "tpu-vm", "ssh", args.name]
+    + _base(args)
+    + [f"--worker={worker}", f"--command={command}"]
+  )
 
 
 def commands(args) -> list[list[str]]:
   """The gcloud commands for one action (what ``--dry_run`` prints)."""
   if args.action == "create":
-    cmd = (["gcloud", "compute", "tpus", "tpu-vm", "create", args.name] + _base(args) +
-           [f"--accelerator-type={args.accelerator}", f"--version={args.version}"])
+    cmd = (
+      ["gcloud", "compute", "tpus", "tpu-vm", "create", args.name]
+      + _base(args)
+      + [f"--accelerator-type={args.accelerator}", f"--version={args.version}"]
+    )
     if args.spot:
       cmd.append("--spot")
     return [cmd]
@@ -51,11 +57,15 @@ def commands(args) -> list[list[str]]:
     # A tarball of the committed tree: identical code on every worker, no stray local files.
     tarball = "/tmp/jaxlab_src.tar.gz"
     return [
-        ["git", "archive", "--format=tar.gz", "-o", tarball, "HEAD"],
-        ["gcloud", "compute", "tpus", "tpu-vm", "scp", tarball, f"{args.name}:/tmp/"] +
-        _base(args) + ["--worker=all"],
-        _ssh(args, f"mkdir -p {REMOTE_DIR} && tar -xzf /tmp/jaxlab_src.tar.gz -C {REMOTE_DIR} && "
-                   f"cd {REMOTE_DIR} && pip install -q -e '.[tpu]'"),
+      ["git", "archive", "--format=tar.gz", "-o", tarball, "HEAD"],
+      ["gcloud", "compute", "tpus", "tpu-vm", "scp", tarball, f"{args.name}:/tmp/"]
+      + _base(args)
+      + ["--worker=all"],
+      _ssh(
+        args,
+        f"mkdir -p {REMOTE_DIR} && tar -xzf /tmp/jaxlab_src.tar.gz -C {REMOTE_DIR} && "
+        f"cd {REMOTE_DIR} && pip install -q -e '.[tpu]'",
+      ),
     ]
   if args.action == "run":
     if not args.command:
@@ -68,15 +78,19 @@ def commands(args) -> list[list[str]]:
   if args.action == "logs":
     return [_ssh(args, f"tail -n 200 -f {LOG_FILE}", worker=str(args.log_worker))]
   if args.action == "delete":
-    return [["gcloud", "compute", "tpus", "tpu-vm", "delete", args.name] + _base(args) +
-            ["--quiet"]]
+    return [
+      ["gcloud", "compute", "tpus", "tpu-vm", "delete", args.name] + _base(args) + ["--quiet"]
+    ]
   raise ValueError(args.action)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
   argv, command = split_command(argv)
-  p = argparse.ArgumentParser(prog="python -m launch.tpu", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = argparse.ArgumentParser(
+    prog="python -m launch.tpu",
+    description=__doc__,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
   p.add_argument("action", choices=ACTIONS)
   p.add_argument("--name", required=True, help="TPU VM name")
   p.add_argument("--zone", required=True, help="GCP zone, e.g. us-east5-a")

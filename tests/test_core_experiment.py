@@ -10,11 +10,19 @@ import pytest
 
 def _run(args, cwd):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  return subprocess.run([sys.executable, "-m", "experiments.example", *args], cwd=cwd, env=env,
-                        capture_output=True, text=True, timeout=300)
+  return subprocess.run(
+    [sys.executable, "-m", "experiments.example", *args],
+    cwd=cwd,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
 
 
-@pytest.mark.parametrize("args, flag", [
+@pytest.mark.parametrize(
+  "args, flag",
+  [
     (["--steps=-5"], "--steps"),
     (["--log_every=0"], "--log_every"),
     (["--ckpt_every=-1"], "--ckpt_every"),
@@ -27,7 +35,8 @@ def _run(args, cwd):
     (["--not_a_flag=1"], "not_a_flag"),
     (["positional"], "positional"),
     (["--coordinator_address=h:1"], "--coordinator_address"),
-])
+  ],
+)
 def test_bad_input_exits_2_without_workdir(tmp_path, args, flag):
   workdir = tmp_path / "run"
   r = _run([f"--workdir={workdir}", *args], tmp_path)
@@ -40,8 +49,16 @@ def test_bad_input_exits_2_without_workdir(tmp_path, args, flag):
 
 def test_example_runs_and_resumes(tmp_path):
   workdir = tmp_path / "run"
-  r = _run([f"--workdir={workdir}", "--steps=200", "--log_every=50", "--mesh=data:-1",
-            "--config.batch_size=64"], tmp_path)
+  r = _run(
+    [
+      f"--workdir={workdir}",
+      "--steps=200",
+      "--log_every=50",
+      "--mesh=data:-1",
+      "--config.batch_size=64",
+    ],
+    tmp_path,
+  )
   assert r.returncode == 0, r.stderr[-2000:]
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["step"] == 200 and summary["eval/w_err"] < 0.5

@@ -16,13 +16,16 @@ def test_eight_devices():
   assert jax.device_count() == 8
 
 
-@pytest.mark.parametrize("spec, expected", [
+@pytest.mark.parametrize(
+  "spec, expected",
+  [
     ("data:2,fsdp:-1", {"data": 2, "fsdp": 4}),
     ({"data": -1}, {"data": 8}),
     ("data:2,fsdp:2,context:2", {"data": 2, "fsdp": 2, "context": 2}),
     ("nodes:8", {"nodes": 8}),
     ("data:1,tensor:-1", {"data": 1, "tensor": 8}),
-])
+  ],
+)
 def test_make_mesh_shapes(spec, expected):
   m = mesh_lib.make_mesh(spec)
   assert dict(m.shape) == expected
@@ -30,7 +33,9 @@ def test_make_mesh_shapes(spec, expected):
   assert sorted(d.id for d in m.devices.flat) == list(range(8))
 
 
-@pytest.mark.parametrize("spec, match", [
+@pytest.mark.parametrize(
+  "spec, match",
+  [
     ("data:3", "3 devices but 8"),
     ("data:3,fsdp:-1", "does not divide"),
     ("data:-1,fsdp:-1", "at most one"),
@@ -38,7 +43,8 @@ def test_make_mesh_shapes(spec, expected):
     ("data:two", "integers"),
     ("data:0", "positive"),
     ("1x:2", "identifier"),
-])
+  ],
+)
 def test_make_mesh_errors(spec, match):
   with pytest.raises(mesh_lib.MeshError, match=match):
     mesh_lib.make_mesh(spec)
@@ -71,7 +77,9 @@ class _MLP(nn.Module):
   @nn.compact
   def __call__(self, x_BxD):
     init = nn.initializers.lecun_normal()
-    h = nn.Dense(self.hidden, kernel_init=nn.with_logical_partitioning(init, ("embed", "mlp")))(x_BxD)
+    h = nn.Dense(self.hidden, kernel_init=nn.with_logical_partitioning(init, ("embed", "mlp")))(
+      x_BxD
+    )
     h = nn.gelu(h)
     return nn.Dense(1, kernel_init=nn.with_logical_partitioning(init, ("mlp", "embed")))(h)[:, 0]
 
@@ -86,8 +94,10 @@ def mlp_problem():
 
   def step(params, opt_state, x, y, mesh=None):
     x = sharding.constrain(x, ("batch", None), mesh)
+
     def loss_fn(p):
       return jnp.mean((model.apply(p, x) - y) ** 2)
+
     loss, g = jax.value_and_grad(loss_fn)(params)
     upd, opt_state = tx.update(g, opt_state, params)
     return optax.apply_updates(params, upd), opt_state, loss

@@ -50,8 +50,16 @@ def data():
 
 def _train(tmp, data, steps, **kw):
   kw = {"log_every": 10, "ckpt_every": 20, "progress": False, **kw}
-  return runtime.train(_init(), _update, num_steps=steps, workdir=tmp, key=jax.random.key_data(
-      jax.random.key(3)), data=data, sample_fn=_sample, **kw)
+  return runtime.train(
+    _init(),
+    _update,
+    num_steps=steps,
+    workdir=tmp,
+    key=jax.random.key_data(jax.random.key(3)),
+    data=data,
+    sample_fn=_sample,
+    **kw,
+  )
 
 
 def test_chunk_boundaries():
@@ -62,8 +70,9 @@ def test_chunk_boundaries():
 
 def test_train_writes_outputs_and_learns(tmp_path, data):
   evals = []
-  state, summary = _train(tmp_path, data, 60, eval_fn=lambda s, k: evals.append(k) or {"n": 1.0},
-                          eval_every=30)
+  state, summary = _train(
+    tmp_path, data, 60, eval_fn=lambda s, k: evals.append(k) or {"n": 1.0}, eval_every=30
+  )
   assert evals == [30, 60]
   for f in ("metrics.csv", "eval.csv", "summary.json", "curves.png"):
     assert (tmp_path / f).exists(), f
@@ -79,7 +88,7 @@ def test_train_writes_outputs_and_learns(tmp_path, data):
 
 def test_resume_equals_uninterrupted_bitwise(tmp_path, data):
   ref, _ = _train(tmp_path / "ref", data, 60)
-  _train(tmp_path / "split", data, 35)            # stops (and saves) at 35
+  _train(tmp_path / "split", data, 35)  # stops (and saves) at 35
   state, summary = _train(tmp_path / "split", data, 60)
   assert summary["resumed_from"] == 35
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), state, ref)
@@ -117,12 +126,18 @@ _SCRIPT = textwrap.dedent("""
 
 
 def _subprocess(tmp_path, sig, kill_at):
-  script = _SCRIPT.format(testdir=os.path.dirname(__file__), kill_at=kill_at,
-                          marker=str(tmp_path / "killed"), sig=sig, workdir=str(tmp_path / "run"),
-                          out=str(tmp_path / "w.npy"))
+  script = _SCRIPT.format(
+    testdir=os.path.dirname(__file__),
+    kill_at=kill_at,
+    marker=str(tmp_path / "killed"),
+    sig=sig,
+    workdir=str(tmp_path / "run"),
+    out=str(tmp_path / "w.npy"),
+  )
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                        timeout=300)
+  return subprocess.run(
+    [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+  )
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +149,9 @@ def reference_w(tmp_path_factory, data):
 def test_sigterm_saves_then_exits_and_resume_matches(tmp_path, reference_w):
   first = _subprocess(tmp_path, "SIGTERM", kill_at=50)
   assert first.returncode == runtime.SIGTERM_EXIT_CODE, first.stderr[-2000:]
-  ckpts = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir()
-                 if p.name.isdigit())
+  ckpts = sorted(
+    int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()
+  )
   assert ckpts[-1] == 50  # saved at the chunk where SIGTERM arrived, not only at 30
   second = _subprocess(tmp_path, "SIGTERM", kill_at=50)
   assert second.returncode == 0, second.stderr[-2000:]
@@ -145,8 +161,9 @@ def test_sigterm_saves_then_exits_and_resume_matches(tmp_path, reference_w):
 def test_sigkill_resumes_from_last_checkpoint_bitwise(tmp_path, reference_w):
   first = _subprocess(tmp_path, "SIGKILL", kill_at=70)
   assert first.returncode == -signal.SIGKILL
-  ckpts = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir()
-                 if p.name.isdigit())
+  ckpts = sorted(
+    int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.isdigit()
+  )
   assert ckpts[-1] == 60
   second = _subprocess(tmp_path, "SIGKILL", kill_at=70)
   assert second.returncode == 0, second.stderr[-2000:]
@@ -155,13 +172,26 @@ def test_sigkill_resumes_from_last_checkpoint_bitwise(tmp_path, reference_w):
 
 def test_sharded_runtime_equals_single_device(tmp_path, data):
   from jaxlab.core import mesh as mesh_lib, sharding
+
   m = mesh_lib.make_mesh("data:8")
   ref, _ = _train(tmp_path / "one", data, 20)
+
   def sample(d, k):
     b = _sample(d, k)
     return jax.tree.map(lambda a: sharding.constrain(a, ("batch",) + (None,) * (a.ndim - 1), m), b)
-  state, _ = runtime.train(_init(), _update, num_steps=20, workdir=tmp_path / "mesh",
-                           key=jax.random.key_data(jax.random.key(3)), data=data,
-                           sample_fn=sample, log_every=10, ckpt_every=20, progress=False, mesh=m,
-                           state_sharding=sharding.replicated(m))
+
+  state, _ = runtime.train(
+    _init(),
+    _update,
+    num_steps=20,
+    workdir=tmp_path / "mesh",
+    key=jax.random.key_data(jax.random.key(3)),
+    data=data,
+    sample_fn=sample,
+    log_every=10,
+    ckpt_every=20,
+    progress=False,
+    mesh=m,
+    state_sharding=sharding.replicated(m),
+  )
   np.testing.assert_allclose(np.asarray(state.w), np.asarray(ref.w), rtol=1e-5, atol=1e-6)

@@ -14,8 +14,9 @@ def test_scores_match_brute_force_and_kaufman_matches_enumeration():
   key = jax.random.PRNGKey(0)
   for tgt in (energies.Lattice("ising", 3, 0.44, h=0.3), energies.Lattice("potts", 4, 1.1, q=4)):
     x = jax.random.randint(key, (5, tgt.D), 0, tgt.N)
-    np.testing.assert_allclose(tgt.score(x), energies.brute_force_score(tgt.log_prob_unnorm, x, tgt.N),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+      tgt.score(x), energies.brute_force_score(tgt.log_prob_unnorm, x, tgt.N), atol=1e-5
+    )
   enum = exact.enumerated_observables(energies.Lattice("ising", 3, 0.4407))
   assert abs(enum["log_z"] - 9.020405) < 2e-6 and abs(enum["u_per_site"] + 1.611289) < 2e-6
   assert abs(enum["abs_m"] - 0.871087) < 2e-6 and abs(enum["m2"] - 0.809451) < 2e-6
@@ -44,8 +45,8 @@ def test_bridge_is_exact_conditional():
       np.testing.assert_allclose(P0t @ Pt1, P01, rtol=1e-12)
       x0 = jnp.repeat(st, 9, 0)
       x1 = jnp.tile(st, (9, 1))
-      lg = ref_lib.bridge_logits(sched, x0, x1, jnp.full((81,), t), N)        # 81 x D x N
-      pb = jnp.exp(lg[:, 0, st[:, 0]] + lg[:, 1, st[:, 1]])                  # 81 x 9
+      lg = ref_lib.bridge_logits(sched, x0, x1, jnp.full((81,), t), N)  # 81 x D x N
+      pb = jnp.exp(lg[:, 0, st[:, 0]] + lg[:, 1, st[:, 1]])  # 81 x 9
       want = (P0t[:, None, :] * Pt1.T[None, :, :] / P01[:, :, None]).reshape(81, 9)
       np.testing.assert_allclose(pb, want, rtol=1e-12)
 
@@ -65,30 +66,41 @@ def test_sb_identities_z3_squared():
     Pt1 = np.asarray(ref_lib.transition_matrix(sched, st, t, 1.0, N))
     pot = exact.sinkhorn_sb(mu, nu, P01)
     np.testing.assert_allclose(pot["phi1"] * pot["hphi1"], nu, rtol=1e-12)
-    nb = exact.neighbour_index(st_np, N)                                       # S x D x N
+    nb = exact.neighbour_index(st_np, N)  # S x D x N
     ratio = lambda v: jnp.asarray(v[nb] / v[:, None, None])
     phit = Pt1 @ pot["phi1"]
     # joint weight w[i0, i1, it] = pi(x0, x1) * bridge(x_t | x0, x1)
-    i0, i1, it = (a.ravel() for a in np.meshgrid(np.arange(S), np.arange(S), np.arange(S), indexing="ij"))
+    i0, i1, it = (
+      a.ravel() for a in np.meshgrid(np.arange(S), np.arange(S), np.arange(S), indexing="ij")
+    )
     x0, x1, xt = st[i0], st[i1], st[it]
     tt = jnp.full((i0.size,), t)
     lg = ref_lib.bridge_logits(sched, x0, x1, tt, N)
     pbr = jnp.exp(jnp.take_along_axis(lg, xt[..., None], -1)[..., 0].sum(-1))
     w = (pot["hphi0"][i0] * P01[i0, i1] * pot["phi1"][i1]) * pbr
+
     def cond_mean(vals, by):
       num = jax.ops.segment_sum(w[:, None, None] * vals, by, S)
       return num / jax.ops.segment_sum(w, by, S)[:, None, None]
-    score = lambda x: jnp.asarray(np.log(nu))[exact.state_index(x, N)][:, None, None] * 0 + (
+
+    score = lambda x: (
+      jnp.asarray(np.log(nu))[exact.state_index(x, N)][:, None, None] * 0
+      + (
         jnp.log(jnp.asarray(nu))[jnp.asarray(nb)[exact.state_index(x, N)]]
-        - jnp.log(jnp.asarray(nu))[exact.state_index(x, N)][:, None, None])
+        - jnp.log(jnp.asarray(nu))[exact.state_index(x, N)][:, None, None]
+      )
+    )
     log_hphi1 = lambda x: jnp.log(ratio(pot["hphi1"]))[exact.state_index(x, N)]
     log_phi0 = lambda x: jnp.log(ratio(pot["phi0"]))[exact.state_index(x, N)]
     checks = {
-        "ctrl-TM": (losses.ctrl_tm_log_target(score(x1), log_hphi1(x1), x1, xt), it, ratio(phit)),
-        "ctrl-DM": (losses.ctrl_dm_log_target(sched, x1, xt, tt, N), it, ratio(phit)),
-        "corr-TM": (losses.corr_tm_log_target(jnp.zeros_like(lg), log_phi0(x0), x0, x1), i1,
-                    ratio(pot["hphi1"])),
-        "corr-DM": (losses.corr_dm_log_target(sched, x1, xt, tt, N), i1, ratio(pot["hphi1"])),
+      "ctrl-TM": (losses.ctrl_tm_log_target(score(x1), log_hphi1(x1), x1, xt), it, ratio(phit)),
+      "ctrl-DM": (losses.ctrl_dm_log_target(sched, x1, xt, tt, N), it, ratio(phit)),
+      "corr-TM": (
+        losses.corr_tm_log_target(jnp.zeros_like(lg), log_phi0(x0), x0, x1),
+        i1,
+        ratio(pot["hphi1"]),
+      ),
+      "corr-DM": (losses.corr_dm_log_target(sched, x1, xt, tt, N), i1, ratio(pot["hphi1"])),
     }
     for name, (lt, by, want) in checks.items():
       got = cond_mean(jnp.exp(lt), jnp.asarray(by))
@@ -98,14 +110,20 @@ def test_sb_identities_z3_squared():
     no_shift = score(x1) - log_hphi1(x1)
     flipped = -losses.ctrl_dm_log_target(sched, x1, xt, tt, N)
     for bad in (no_shift, flipped):
-      assert float(jnp.max(jnp.abs(cond_mean(jnp.exp(bad), jnp.asarray(it)) / ratio(phit) - 1))) > 1e-2
+      assert (
+        float(jnp.max(jnp.abs(cond_mean(jnp.exp(bad), jnp.asarray(it)) / ratio(phit) - 1))) > 1e-2
+      )
 
 
 # ----------------------------------------------------------------------------- layer 2: MCMC
 def _exact_sampler_tv(states, pmf, n, reps=4):
   rng = np.random.default_rng(0)
-  tvs = [exact.tv_distance(states[rng.choice(len(pmf), n, p=pmf)], pmf, 2 if states.max() < 2 else
-                           int(states.max()) + 1) for _ in range(reps)]
+  tvs = [
+    exact.tv_distance(
+      states[rng.choice(len(pmf), n, p=pmf)], pmf, 2 if states.max() < 2 else int(states.max()) + 1
+    )
+    for _ in range(reps)
+  ]
   return float(np.mean(tvs)), float(np.std(tvs))
 
 
@@ -119,6 +137,7 @@ def ising3():
 @pytest.mark.parametrize("method,thin", [("sw", 3), ("metropolis", 4)])
 def test_mcmc_matches_enumeration_3x3(ising3, method, thin):
   from jaxlab.sampling import mcmc
+
   tgt, states, pmf = ising3
   xs, es, _ = mcmc.run_chains(jax.random.PRNGKey(0), tgt, 64, 120, 30, thin, method)
   tv = exact.tv_distance(xs, pmf, 2)
@@ -127,25 +146,31 @@ def test_mcmc_matches_enumeration_3x3(ising3, method, thin):
   u_exact = exact.enumerated_observables(tgt)["u_per_site"]
   assert abs(float(es.mean()) / tgt.D - u_exact) < 0.03
   # a wrong temperature is detected: the test can fail
-  assert exact.tv_distance(xs, exact.exact_pmf(energies.Lattice("ising", 3, 0.3))[1], 2) > m + 5 * s + 0.03
+  assert (
+    exact.tv_distance(xs, exact.exact_pmf(energies.Lattice("ising", 3, 0.3))[1], 2)
+    > m + 5 * s + 0.03
+  )
 
 
 # ----------------------------------------------------------------------------- layer 3: tau-leaping
 def test_tau_leaping_tv_falls_with_steps(ising3):
   from jaxlab.sampling import sampler
+
   tgt, states, pmf = ising3
   sched = ref_lib.Schedule("log_linear", 1.0, 0.5)
   log_phi, info = exact.exact_sb_rates(tgt, sched)
   st = jnp.asarray(states)
   tv = {}
-  for steps in (4, 16, 64):   # exact law of the tau-leaping chain: no sampling noise
+  for steps in (4, 16, 64):  # exact law of the tau-leaping chain: no sampling noise
     p = np.asarray(sampler.exact_tau_leap_marginal(log_phi, st, info["mu"], sched, 2, steps))
     tv[steps] = 0.5 * np.abs(p - pmf).sum()
   assert tv[4] > tv[16] > tv[64]
-  assert 2.5 < tv[4] / tv[16] < 6 and 2.5 < tv[16] / tv[64] < 6, tv     # ~ 1/steps
+  assert 2.5 < tv[4] / tv[16] < 6 and 2.5 < tv[16] / tv[64] < 6, tv  # ~ 1/steps
   assert tv[64] < 0.02
   # the sampler draws from that law, and its log-RND variance shrinks with the step count
-  run = jax.jit(lambda k, x, steps: sampler.tau_leap(k, log_phi, x, sched, 2, steps), static_argnums=2)
+  run = jax.jit(
+    lambda k, x, steps: sampler.tau_leap(k, log_phi, x, sched, 2, steps), static_argnums=2
+  )
   x0 = sampler.sample_source(jax.random.PRNGKey(1), "uniform", 8000, tgt.D, 2)
   out8, out64 = run(jax.random.PRNGKey(2), x0, 8), run(jax.random.PRNGKey(3), x0, 64)
   m, s = _exact_sampler_tv(states, pmf, 8000)
@@ -154,25 +179,44 @@ def test_tau_leaping_tv_falls_with_steps(ising3):
   assert float(sampler.ess(out64["log_rnd"])) > 0.95 and float(out64["invalid_frac"]) == 0.0
   # path importance sampling gives an unbiased Z even at 8 coarse steps (metrics.is_observables)
   from jaxlab.sampling import metrics
+
   logz = exact.exact_pmf(tgt)[2]
   for out in (out8, out64):
-    obs = metrics.is_observables(tgt, metrics.path_is_log_weights(tgt, sched, "uniform", out), out["x1"])
+    obs = metrics.is_observables(
+      tgt, metrics.path_is_log_weights(tgt, sched, "uniform", out), out["x1"]
+    )
     assert abs(obs["log_z_is"] - logz) < 0.03, (obs, logz)
 
 
 # ----------------------------------------------------------------------------- layer 4: training
 def _tabular_config():
   from jaxlab.sampling import dasbs
+
   c = dasbs.get_config()
-  c.update(L=3, beta=0.28, model="tabular", source="uniform", corr_loss="tm", batch_size=512, num_repl=4,
-           buffer_size=4096, resample_freq=20, sampling_steps=32, num_stages=8, ctrl_steps=1000,
-           corr_steps=300, lr=0.005, knots=16)
+  c.update(
+    L=3,
+    beta=0.28,
+    model="tabular",
+    source="uniform",
+    corr_loss="tm",
+    batch_size=512,
+    num_repl=4,
+    buffer_size=4096,
+    resample_freq=20,
+    sampling_steps=32,
+    num_stages=8,
+    ctrl_steps=1000,
+    corr_steps=300,
+    lr=0.005,
+    knots=16,
+  )
   return c
 
 
 @pytest.fixture(scope="module")
 def tabular_run():
   from jaxlab.sampling import dasbs
+
   return dasbs.train(_tabular_config(), jax.random.PRNGKey(0))
 
 
@@ -180,6 +224,7 @@ def test_tabular_3x3_ising_converges_to_exact_pmf(tabular_run):
   """End to end (tables instead of networks): tau-leaping samples of the trained controller are as
   close to the exact pmf as an exact sampler with the same sample count (brief §3.8.3)."""
   from jaxlab.sampling import dasbs
+
   _, pmf, _ = exact.exact_pmf(tabular_run.spec.target)
   states = exact.enumerate_states(2, 9)
   n = 8000
@@ -188,7 +233,7 @@ def test_tabular_3x3_ising_converges_to_exact_pmf(tabular_run):
   m, s = _exact_sampler_tv(states, pmf, n)
   print(f"tabular TV {tv:.4f}; exact sampler {m:.4f} +- {s:.4f}")
   assert tv < m + 3 * s, (tv, m, s)  # within sampling noise of the exact sampler
-  assert float(jnp.mean(x)) == pytest.approx(0.5, abs=0.03)        # +- symmetry (h = 0)
+  assert float(jnp.mean(x)) == pytest.approx(0.5, abs=0.03)  # +- symmetry (h = 0)
   # the untrained sampler (reference: uniform terminal law) is far off: the test can fail
   assert 0.5 * np.abs(pmf - 1 / 512).sum() > m + 0.3
 
@@ -197,14 +242,29 @@ def test_data_parallel_training_equals_single_device():
   """The same schedule on mesh data:8 (batch sharded) and on one device gives the same parameters."""
   from jaxlab.core import mesh as mesh_lib
   from jaxlab.sampling import dasbs
+
   c = dasbs.get_config()
-  c.update(L=3, beta=0.44, model="tabular", knots=2, batch_size=16, num_repl=2, buffer_size=32,
-           resample_freq=3, sampling_steps=4, num_stages=1, ctrl_steps=4, corr_steps=3)
+  c.update(
+    L=3,
+    beta=0.44,
+    model="tabular",
+    knots=2,
+    batch_size=16,
+    num_repl=2,
+    buffer_size=32,
+    resample_freq=3,
+    sampling_steps=4,
+    num_stages=1,
+    ctrl_steps=4,
+    corr_steps=3,
+  )
   one = dasbs.train(c, jax.random.PRNGKey(3))
   mesh = mesh_lib.make_mesh({"data": 8})
   many = dasbs.train(c, jax.random.PRNGKey(3), mesh=mesh)
-  for a, b in zip(jax.tree.leaves((one.ctrl_params, one.corr_params, one.buf_x1)),
-                  jax.tree.leaves((many.ctrl_params, many.corr_params, many.buf_x1))):
+  for a, b in zip(
+    jax.tree.leaves((one.ctrl_params, one.corr_params, one.buf_x1)),
+    jax.tree.leaves((many.ctrl_params, many.corr_params, many.buf_x1)),
+  ):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-5)
   moved = jax.tree.leaves(jax.tree.map(lambda p: float(jnp.abs(p).max()), one.corr_params))
   assert max(moved) > 0 and int(many.step) == 7
@@ -214,6 +274,7 @@ def test_ropesit_starts_at_reference_and_gets_gradients():
   """The transformer controller outputs log phi = 0 (the reference) at init and 0 on the diagonal
   always; the ctrl-TM loss gives it a nonzero gradient; bad configs are rejected by name."""
   from jaxlab.sampling import dasbs
+
   c = dasbs.get_config()
   c.update(target="potts", L=4, beta=1.0, q=3, hidden=8, depth=1, heads=2)
   spec = dasbs.make_spec(c)
@@ -221,13 +282,14 @@ def test_ropesit_starts_at_reference_and_gets_gradients():
   x = jax.random.randint(jax.random.PRNGKey(1), (3, 16), 0, 3)
   t = jnp.full((3,), 0.3)
 
-  @jax.jit                                    # one compile for init, forward and one SGD step
+  @jax.jit  # one compile for init, forward and one SGD step
   def run(key):
     p = ctrl.init(key, x, t)
     target = losses.ctrl_tm_log_target(spec.target.score(x), jnp.zeros((3, 16, 3)), x, x)
     g = jax.grad(lambda p: losses.masked_loss(target, ctrl.apply(p, x, t), x))(p)
     p2 = jax.tree.map(lambda a, b: a - 0.1 * b, p, g)
     return ctrl.apply(p, x, t), ctrl.apply(p2, x, t)
+
   out0, out = run(jax.random.PRNGKey(0))
   assert float(jnp.abs(out0).max()) == 0.0
   assert float(jnp.abs(out).max()) > 0

@@ -13,6 +13,7 @@ from jaxlab.optim import decentralized as dec
 # ---------------------------------------------------------------------------------------------
 # Matrices and geometry (numpy, fast).
 
+
 def _random_cases(count=12):
   rng = np.random.default_rng(0)
   for t in range(count):
@@ -51,7 +52,7 @@ def test_mixing_checks_reject_bad_matrices():
   with pytest.raises(ValueError, match="reversible|stationary"):
     dec.check_mixing(naive, g, lam)
   with pytest.raises(ValueError, match="col_sum"):
-    dec.check_mixing(dec.lambda_metropolis(g, lam), g)   # A is not doubly stochastic
+    dec.check_mixing(dec.lambda_metropolis(g, lam), g)  # A is not doubly stochastic
 
 
 @pytest.mark.parametrize("topo", [t for t in dec.TOPOLOGIES])
@@ -93,12 +94,13 @@ def test_l2_lambda_geometry():
   w, a = dec.metropolis(g), dec.lambda_metropolis(g, lam)
   u, v = rng.standard_normal((2, g.n, 3))
   for b in (w, a):  # defining property of the adjoint
-    np.testing.assert_allclose(dec.inner(b @ u, v, lam), dec.inner(u, dec.adjoint(b, lam) @ v, lam),
-                               rtol=1e-10)
-  assert dec.lam_norm(a - dec.adjoint(a, lam), lam) < 1e-12          # A self-adjoint
-  assert dec.lam_norm(w - dec.adjoint(w, lam), lam) > 1e-2           # W is not (λ non-uniform)
+    np.testing.assert_allclose(
+      dec.inner(b @ u, v, lam), dec.inner(u, dec.adjoint(b, lam) @ v, lam), rtol=1e-10
+    )
+  assert dec.lam_norm(a - dec.adjoint(a, lam), lam) < 1e-12  # A self-adjoint
+  assert dec.lam_norm(w - dec.adjoint(w, lam), lam) > 1e-2  # W is not (λ non-uniform)
   uni = np.full(g.n, 1.0 / g.n)
-  assert dec.lam_norm(w - dec.adjoint(w, uni), uni) < 1e-12          # ... unless λ is uniform
+  assert dec.lam_norm(w - dec.adjoint(w, uni), uni) < 1e-12  # ... unless λ is uniform
   # for self-adjoint A, the consensus contraction is the spectral radius on 1^⊥
   np.testing.assert_allclose(dec.consensus_factor(a, lam), 1 - dec.spectral_gap(a, lam), atol=1e-12)
   # for W the L²(λ) norm exceeds the spectral radius (non-normal penalty)
@@ -132,8 +134,11 @@ def test_diagnose_reports_comparison():
 
 
 def test_ppermute_rounds_are_permutations():
-  for b in (dec.metropolis(dec.erdos_renyi(12, 0.3, seed=2)), dec.metropolis(dec.ring(8)),
-            dec.metropolis(dec.exponential(16, directed=True))):
+  for b in (
+    dec.metropolis(dec.erdos_renyi(12, 0.3, seed=2)),
+    dec.metropolis(dec.ring(8)),
+    dec.metropolis(dec.exponential(16, directed=True)),
+  ):
     rounds = dec.ppermute_rounds(b)
     edges = [e for r in rounds for e in r]
     want = {(j, i) for i in range(len(b)) for j in range(len(b)) if i != j and b[i, j] != 0}
@@ -147,6 +152,7 @@ def test_ppermute_rounds_are_permutations():
 
 # ---------------------------------------------------------------------------------------------
 # Problems.
+
 
 def test_least_squares_fstar_and_dirichlet_split():
   prob = dec.least_squares(6, d=4, m=10, seed=0)
@@ -170,6 +176,7 @@ def test_least_squares_fstar_and_dirichlet_split():
 
 # ---------------------------------------------------------------------------------------------
 # Dynamics.
+
 
 @pytest.fixture(scope="module")
 def ls16():
@@ -207,8 +214,10 @@ def er_runs():
   prob = dec.least_squares(16, d=10, m=20, seed=0, batch_size=0)
   g = dec.erdos_renyi(16, 0.25, seed=0)
   out = {}
-  for name, lam in [("degree", dec.make_lambda("degree", g)),
-                    ("dir0.5", dec.make_lambda("dirichlet", g, alpha=0.5, seed=0))]:
+  for name, lam in [
+    ("degree", dec.make_lambda("degree", g)),
+    ("dir0.5", dec.make_lambda("dirichlet", g, alpha=0.5, seed=0)),
+  ]:
     lr = dec.default_lr(prob, lam)
     out[name] = {s: dec.run(s, g, lam, prob, 4000, lr, key=jax.random.key(0)) for s in ("I", "II")}
   return out
@@ -236,6 +245,7 @@ def test_lambda_mh_loses_on_skewed_dirichlet(er_runs):
 # ---------------------------------------------------------------------------------------------
 # Truly distributed mode == dense simulation (8 simulated CPU devices).
 
+
 @pytest.fixture(scope="module")
 def mesh8():
   if jax.device_count() < 8:
@@ -243,17 +253,23 @@ def mesh8():
   return make_mesh({"nodes": 8}, devices=jax.devices()[:8])
 
 
-@pytest.mark.parametrize("strategy,order,topo,comm,pname", [
+@pytest.mark.parametrize(
+  "strategy,order,topo,comm,pname",
+  [
     ("II", "atc", "erdos_renyi", "ppermute", "least_squares"),
     ("I", "cta", "erdos_renyi", "all_gather", "least_squares"),
     ("II", "cta", "ring", "auto", "least_squares"),
     ("I", "atc", "exponential_directed", "auto", "least_squares"),
     ("II", "atc", "hypercube", "ppermute", "mlp"),
-])
+  ],
+)
 def test_shard_map_equals_dense(mesh8, strategy, order, topo, comm, pname):
   g = dec.make_graph(topo, 8, p=0.4, seed=0)
-  prob = (dec.least_squares(8, d=6, m=12, seed=1, batch_size=4) if pname == "least_squares"
-          else dec.digits_mlp(8, alpha=0.5, seed=0, hidden=8, batch_size=8))
+  prob = (
+    dec.least_squares(8, d=6, m=12, seed=1, batch_size=4)
+    if pname == "least_squares"
+    else dec.digits_mlp(8, alpha=0.5, seed=0, hidden=8, batch_size=8)
+  )
   lam = dec.make_lambda("dirichlet", g, alpha=2.0, seed=1)
   lr = dec.default_lr(prob, lam)
   key = jax.random.key(7)
@@ -277,29 +293,48 @@ def test_distributed_mode_rejects_wrong_mesh(mesh8, ls16):
 # ---------------------------------------------------------------------------------------------
 # Experiment CLI.
 
+
 def _cli(args, tmp_path):
   import os
   import subprocess
   import sys
+
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
-  return subprocess.run([sys.executable, "-m", "experiments.decentralized", *args,
-                         f"--workdir={tmp_path}"], capture_output=True, text=True, env=env,
-                        timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+  return subprocess.run(
+    [sys.executable, "-m", "experiments.decentralized", *args, f"--workdir={tmp_path}"],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=300,
+    cwd=os.path.dirname(os.path.dirname(__file__)),
+  )
 
 
 def test_experiment_cli(tmp_path):
   bad = _cli(["--topology=moebius"], tmp_path / "bad")
   assert bad.returncode == 2 and "--topology" in bad.stderr and not (tmp_path / "bad").exists()
-  out = _cli(["--sweep", "--steps=200", "--config.n=8", "--config.sweep_topologies=ring,star",
-              "--config.sweep_lams=degree,dirichlet:1"], tmp_path / "sweep")
+  out = _cli(
+    [
+      "--sweep",
+      "--steps=200",
+      "--config.n=8",
+      "--config.sweep_topologies=ring,star",
+      "--config.sweep_lams=degree,dirichlet:1",
+    ],
+    tmp_path / "sweep",
+  )
   assert out.returncode == 0, out.stderr[-2000:]
   table = (tmp_path / "sweep" / "sweep.md").read_text()
   assert table.count("| ring |") == 2 and table.count("| star |") == 2
   import json
+
   summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
-  assert summary["cells"] == 4 and all(r["winner_gap"] in ("I", "II", "tie") for r in summary["rows"])
-  out = _cli(["--steps=100", "--config.n=8", "--lam=dirichlet", "--config.batch_size=3"],
-             tmp_path / "single")
+  assert summary["cells"] == 4 and all(
+    r["winner_gap"] in ("I", "II", "tie") for r in summary["rows"]
+  )
+  out = _cli(
+    ["--steps=100", "--config.n=8", "--lam=dirichlet", "--config.batch_size=3"], tmp_path / "single"
+  )
   assert out.returncode == 0, out.stderr[-2000:]
   for f in ("gap.png", "consensus.png", "diagnostic.md", "metrics.csv", "summary.json"):
     assert (tmp_path / "single" / f).exists(), f

@@ -11,10 +11,13 @@ def _cmds(argv):
 
 
 def test_tpu_create_and_delete():
-  (create,) = _cmds(["create", "--name=jl", "--zone=us-east5-a", "--accelerator=v5p-32",
-                     "--project=p1", "--spot"])
-  assert create == ("gcloud compute tpus tpu-vm create jl --zone=us-east5-a --project=p1 "
-                    "--accelerator-type=v5p-32 --version=v2-alpha-tpuv5 --spot")
+  (create,) = _cmds(
+    ["create", "--name=jl", "--zone=us-east5-a", "--accelerator=v5p-32", "--project=p1", "--spot"]
+  )
+  assert create == (
+    "gcloud compute tpus tpu-vm create jl --zone=us-east5-a --project=p1 "
+    "--accelerator-type=v5p-32 --version=v2-alpha-tpuv5 --spot"
+  )
   (delete,) = _cmds(["delete", "--name=jl", "--zone=us-east5-a"])
   assert delete == "gcloud compute tpus tpu-vm delete jl --zone=us-east5-a --quiet"
 
@@ -27,8 +30,21 @@ def test_tpu_copy_ships_committed_tree_to_all_workers():
 
 
 def test_tpu_run_same_command_on_all_workers():
-  (run,) = tpu.commands(tpu.parse(["run", "--name=jl", "--zone=z", "--", "python", "-m",
-                                   "experiments.uhm", "--env=ogbench", "--mesh=data:-1"]))
+  (run,) = tpu.commands(
+    tpu.parse(
+      [
+        "run",
+        "--name=jl",
+        "--zone=z",
+        "--",
+        "python",
+        "-m",
+        "experiments.uhm",
+        "--env=ogbench",
+        "--mesh=data:-1",
+      ]
+    )
+  )
   assert run[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "jl"]
   assert "--worker=all" in run
   command = [c for c in run if c.startswith("--command=")][0]
@@ -48,12 +64,31 @@ def test_tpu_run_without_command_is_an_error():
 
 
 def test_slurm_script(capsys):
-  assert slurm.main(["--nodes=4", "--gpus_per_node=8", "--partition=gpu", "--dry_run", "--",
-                     "python", "-m", "experiments.lm", "--config=tiny"]) == 0
+  assert (
+    slurm.main(
+      [
+        "--nodes=4",
+        "--gpus_per_node=8",
+        "--partition=gpu",
+        "--dry_run",
+        "--",
+        "python",
+        "-m",
+        "experiments.lm",
+        "--config=tiny",
+      ]
+    )
+    == 0
+  )
   out = capsys.readouterr().out
-  for line in ("#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
-               "#SBATCH --partition=gpu", "#SBATCH --requeue",
-               "srun --kill-on-bad-exit=1 python -m experiments.lm --config=tiny"):
+  for line in (
+    "#SBATCH --nodes=4",
+    "#SBATCH --ntasks-per-node=1",
+    "#SBATCH --gpus-per-node=8",
+    "#SBATCH --partition=gpu",
+    "#SBATCH --requeue",
+    "srun --kill-on-bad-exit=1 python -m experiments.lm --config=tiny",
+  ):
     assert line in out
   assert out.strip().endswith("sbatch jaxlab.sbatch")
 
@@ -69,24 +104,37 @@ def test_distributed_plan_single_host_is_noop():
 
 
 def test_distributed_plan_slurm():
-  env = {"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURM_PROCID": "2",
-         "SLURM_JOB_NODELIST": "gpu[003-006]"}
-  assert distributed.plan(env=env) == dict(coordinator_address="gpu003:12355", num_processes=4,
-                                           process_id=2)
+  env = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_NTASKS": "4",
+    "SLURM_PROCID": "2",
+    "SLURM_JOB_NODELIST": "gpu[003-006]",
+  }
+  assert distributed.plan(env=env) == dict(
+    coordinator_address="gpu003:12355", num_processes=4, process_id=2
+  )
   assert distributed.plan(env={**env, "SLURM_NTASKS": "1"}) is None
 
 
 def test_distributed_plan_tpu_and_flags():
   assert distributed.plan(env={"TPU_WORKER_HOSTNAMES": "a,b,c,d"}) == {}
   assert distributed.plan("10.0.0.1:1234", 2, 1, env={}) == dict(
-      coordinator_address="10.0.0.1:1234", num_processes=2, process_id=1)
+    coordinator_address="10.0.0.1:1234", num_processes=2, process_id=1
+  )
   with pytest.raises(ValueError, match="together"):
     distributed.plan("10.0.0.1:1234", None, None, env={})
   with pytest.raises(ValueError, match="not in"):
     distributed.plan("h:1", 2, 5, env={})
 
 
-@pytest.mark.parametrize("nodelist, host", [("gpu[001-004,007],cpu1", "gpu001"), ("n1,n2", "n1"),
-                                            ("cpu1,gpu[01-02]", "cpu1"), ("", "localhost")])
+@pytest.mark.parametrize(
+  "nodelist, host",
+  [
+    ("gpu[001-004,007],cpu1", "gpu001"),
+    ("n1,n2", "n1"),
+    ("cpu1,gpu[01-02]", "cpu1"),
+    ("", "localhost"),
+  ],
+)
 def test_first_host(nodelist, host):
   assert distributed.first_host(nodelist) == host

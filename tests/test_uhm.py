@@ -18,67 +18,68 @@ FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive
 # ---------------------------------------------------------------- (1) nu-operator identities, float64
 @pytest.fixture(scope="module")
 def mdp():
-    P, R, pi = T.random_mdp(0, 6, 3)
-    return P, R, pi, T.q_pi(P, R, pi, GAMMA)
+  P, R, pi = T.random_mdp(0, 6, 3)
+  return P, R, pi, T.q_pi(P, R, pi, GAMMA)
 
 
 def test_winsorized_weights_closed_forms():
-    p_H = horizon.winsorized_p_H(LAM, GAMMA, KMAX)
-    nu = horizon.winsorized_nu(LAM, GAMMA, KMAX)
-    xi = horizon.xi_from_nu(nu, GAMMA)
-    k = np.arange(1, KMAX + 1)
-    xi_closed = LAM ** k * GAMMA ** (k - 1.0)
-    xi_closed[-1] = 0.0
-    np.testing.assert_allclose(xi, xi_closed, rtol=0, atol=1e-12)
-    assert abs(p_H.sum() - 1.0) < 1e-12
-    w_xi, w_nu = horizon.target_weights(nu, xi, p_H)
-    c_xi, c_nu = horizon.winsorized_weights(LAM, GAMMA, KMAX)
-    np.testing.assert_allclose(w_xi, c_xi, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(w_nu, c_nu, rtol=0, atol=1e-12)
-    # Untruncated TD(lam) with p_H = Geom(1 - lam*gamma) has constant weights: the GHM variant's.
-    K = 60
-    lg = LAM * GAMMA
-    nu_inf = (1 - LAM) * lg ** np.arange(K)
-    pg = (1 - lg) * lg ** np.arange(K)
-    g_xi, g_nu = horizon.target_weights(nu_inf, horizon.xi_from_nu(nu_inf, GAMMA), pg)
-    np.testing.assert_allclose(g_xi, horizon.ghm_weights(LAM, GAMMA)[0], atol=1e-12)
-    np.testing.assert_allclose(g_nu, horizon.ghm_weights(LAM, GAMMA)[1], atol=1e-12)
-    with pytest.raises(ValueError, match="p_H"):
-        horizon.target_weights(nu, xi, np.r_[p_H[:-1], 0.0])
+  p_H = horizon.winsorized_p_H(LAM, GAMMA, KMAX)
+  nu = horizon.winsorized_nu(LAM, GAMMA, KMAX)
+  xi = horizon.xi_from_nu(nu, GAMMA)
+  k = np.arange(1, KMAX + 1)
+  xi_closed = LAM**k * GAMMA ** (k - 1.0)
+  xi_closed[-1] = 0.0
+  np.testing.assert_allclose(xi, xi_closed, rtol=0, atol=1e-12)
+  assert abs(p_H.sum() - 1.0) < 1e-12
+  w_xi, w_nu = horizon.target_weights(nu, xi, p_H)
+  c_xi, c_nu = horizon.winsorized_weights(LAM, GAMMA, KMAX)
+  np.testing.assert_allclose(w_xi, c_xi, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(w_nu, c_nu, rtol=0, atol=1e-12)
+  # Untruncated TD(lam) with p_H = Geom(1 - lam*gamma) has constant weights: the GHM variant's.
+  K = 60
+  lg = LAM * GAMMA
+  nu_inf = (1 - LAM) * lg ** np.arange(K)
+  pg = (1 - lg) * lg ** np.arange(K)
+  g_xi, g_nu = horizon.target_weights(nu_inf, horizon.xi_from_nu(nu_inf, GAMMA), pg)
+  np.testing.assert_allclose(g_xi, horizon.ghm_weights(LAM, GAMMA)[0], atol=1e-12)
+  np.testing.assert_allclose(g_nu, horizon.ghm_weights(LAM, GAMMA)[1], atol=1e-12)
+  with pytest.raises(ValueError, match="p_H"):
+    horizon.target_weights(nu, xi, np.r_[p_H[:-1], 0.0])
 
 
 def test_nu_operator_fixed_point(mdp):
-    P, R, pi, Q = mdp
-    nu = horizon.winsorized_nu(LAM, GAMMA, KMAX)
-    np.testing.assert_allclose(T.nu_operator(Q, P, R, pi, GAMMA, nu), Q, rtol=0, atol=1e-12)
-    p_H = horizon.winsorized_p_H(LAM, GAMMA, KMAX)
-    w_xi, w_nu = horizon.winsorized_weights(LAM, GAMMA, KMAX)
-    np.testing.assert_allclose(T.one_sample_expectation(Q, P, R, pi, GAMMA, p_H, w_xi, w_nu), Q,
-                               rtol=0, atol=1e-12)
-    Qk = np.zeros_like(Q)
-    for _ in range(200):
-        Qk = T.nu_operator(Qk, P, R, pi, GAMMA, nu)
-    np.testing.assert_allclose(Qk, Q, rtol=0, atol=1e-12)
-    # n-step TD special case nu = gamma^{n-1} 1[k = n]: xi(k) = gamma^{k-1} for k < n, 0 after.
-    n = 3
-    nu_n = np.zeros(KMAX)
-    nu_n[n - 1] = GAMMA ** (n - 1)
-    xi_n = horizon.xi_from_nu(nu_n, GAMMA)
-    np.testing.assert_allclose(xi_n, [1, GAMMA, 0, 0, 0], atol=1e-12)
-    np.testing.assert_allclose(T.nu_operator(Q, P, R, pi, GAMMA, nu_n), Q, rtol=0, atol=1e-12)
-    # A wrong nu (not normalised) must not be a fixed point: the test can fail.
-    assert np.abs(T.nu_operator(Q, P, R, pi, GAMMA, 1.1 * nu) - Q).max() > 1e-3
+  P, R, pi, Q = mdp
+  nu = horizon.winsorized_nu(LAM, GAMMA, KMAX)
+  np.testing.assert_allclose(T.nu_operator(Q, P, R, pi, GAMMA, nu), Q, rtol=0, atol=1e-12)
+  p_H = horizon.winsorized_p_H(LAM, GAMMA, KMAX)
+  w_xi, w_nu = horizon.winsorized_weights(LAM, GAMMA, KMAX)
+  np.testing.assert_allclose(
+    T.one_sample_expectation(Q, P, R, pi, GAMMA, p_H, w_xi, w_nu), Q, rtol=0, atol=1e-12
+  )
+  Qk = np.zeros_like(Q)
+  for _ in range(200):
+    Qk = T.nu_operator(Qk, P, R, pi, GAMMA, nu)
+  np.testing.assert_allclose(Qk, Q, rtol=0, atol=1e-12)
+  # n-step TD special case nu = gamma^{n-1} 1[k = n]: xi(k) = gamma^{k-1} for k < n, 0 after.
+  n = 3
+  nu_n = np.zeros(KMAX)
+  nu_n[n - 1] = GAMMA ** (n - 1)
+  xi_n = horizon.xi_from_nu(nu_n, GAMMA)
+  np.testing.assert_allclose(xi_n, [1, GAMMA, 0, 0, 0], atol=1e-12)
+  np.testing.assert_allclose(T.nu_operator(Q, P, R, pi, GAMMA, nu_n), Q, rtol=0, atol=1e-12)
+  # A wrong nu (not normalised) must not be a fixed point: the test can fail.
+  assert np.abs(T.nu_operator(Q, P, R, pi, GAMMA, 1.1 * nu) - Q).max() > 1e-3
 
 
 def test_horizon_samplers_match_laws():
-    N = 200_000
-    n = np.asarray(horizon.sample_winsorized(jax.random.PRNGKey(0), (N,), LAM, GAMMA, KMAX))
-    freq = np.bincount(n, minlength=KMAX + 1)[1:] / N
-    assert n.min() >= 1 and n.max() <= KMAX
-    assert T.tv(freq, horizon.winsorized_p_H(LAM, GAMMA, KMAX)) < 0.005
-    g = np.asarray(horizon.sample_geometric(jax.random.PRNGKey(1), (N,), 0.6))
-    freq = np.bincount(g, minlength=40)[1:40] / N
-    assert T.tv(freq, 0.4 * 0.6 ** np.arange(39)) < 0.005
+  N = 200_000
+  n = np.asarray(horizon.sample_winsorized(jax.random.PRNGKey(0), (N,), LAM, GAMMA, KMAX))
+  freq = np.bincount(n, minlength=KMAX + 1)[1:] / N
+  assert n.min() >= 1 and n.max() <= KMAX
+  assert T.tv(freq, horizon.winsorized_p_H(LAM, GAMMA, KMAX)) < 0.005
+  g = np.asarray(horizon.sample_geometric(jax.random.PRNGKey(1), (N,), 0.6))
+  freq = np.bincount(g, minlength=40)[1:40] / N
+  assert T.tv(freq, 0.4 * 0.6 ** np.arange(39)) < 0.005
 
 
 # ---------------------------------------------------------------- (2) tabular UHM = exact n-step law
@@ -87,220 +88,240 @@ TAB_K, GHM_GAMMA = 24, 0.6  # GHM tail beyond k_max: 0.6^24 = 5e-6
 
 @pytest.fixture(scope="module")
 def tabular():
-    P = T.chain_mdp(10)
-    pi = np.random.default_rng(1).dirichlet(np.ones(2), size=10)
-    sa, sp = T.sample_dataset(0, P, 200_000)
-    m = np.asarray(T.train_tabular_uhm(jax.random.PRNGKey(0), sa, sp, pi, TAB_K, num_iters=2000))
-    return P, pi, m
+  P = T.chain_mdp(10)
+  pi = np.random.default_rng(1).dirichlet(np.ones(2), size=10)
+  sa, sp = T.sample_dataset(0, P, 200_000)
+  m = np.asarray(T.train_tabular_uhm(jax.random.PRNGKey(0), sa, sp, pi, TAB_K, num_iters=2000))
+  return P, pi, m
 
 
 def test_tabular_uhm_matches_n_step_law(tabular):
-    P, pi, m = tabular
-    err = T.tv(m, T.exact_n_step(P, pi, TAB_K)).max(-1)  # worst (s, a) per n
-    assert err.max() < 0.02, err
-    # Bootstrapping through the wrong level would give the (n+1)-step law: far from it.
-    assert T.tv(m[1:], T.exact_n_step(P, pi, TAB_K)[:-1]).max() > 0.1
+  P, pi, m = tabular
+  err = T.tv(m, T.exact_n_step(P, pi, TAB_K)).max(-1)  # worst (s, a) per n
+  assert err.max() < 0.02, err
+  # Bootstrapping through the wrong level would give the (n+1)-step law: far from it.
+  assert T.tv(m[1:], T.exact_n_step(P, pi, TAB_K)[:-1]).max() > 0.1
 
 
 # ---------------------------------------------------------------- (4) GHM limit
 def test_ghm_limit_pooled_uhm_is_successor_measure(tabular):
-    P, pi, m = tabular
-    SA = m.shape[1]
-    sm = T.successor_measure(P, pi, GHM_GAMMA)
-    w = (1 - GHM_GAMMA) * GHM_GAMMA ** np.arange(TAB_K)
-    assert T.tv(np.einsum("n,nij->ij", w / w.sum(), m), sm).max() < 0.02
-    # Monte Carlo pooling: n ~ Geom(1 - gamma), x ~ m(. | s, a, n).
-    per = 50_000
-    n = jnp.minimum(horizon.sample_geometric(jax.random.PRNGKey(2), (SA, per), GHM_GAMMA), TAB_K)
-    cdf = np.cumsum(m, -1)[np.asarray(n) - 1, np.arange(SA)[:, None]]          # SA x per x S
-    u = np.random.default_rng(3).uniform(size=(SA, per, 1)) * cdf[..., -1:]
-    x = np.minimum((u > cdf).sum(-1), m.shape[2] - 1)
-    hist = np.stack([np.bincount(x[i], minlength=m.shape[2]) / per for i in range(SA)])
-    assert T.tv(hist, sm).max() < 0.03
-    # A one-step model pooled the same way is far from the successor measure.
-    assert T.tv(m[0], sm).max() > 0.1
+  P, pi, m = tabular
+  SA = m.shape[1]
+  sm = T.successor_measure(P, pi, GHM_GAMMA)
+  w = (1 - GHM_GAMMA) * GHM_GAMMA ** np.arange(TAB_K)
+  assert T.tv(np.einsum("n,nij->ij", w / w.sum(), m), sm).max() < 0.02
+  # Monte Carlo pooling: n ~ Geom(1 - gamma), x ~ m(. | s, a, n).
+  per = 50_000
+  n = jnp.minimum(horizon.sample_geometric(jax.random.PRNGKey(2), (SA, per), GHM_GAMMA), TAB_K)
+  cdf = np.cumsum(m, -1)[np.asarray(n) - 1, np.arange(SA)[:, None]]  # SA x per x S
+  u = np.random.default_rng(3).uniform(size=(SA, per, 1)) * cdf[..., -1:]
+  x = np.minimum((u > cdf).sum(-1), m.shape[2] - 1)
+  hist = np.stack([np.bincount(x[i], minlength=m.shape[2]) / per for i in range(SA)])
+  assert T.tv(hist, sm).max() < 0.03
+  # A one-step model pooled the same way is far from the successor measure.
+  assert T.tv(m[0], sm).max() > 0.1
 
 
 # ---------------------------------------------------------------- (3) flow UHM on a Gaussian random walk
 RW_K, RW_A0, RW_STEPS = 16, 0.05, 3000
-RW_SCALE = float(np.sqrt(0.4 ** 2 / 12 + 0.01))  # std of s' - s under the data distribution
+RW_SCALE = float(np.sqrt(0.4**2 / 12 + 0.01))  # std of s' - s under the data distribution
 
 
 @pytest.fixture(scope="module")
 def random_walk_flow():
-    """TD^2-CFM on s' = s + a + 0.1 eps, data a ~ U(-0.2, 0.2), policy a' = 0.05; displacement coords."""
-    net = VelocityField((64, 64), 1, RW_K, 16, True)
-    z = jnp.zeros((1, 1))
-    params = net.init(jax.random.PRNGKey(0), jnp.zeros(1), z, z, z, jnp.ones(1, jnp.int32))
-    tx = optax.adam(optax.cosine_decay_schedule(1e-3, RW_STEPS, 0.1))
-    B, tau = 256, 0.05
+  """TD^2-CFM on s' = s + a + 0.1 eps, data a ~ U(-0.2, 0.2), policy a' = 0.05; displacement coords."""
+  net = VelocityField((64, 64), 1, RW_K, 16, True)
+  z = jnp.zeros((1, 1))
+  params = net.init(jax.random.PRNGKey(0), jnp.zeros(1), z, z, z, jnp.ones(1, jnp.int32))
+  tx = optax.adam(optax.cosine_decay_schedule(1e-3, RW_STEPS, 0.1))
+  B, tau = 256, 0.05
 
-    def step(carry, key):
-        p, tp, o = carry
-        k1, k2, k3, k4, k5 = jax.random.split(key, 5)
-        s = jax.random.uniform(k1, (B, 1), minval=-2, maxval=2)
-        a = jax.random.uniform(k2, (B, 1), minval=-0.2, maxval=0.2)
-        sp = s + a + 0.1 * jax.random.normal(k3, (B, 1))
-        ap = jnp.full((B, 1), RW_A0)
-        n = uhm.model_horizons(k4, B, RW_K, 0.25)
-        d = (sp - s) / RW_SCALE
-        loss, g = jax.value_and_grad(uhm.td_flow_loss, argnums=1)(
-            net, p, tp, s, a, n, sp, ap, jnp.maximum(n - 1, 1), d, d, n == 1, k5, 5, "td2_cfm")
-        u, o = tx.update(g, o, p)
-        p = optax.apply_updates(p, u)
-        return (p, jax.tree.map(lambda x, y: tau * x + (1 - tau) * y, p, tp), o), loss
+  def step(carry, key):
+    p, tp, o = carry
+    k1, k2, k3, k4, k5 = jax.random.split(key, 5)
+    s = jax.random.uniform(k1, (B, 1), minval=-2, maxval=2)
+    a = jax.random.uniform(k2, (B, 1), minval=-0.2, maxval=0.2)
+    sp = s + a + 0.1 * jax.random.normal(k3, (B, 1))
+    ap = jnp.full((B, 1), RW_A0)
+    n = uhm.model_horizons(k4, B, RW_K, 0.25)
+    d = (sp - s) / RW_SCALE
+    loss, g = jax.value_and_grad(uhm.td_flow_loss, argnums=1)(
+      net, p, tp, s, a, n, sp, ap, jnp.maximum(n - 1, 1), d, d, n == 1, k5, 5, "td2_cfm"
+    )
+    u, o = tx.update(g, o, p)
+    p = optax.apply_updates(p, u)
+    return (p, jax.tree.map(lambda x, y: tau * x + (1 - tau) * y, p, tp), o), loss
 
-    @jax.jit
-    def train(p, key):
-        (p, tp, _), losses = jax.lax.scan(step, (p, p, tx.init(p)), jax.random.split(key, RW_STEPS))
-        return tp, losses
+  @jax.jit
+  def train(p, key):
+    (p, tp, _), losses = jax.lax.scan(step, (p, p, tx.init(p)), jax.random.split(key, RW_STEPS))
+    return tp, losses
 
-    tp, losses = train(params, jax.random.PRNGKey(1))
-    return net, tp, np.asarray(losses)
+  tp, losses = train(params, jax.random.PRNGKey(1))
+  return net, tp, np.asarray(losses)
 
 
 @pytest.mark.parametrize("n", [1, 4, 16])
 def test_flow_uhm_random_walk_moments(random_walk_flow, n):
-    net, tp, losses = random_walk_flow
-    assert np.isfinite(losses).all()
-    M, s0 = 4000, 1.0
-    s = jnp.full((M, 1), s0)
-    y = uhm.flow_sample(net, tp, s, jnp.full((M, 1), RW_A0), jnp.full((M,), n, jnp.int32),
-                        jax.random.normal(jax.random.PRNGKey(n), (M, 1)), 5)
-    x = np.asarray(s0 + RW_SCALE * y)[:, 0]
-    mean, var = s0 + n * RW_A0, 0.01 * n  # exact law N(s + n a, 0.01 n) with a held at 0.05
-    assert abs(x.mean() - mean) < 0.1 * mean, (x.mean(), mean)
-    assert abs(x.mean() - mean) < 0.3 * np.sqrt(var), (x.mean(), mean)
-    assert abs(x.var() / var - 1) < 0.1, (x.var(), var)
+  net, tp, losses = random_walk_flow
+  assert np.isfinite(losses).all()
+  M, s0 = 4000, 1.0
+  s = jnp.full((M, 1), s0)
+  y = uhm.flow_sample(
+    net,
+    tp,
+    s,
+    jnp.full((M, 1), RW_A0),
+    jnp.full((M,), n, jnp.int32),
+    jax.random.normal(jax.random.PRNGKey(n), (M, 1)),
+    5,
+  )
+  x = np.asarray(s0 + RW_SCALE * y)[:, 0]
+  mean, var = s0 + n * RW_A0, 0.01 * n  # exact law N(s + n a, 0.01 n) with a held at 0.05
+  assert abs(x.mean() - mean) < 0.1 * mean, (x.mean(), mean)
+  assert abs(x.mean() - mean) < 0.3 * np.sqrt(var), (x.mean(), mean)
+  assert abs(x.var() / var - 1) < 0.1, (x.var(), var)
 
 
 def test_euler_vs_midpoint_on_exact_gaussian_field():
-    """Why the default solver is midpoint: 10 Euler steps shrink a Gaussian's variance by ~24%."""
-    mu, sig = 0.3, 0.65
+  """Why the default solver is midpoint: 10 Euler steps shrink a Gaussian's variance by ~24%."""
+  mu, sig = 0.3, 0.65
 
-    class Exact:  # exact marginal field of the independent-coupling path N(0,1) -> N(mu, sig^2)
-        @staticmethod
-        def apply(params, t, x, s, a, n):
-            tt = t[:, None]
-            return mu + (x - tt * mu) * (tt * sig ** 2 - (1 - tt)) / ((1 - tt) ** 2 + tt ** 2 * sig ** 2)
+  class Exact:  # exact marginal field of the independent-coupling path N(0,1) -> N(mu, sig^2)
+    @staticmethod
+    def apply(params, t, x, s, a, n):
+      tt = t[:, None]
+      return mu + (x - tt * mu) * (tt * sig**2 - (1 - tt)) / ((1 - tt) ** 2 + tt**2 * sig**2)
 
-    x0 = jax.random.normal(jax.random.PRNGKey(0), (50_000, 1))
-    args = (Exact, None, None, None, None, x0)
-    eu = np.asarray(uhm.flow_sample(*args, 10, solver="euler"))
-    mid = np.asarray(uhm.flow_sample(*args, 5, solver="midpoint"))
-    ref = np.asarray(mu + sig * x0)  # pushforward is affine in x0: compare samples path-wise
-    assert abs(eu.std() / ref.std() - 1) > 0.1
-    assert abs(mid.std() / ref.std() - 1) < 0.005
-    np.testing.assert_allclose(mid, ref, atol=0.01)
+  x0 = jax.random.normal(jax.random.PRNGKey(0), (50_000, 1))
+  args = (Exact, None, None, None, None, x0)
+  eu = np.asarray(uhm.flow_sample(*args, 10, solver="euler"))
+  mid = np.asarray(uhm.flow_sample(*args, 5, solver="midpoint"))
+  ref = np.asarray(mu + sig * x0)  # pushforward is affine in x0: compare samples path-wise
+  assert abs(eu.std() / ref.std() - 1) > 0.1
+  assert abs(mid.std() / ref.std() - 1) < 0.005
+  np.testing.assert_allclose(mid, ref, atol=0.01)
 
 
 # ---------------------------------------------------------------- offline data sampler
 def _toy_dataset(N=40, O=3, A=2, traj=10, seed=0):
-    rng = np.random.default_rng(seed)
-    obs = rng.normal(size=(N + 1, O)).astype(np.float32)
-    term = np.zeros(N)
-    term[traj - 1::traj] = 1
-    masks = np.ones(N)
-    masks[3] = 0.0  # a true terminal inside the first trajectory
-    return dict(observations=obs[:-1], next_observations=obs[1:], actions=rng.uniform(-1, 1, (N, A)).astype(np.float32),
-                rewards=np.arange(N, dtype=np.float32), masks=masks, terminals=term)
+  rng = np.random.default_rng(seed)
+  obs = rng.normal(size=(N + 1, O)).astype(np.float32)
+  term = np.zeros(N)
+  term[traj - 1 :: traj] = 1
+  masks = np.ones(N)
+  masks[3] = 0.0  # a true terminal inside the first trajectory
+  return dict(
+    observations=obs[:-1],
+    next_observations=obs[1:],
+    actions=rng.uniform(-1, 1, (N, A)).astype(np.float32),
+    rewards=np.arange(N, dtype=np.float32),
+    masks=masks,
+    terminals=term,
+  )
 
 
 def test_sampler_windows_follow_trajectories():
-    d = _toy_dataset()
-    data = offline_data.make_offline_data(d)
-    K = 4
-    b = jax.jit(lambda dd, k: offline_data.sample(dd, k, batch_size=64, k_max=K))(data, jax.random.PRNGKey(0))
-    idx = np.asarray(b["rewards"]).astype(int)  # rewards are the indices
-    np.testing.assert_array_equal(np.asarray(b["observations"]), d["observations"][idx])
-    for row, i in enumerate(idx):
-        end = (i // 10) * 10 + 9
-        for k in range(K):
-            j = min(i + k, end)
-            assert b["window_valid"][row, k] == float(i + k <= end)
-            assert b["window_rewards"][row, k] == j
-            np.testing.assert_array_equal(b["window_observations"][row, k], d["next_observations"][j])
-            np.testing.assert_array_equal(b["window_actions"][row, k], d["actions"][min(i + k + 1, end)])
-        np.testing.assert_array_equal(b["next_actions"][row], d["actions"][min(i + 1, end)])
-    with pytest.raises(ValueError, match="masks"):
-        offline_data.make_offline_data({k: v for k, v in d.items() if k != "masks"})
+  d = _toy_dataset()
+  data = offline_data.make_offline_data(d)
+  K = 4
+  b = jax.jit(lambda dd, k: offline_data.sample(dd, k, batch_size=64, k_max=K))(
+    data, jax.random.PRNGKey(0)
+  )
+  idx = np.asarray(b["rewards"]).astype(int)  # rewards are the indices
+  np.testing.assert_array_equal(np.asarray(b["observations"]), d["observations"][idx])
+  for row, i in enumerate(idx):
+    end = (i // 10) * 10 + 9
+    for k in range(K):
+      j = min(i + k, end)
+      assert b["window_valid"][row, k] == float(i + k <= end)
+      assert b["window_rewards"][row, k] == j
+      np.testing.assert_array_equal(b["window_observations"][row, k], d["next_observations"][j])
+      np.testing.assert_array_equal(b["window_actions"][row, k], d["actions"][min(i + k + 1, end)])
+    np.testing.assert_array_equal(b["next_actions"][row], d["actions"][min(i + 1, end)])
+  with pytest.raises(ValueError, match="masks"):
+    offline_data.make_offline_data({k: v for k, v in d.items() if k != "masks"})
 
 
 # ---------------------------------------------------------------- (5) every agent variant: one jitted update
 def _tiny_config(agent):
-    c = uhm.get_config()
-    c.agent, c.batch_size, c.k_max, c.flow_steps = agent, 16, 3, 2
-    c.actor_hidden_dims = c.value_hidden_dims = c.model_hidden_dims = (16, 16)
-    c.reward_hidden_dims = (16,)
-    c.horizon_emb_dim = 4
-    return c
+  c = uhm.get_config()
+  c.agent, c.batch_size, c.k_max, c.flow_steps = agent, 16, 3, 2
+  c.actor_hidden_dims = c.value_hidden_dims = c.model_hidden_dims = (16, 16)
+  c.reward_hidden_dims = (16,)
+  c.horizon_emb_dim = 4
+  return c
 
 
 @pytest.mark.parametrize("agent", uhm.AGENTS)
 def test_update_every_agent(agent):
-    d = _toy_dataset(N=60)
-    data = offline_data.make_offline_data(d)
-    c = _tiny_config(agent)
-    state = uhm.create(jax.random.PRNGKey(0), 3, 2, c, offline_data.obs_stats(data))
-    batch = jax.jit(uhm.make_sample_fn(c))(data, jax.random.PRNGKey(1))
-    assert ("window_observations" in batch) == (agent == "dtd")
-    key = jax.random.PRNGKey(2)
-    # Unoptimised XLA compile: this checks values, not speed, and cuts compile CPU time ~2x.
-    update = jax.jit(uhm.update).lower(state, batch, key).compile(FAST_COMPILE)
-    new, metrics = update(state, batch, key)
-    assert metrics and all(np.isfinite(float(v)) for v in metrics.values()), metrics
-    for name in state.params:  # step 0 is an actor step, so every group moves
-        diff = jax.tree.map(lambda x, y: float(jnp.abs(x - y).max()), new.params[name], state.params[name])
-        assert max(jax.tree.leaves(diff)) > 0, name
-    assert int(new.step) == 1
-    assert ("flow_loss" in metrics) == (agent in uhm.FLOW_AGENTS)
-    act = uhm.sample_actions(new, batch["observations"])
-    assert act.shape == (16, 2) and float(jnp.abs(act).max()) <= 1.0
+  d = _toy_dataset(N=60)
+  data = offline_data.make_offline_data(d)
+  c = _tiny_config(agent)
+  state = uhm.create(jax.random.PRNGKey(0), 3, 2, c, offline_data.obs_stats(data))
+  batch = jax.jit(uhm.make_sample_fn(c))(data, jax.random.PRNGKey(1))
+  assert ("window_observations" in batch) == (agent == "dtd")
+  key = jax.random.PRNGKey(2)
+  # Unoptimised XLA compile: this checks values, not speed, and cuts compile CPU time ~2x.
+  update = jax.jit(uhm.update).lower(state, batch, key).compile(FAST_COMPILE)
+  new, metrics = update(state, batch, key)
+  assert metrics and all(np.isfinite(float(v)) for v in metrics.values()), metrics
+  for name in state.params:  # step 0 is an actor step, so every group moves
+    diff = jax.tree.map(
+      lambda x, y: float(jnp.abs(x - y).max()), new.params[name], state.params[name]
+    )
+    assert max(jax.tree.leaves(diff)) > 0, name
+  assert int(new.step) == 1
+  assert ("flow_loss" in metrics) == (agent in uhm.FLOW_AGENTS)
+  act = uhm.sample_actions(new, batch["observations"])
+  assert act.shape == (16, 2) and float(jnp.abs(act).max()) <= 1.0
 
 
 def test_config_errors_name_the_field():
-    c = uhm.get_config()
-    c.agent = "sac"
-    with pytest.raises(ValueError, match=r"config\.agent.*uhm"):
-        uhm.validate_config(c)
-    c = uhm.get_config()
-    c.flow_loss = "td_cfm"
-    with pytest.raises(ValueError, match=r"config\.flow_loss.*td2_cfm"):
-        uhm.validate_config(c)
-    c = uhm.get_config()
-    c.lam = 1.5
-    with pytest.raises(ValueError, match=r"config\.lam"):
-        uhm.validate_config(c)
-    c = uhm.get_config()
-    c.reward_source = "fn"
-    with pytest.raises(ValueError, match="reward_fn"):
-        uhm.create(jax.random.PRNGKey(0), 3, 2, c)
+  c = uhm.get_config()
+  c.agent = "sac"
+  with pytest.raises(ValueError, match=r"config\.agent.*uhm"):
+    uhm.validate_config(c)
+  c = uhm.get_config()
+  c.flow_loss = "td_cfm"
+  with pytest.raises(ValueError, match=r"config\.flow_loss.*td2_cfm"):
+    uhm.validate_config(c)
+  c = uhm.get_config()
+  c.lam = 1.5
+  with pytest.raises(ValueError, match=r"config\.lam"):
+    uhm.validate_config(c)
+  c = uhm.get_config()
+  c.reward_source = "fn"
+  with pytest.raises(ValueError, match="reward_fn"):
+    uhm.create(jax.random.PRNGKey(0), 3, 2, c)
 
 
 def test_dtd_target_is_truncated_lambda_return():
-    """DTD's nu-weighted window target equals the recursive lambda-return, truncated at k_max or at the
-    trajectory end (full bootstrap there) and cut by true terminals (masks)."""
-    d = _toy_dataset(N=60)
-    d["rewards"] = np.random.default_rng(5).normal(size=60).astype(np.float32)
-    data = offline_data.make_offline_data(d)
-    c = _tiny_config("dtd")
-    c.k_max, c.lam, c.actor_noise, c.batch_size = 4, 0.7, 0.0, 64
-    state = uhm.create(jax.random.PRNGKey(0), 3, 2, c, offline_data.obs_stats(data))
-    # Sample a batch with indices recoverable from the observations.
-    key = jax.random.PRNGKey(3)
-    batch = offline_data.sample(data, key, batch_size=64, k_max=4)
-    idx = np.asarray(jax.random.randint(key, (64,), 0, 60))
-    G, _ = jax.jit(uhm.value_target)(state, batch, jax.random.PRNGKey(4))
-    nets = uhm.networks(state.config, 3, 2)
-    S = d["next_observations"]
-    A_ = np.asarray(nets["actor"].apply(state.target_params["actor"], S))
-    Q = np.asarray(jnp.min(nets["critic"].apply(state.target_params["critic"], S, A_), 0)).astype(np.float64)
-    r, m, g, lam = d["rewards"].astype(np.float64), d["masks"], c.discount, c.lam
-    for row, i in enumerate(idx):
-        end = (i // 10) * 10 + 9
-        K = min(4, end - i + 1)               # states s_1..s_K exist: s_k = next_observations[i+k-1]
-        V = Q[i + K - 1]                      # full bootstrap at the last state
-        for k in range(K - 1, 0, -1):         # V_k = (1-lam) Q_k + lam (r_k + gamma m_k V_{k+1})
-            V = (1 - lam) * Q[i + k - 1] + lam * (r[i + k] + g * m[i + k] * V)
-        ref = r[i] + g * m[i] * V
-        np.testing.assert_allclose(float(G[row]), ref, rtol=1e-5, atol=1e-5)
+  """DTD's nu-weighted window target equals the recursive lambda-return, truncated at k_max or at the
+  trajectory end (full bootstrap there) and cut by true terminals (masks)."""
+  d = _toy_dataset(N=60)
+  d["rewards"] = np.random.default_rng(5).normal(size=60).astype(np.float32)
+  data = offline_data.make_offline_data(d)
+  c = _tiny_config("dtd")
+  c.k_max, c.lam, c.actor_noise, c.batch_size = 4, 0.7, 0.0, 64
+  state = uhm.create(jax.random.PRNGKey(0), 3, 2, c, offline_data.obs_stats(data))
+  # Sample a batch with indices recoverable from the observations.
+  key = jax.random.PRNGKey(3)
+  batch = offline_data.sample(data, key, batch_size=64, k_max=4)
+  idx = np.asarray(jax.random.randint(key, (64,), 0, 60))
+  G, _ = jax.jit(uhm.value_target)(state, batch, jax.random.PRNGKey(4))
+  nets = uhm.networks(state.config, 3, 2)
+  S = d["next_observations"]
+  A_ = np.asarray(nets["actor"].apply(state.target_params["actor"], S))
+  Q = np.asarray(jnp.min(nets["critic"].apply(state.target_params["critic"], S, A_), 0)).astype(
+    np.float64
+  )
+  r, m, g, lam = d["rewards"].astype(np.float64), d["masks"], c.discount, c.lam
+  for row, i in enumerate(idx):
+    end = (i // 10) * 10 + 9
+    K = min(4, end - i + 1)  # states s_1..s_K exist: s_k = next_observations[i+k-1]
+    V = Q[i + K - 1]  # full bootstrap at the last state
+    for k in range(K - 1, 0, -1):  # V_k = (1-lam) Q_k + lam (r_k + gamma m_k V_{k+1})
+      V = (1 - lam) * Q[i + k - 1] + lam * (r[i + k] + g * m[i + k] * V)
+    ref = r[i] + g * m[i] * V
+    np.testing.assert_allclose(float(G[row]), ref, rtol=1e-5, atol=1e-5)

@@ -11,22 +11,42 @@ import pytest
 
 pytest.importorskip("ogbench")
 
-SMALL = ["--config.actor_hidden_dims=(32,32)", "--config.value_hidden_dims=(32,32)",
-         "--config.model_hidden_dims=(32,32)", "--config.reward_hidden_dims=(32,)",
-         "--config.batch_size=32", "--config.flow_steps=2", "--config.k_max=4"]
+SMALL = [
+  "--config.actor_hidden_dims=(32,32)",
+  "--config.value_hidden_dims=(32,32)",
+  "--config.model_hidden_dims=(32,32)",
+  "--config.reward_hidden_dims=(32,)",
+  "--config.batch_size=32",
+  "--config.flow_steps=2",
+  "--config.k_max=4",
+]
 ENV = "pointmaze-medium-navigate-singletask-task1-v0"
 
 
 def _run(args, cwd):
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"}
   env.pop("XLA_FLAGS", None)
-  return subprocess.run([sys.executable, "-m", "experiments.uhm", *args], cwd=cwd, env=env,
-                        capture_output=True, text=True, timeout=600)
+  return subprocess.run(
+    [sys.executable, "-m", "experiments.uhm", *args],
+    cwd=cwd,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
 
 
 def test_end_to_end_generated_data_and_resume(tmp_path):
-  common = ["--env=ogbench", f"--env_name={ENV}", "--episodes=3", f"--dataset_dir={tmp_path / 'data'}",
-            f"--workdir={tmp_path / 'run'}", "--eval_episodes=1", "--log_every=20", *SMALL]
+  common = [
+    "--env=ogbench",
+    f"--env_name={ENV}",
+    "--episodes=3",
+    f"--dataset_dir={tmp_path / 'data'}",
+    f"--workdir={tmp_path / 'run'}",
+    "--eval_episodes=1",
+    "--log_every=20",
+    *SMALL,
+  ]
   r = _run(common + ["--steps=60"], tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "generating" in r.stdout and "success rate" in r.stdout
@@ -48,22 +68,37 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   # re-evaluating a kept checkpoint with more episodes
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"}
   env.pop("XLA_FLAGS", None)
-  r = subprocess.run([sys.executable, "-m", "experiments.uhm_eval", f"--workdir={tmp_path / 'run'}",
-                      "--step=60", "--eval_episodes=2"], cwd=tmp_path, env=env, capture_output=True,
-                     text=True, timeout=300)
+  r = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.uhm_eval",
+      f"--workdir={tmp_path / 'run'}",
+      "--step=60",
+      "--eval_episodes=2",
+    ],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert r.returncode == 0, r.stderr[-3000:]
   ev = json.loads((tmp_path / "run" / "eval_step60_n2.json").read_text())
   assert ev["step"] == 60 and ev["num_episodes"] == 2 and 0.0 <= ev["success"] <= 1.0
 
 
-@pytest.mark.parametrize("args, flag", [
+@pytest.mark.parametrize(
+  "args, flag",
+  [
     (["--agent=sac"], "--agent"),
     (["--env=dmc"], "--env"),
     (["--env_name=antmaze-large-navigate-singletask-v0"], "--"),
     (["--config.k_max=0"], "--config.k_max"),
     (["--config.flow_loss=ddpm"], "--config.flow_loss"),
     (["--eval_episodes=0"], "--eval_episodes"),
-])
+  ],
+)
 def test_bad_input_exits_2(tmp_path, args, flag):
   r = _run([f"--workdir={tmp_path / 'run'}", f"--dataset_dir={tmp_path / 'data'}", *args], tmp_path)
   assert r.returncode == 2, r.stderr[-2000:]
@@ -75,15 +110,28 @@ def test_bad_input_exits_2(tmp_path, args, flag):
 def test_data_parallel_update_equals_single_device(tmp_path):
   from jaxlab.core import mesh as mesh_lib, runtime, sharding
   from jaxlab.rl import offline_data, uhm
+
   rng = np.random.default_rng(0)
   n = 400
-  d = dict(observations=rng.normal(size=(n, 4)), actions=rng.uniform(-1, 1, (n, 2)),
-           rewards=-np.ones(n), masks=np.ones(n), terminals=(np.arange(n) % 100 == 99),
-           next_observations=rng.normal(size=(n, 4)))
+  d = dict(
+    observations=rng.normal(size=(n, 4)),
+    actions=rng.uniform(-1, 1, (n, 2)),
+    rewards=-np.ones(n),
+    masks=np.ones(n),
+    terminals=(np.arange(n) % 100 == 99),
+    next_observations=rng.normal(size=(n, 4)),
+  )
   data = offline_data.make_offline_data(d)
   c = uhm.get_config()
-  for k, v in dict(actor_hidden_dims=(16,), value_hidden_dims=(16,), model_hidden_dims=(16,),
-                   reward_hidden_dims=(16,), batch_size=32, flow_steps=2, k_max=3).items():
+  for k, v in dict(
+    actor_hidden_dims=(16,),
+    value_hidden_dims=(16,),
+    model_hidden_dims=(16,),
+    reward_hidden_dims=(16,),
+    batch_size=32,
+    flow_steps=2,
+    k_max=3,
+  ).items():
     c[k] = v
   cfg = uhm.validate_config(c)
   key = jax.random.key_data(jax.random.key(0))
@@ -92,11 +140,24 @@ def test_data_parallel_update_equals_single_device(tmp_path):
   out = {}
   for name, mesh in (("one", None), ("eight", m)):
     out[name], _ = runtime.train(
-        init, uhm.update, num_steps=6, workdir=tmp_path / name, key=key, data=data,
-        sample_fn=sharding.data_parallel(uhm.make_sample_fn(cfg), mesh), log_every=3,
-        ckpt_every=0, progress=False, plot=False, mesh=mesh,
-        state_sharding=None if mesh is None else sharding.replicated(m))
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
-               out["eight"].params, out["one"].params)
+      init,
+      uhm.update,
+      num_steps=6,
+      workdir=tmp_path / name,
+      key=key,
+      data=data,
+      sample_fn=sharding.data_parallel(uhm.make_sample_fn(cfg), mesh),
+      log_every=3,
+      ckpt_every=0,
+      progress=False,
+      plot=False,
+      mesh=mesh,
+      state_sharding=None if mesh is None else sharding.replicated(m),
+    )
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
+    out["eight"].params,
+    out["one"].params,
+  )
   moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), out["one"].params, init.params)
   assert max(jax.tree.leaves(moved)) > 0

@@ -40,7 +40,7 @@ def test_t1_problem_is_the_briefs(t1):
   np.testing.assert_allclose(s, np.geomspace(1.0, 1e-3, 40), rtol=1e-3)
   assert abs(float(g.lipschitz) - 1.0) < 1e-5
   m = np.asarray(g.M)
-  assert np.allclose(m, -m.T)      # bilinear: skew, hence monotone
+  assert np.allclose(m, -m.T)  # bilinear: skew, hence monotone
 
 
 @pytest.mark.parametrize("method", ANCHORED_DET)
@@ -60,7 +60,7 @@ def test_goma_constant_is_bounded_and_beats_apv_per_oracle_call(t1):
   (res_goma, calls_goma), (res_apv, calls_apv) = t1[0]["goma"], t1[0]["apv"]
   r2 = t1[1]
   k = T1_ITERS
-  const = k ** 2 * res_goma[:, k] / r2            # L = 1
+  const = k**2 * res_goma[:, k] / r2  # L = 1
   assert np.all(const < 100), const
   # Both are single-call: the same iteration is the same oracle budget.
   np.testing.assert_array_equal(calls_goma, calls_apv)
@@ -69,14 +69,14 @@ def test_goma_constant_is_bounded_and_beats_apv_per_oracle_call(t1):
   res_feg, calls_feg = t1[0]["feg"]
   i_feg = int(np.searchsorted(calls_feg[0], 10_000))
   assert calls_feg[0, i_feg] == 10_000
-  assert _geo_mean(res_goma[:, 9_999:10_000])[0] < 10 * _geo_mean(res_feg[:, i_feg:i_feg + 1])[0]
+  assert _geo_mean(res_goma[:, 9_999:10_000])[0] < 10 * _geo_mean(res_feg[:, i_feg : i_feg + 1])[0]
 
 
 def test_oracle_call_accounting(t1):
   for m in ("popov", "apv", "goma"):
     calls = t1[0][m][1][0]
-    assert calls[0] == 0 and calls[1] == 2          # F(y_{-1}) = F(z_0), then F(y_0)
-    assert np.all(np.diff(calls[1:]) == 1), m       # one call per iteration after the first
+    assert calls[0] == 0 and calls[1] == 2  # F(y_{-1}) = F(z_0), then F(y_0)
+    assert np.all(np.diff(calls[1:]) == 1), m  # one call per iteration after the first
   for m in ("eg", "eag_c", "eag_v", "feg"):
     assert np.all(np.diff(t1[0][m][1][0]) == 2), m
 
@@ -100,6 +100,7 @@ def test_oracle_calls_match_runtime_evaluations():
 
 # ------------------------------------------------------------------ stochastic (brief T2) --------
 
+
 @pytest.fixture(scope="module")
 def t2():
   """DSEG bilinear (d = 50, s ~ U[1, 2]), additive sigma = 0.5 plus multiplicative sigma_C = 0.1
@@ -109,14 +110,14 @@ def t2():
   z0 = jnp.zeros(100).at[0].set(1.0).at[50].set(1.0)
   keys = jax.random.split(jax.random.PRNGKey(5), 3)
   runs = {
-      "goma_stochastic": ("goma_stochastic", {}),
-      # Single step size anchored Popov: eta_k = 0.2/sqrt(k+1), gamma_k = (1 - b_k) eta_k.
-      "anchored_popov_single": ("goma", dict(eta_schedule="power", eta=0.2, r_eta=0.5)),
+    "goma_stochastic": ("goma_stochastic", {}),
+    # Single step size anchored Popov: eta_k = 0.2/sqrt(k+1), gamma_k = (1 - b_k) eta_k.
+    "anchored_popov_single": ("goma", dict(eta_schedule="power", eta=0.2, r_eta=0.5)),
   }
   out = {}
   for name, (m, hp) in runs.items():
     f = jax.jit(jax.vmap(lambda k, m=m, hp=hp: vi.run(m, oracle, z0, 10_000, key=k, **hp)))
-    out[name] = np.asarray(f(keys).residual_sq).mean(0)    # E||F(z_k)||^2 over seeds
+    out[name] = np.asarray(f(keys).residual_sq).mean(0)  # E||F(z_k)||^2 over seeds
   return out
 
 
@@ -132,8 +133,9 @@ def test_stochastic_goma_converges_under_unbounded_variance(t2):
 def test_zero_noise_stochastic_path_equals_deterministic_path():
   game = P.ill_conditioned_bilinear(jax.random.PRNGKey(3), n=8)
   z0 = P.sample_start(jax.random.PRNGKey(4), game)
-  sched = dict(eta_schedule="power", eta=0.6, r_eta=2 / 3, gamma_schedule="power", gamma=0.6,
-               r_gamma=1 / 3)
+  sched = dict(
+    eta_schedule="power", eta=0.6, r_eta=2 / 3, gamma_schedule="power", gamma=0.6, r_gamma=1 / 3
+  )
   det = vi.run("goma", game, z0, 300, **sched)
   sto = vi.run("goma_stochastic", P.stochastic(game, 0.0, 0.0), z0, 300, key=jax.random.PRNGKey(9))
   np.testing.assert_allclose(sto.residual_sq, det.residual_sq, rtol=1e-5, atol=1e-12)
@@ -150,10 +152,10 @@ def test_stochastic_oracle_is_unbiased_with_the_matrix_noise_covariance():
     noise = np.asarray(sample(oracle, z, keys))
     assert np.all(np.abs(noise.mean(0)) < 5 * noise.std(0) / math.sqrt(len(keys)))
     dx, dy = np.asarray(z[:3]), np.asarray(z[3:])
-    cov = 0.1 ** 2 * np.eye(6)
-    cov[:3, :3] += 0.3 ** 2 * dy @ dy * np.eye(3)
-    cov[3:, 3:] += 0.3 ** 2 * dx @ dx * np.eye(3)
-    cov[:3, 3:] -= 0.3 ** 2 * np.outer(dx, dy)     # Cov(E d_y, -E^T d_x)_ij = -d_x,i d_y,j
+    cov = 0.1**2 * np.eye(6)
+    cov[:3, :3] += 0.3**2 * dy @ dy * np.eye(3)
+    cov[3:, 3:] += 0.3**2 * dx @ dx * np.eye(3)
+    cov[:3, 3:] -= 0.3**2 * np.outer(dx, dy)  # Cov(E d_y, -E^T d_x)_ij = -d_x,i d_y,j
     cov[3:, :3] = cov[:3, 3:].T
     np.testing.assert_allclose(np.cov(noise.T), cov, atol=0.03 * np.abs(cov).max())
   full = P.stochastic(P.quadratic_game(jax.random.PRNGKey(2), 2), sigma=0.0, sigma_mult=0.5)
@@ -165,13 +167,23 @@ def test_stochastic_oracle_is_unbiased_with_the_matrix_noise_covariance():
 
 # ------------------------------------------------------------------ structural checks ------------
 
+
 def test_goma_with_apv_settings_is_tran_dinh_apv():
   game = P.quadratic_game(jax.random.PRNGKey(2), 6)
   z0 = jnp.zeros(12)
   apv = vi.run("apv", game, z0, 200)
   L = float(game.lipschitz)
-  goma = vi.run("goma", game, z0, 200, eta_schedule="apv", eta=1 / (2 * math.sqrt(3) * L),
-                gamma_schedule="ratio", gamma_ratio=1.0, beta_offset=2.0)
+  goma = vi.run(
+    "goma",
+    game,
+    z0,
+    200,
+    eta_schedule="apv",
+    eta=1 / (2 * math.sqrt(3) * L),
+    gamma_schedule="ratio",
+    gamma_ratio=1.0,
+    beta_offset=2.0,
+  )
   np.testing.assert_allclose(goma.residual_sq, apv.residual_sq, rtol=1e-5, atol=1e-12)
 
 
@@ -179,7 +191,7 @@ def test_step_size_recurrences_reach_the_briefs_limits():
   # EAG-V: alpha_k -> 0.4365/L from 0.618/L; APV: eta_k -> 0.2151/L (brief §1.3, MEAS).
   alpha, eta = 0.618, 1 / (2 * math.sqrt(3))
   for k in range(20_000):
-    q = alpha ** 2
+    q = alpha**2
     alpha = alpha * (1 - q / ((k + 1) * (k + 3) * (1 - q)))
     eta = float(vi._apv_eta_next(eta, 1 / (k + 2), 1 / (k + 3), 4.0, 1.0))
   assert abs(alpha - 0.4365) < 2e-3 and abs(eta - 0.2151) < 2e-3, (alpha, eta)
@@ -188,8 +200,15 @@ def test_step_size_recurrences_reach_the_briefs_limits():
 def test_anchored_methods_converge_to_the_solution_nearest_the_anchor():
   """Singular linear F with the solution set shift + ker M off the origin: Halpern-anchored
   methods end at P_Sol(z0), not at P_Sol(0) (an origin anchor) nor elsewhere on Sol."""
-  game = P.bilinear(jax.random.PRNGKey(7), 10, smin=0.5, smax=1.0, spectrum="uniform", rank=6,
-                    shift=jax.random.normal(jax.random.PRNGKey(8), (20,)))
+  game = P.bilinear(
+    jax.random.PRNGKey(7),
+    10,
+    smin=0.5,
+    smax=1.0,
+    spectrum="uniform",
+    rank=6,
+    shift=jax.random.normal(jax.random.PRNGKey(8), (20,)),
+  )
   z0 = 2.0 * jax.random.normal(jax.random.PRNGKey(9), (20,))
   target = game.project_solution(z0)
   d0 = float(jnp.linalg.norm(z0 - target))
@@ -227,8 +246,9 @@ def test_pytree_iterates_match_flat_iterates():
   flat = vi.run("goma", game, z0, 50, L=1.3)
   tree = vi.run("goma", f_tree, {"x": z0[:3], "y": z0[3:]}, 50, L=1.3)
   np.testing.assert_allclose(tree.residual_sq, flat.residual_sq, rtol=1e-5)
-  np.testing.assert_allclose(jnp.concatenate([tree.z["x"], tree.z["y"]]), flat.z, rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    jnp.concatenate([tree.z["x"], tree.z["y"]]), flat.z, rtol=1e-5, atol=1e-6
+  )
 
 
 def test_vmap_over_instances_and_hparams_matches_single_runs():
@@ -257,14 +277,16 @@ def test_bad_input_names_the_field_and_the_allowed_values():
 
 
 def test_problem_solution_sets():
-  for game in (P.bilinear(jax.random.PRNGKey(0), 6, rank=3, shift=jnp.arange(12.0)),
-               P.quadratic_game(jax.random.PRNGKey(1), 4, 3)):
+  for game in (
+    P.bilinear(jax.random.PRNGKey(0), 6, rank=3, shift=jnp.arange(12.0)),
+    P.quadratic_game(jax.random.PRNGKey(1), 4, 3),
+  ):
     m = np.asarray(game.M)
-    assert np.linalg.eigvalsh(m + m.T).min() > -1e-5           # monotone
+    assert np.linalg.eigvalsh(m + m.T).min() > -1e-5  # monotone
     z = jax.random.normal(jax.random.PRNGKey(2), (game.dim,))
     p = game.project_solution(z)
-    assert float(jnp.linalg.norm(game(p))) < 1e-4               # on Sol
-    np.testing.assert_allclose(game.project_solution(p), p, atol=1e-4)   # a projection
+    assert float(jnp.linalg.norm(game(p))) < 1e-4  # on Sol
+    np.testing.assert_allclose(game.project_solution(p), p, atol=1e-4)  # a projection
     np.testing.assert_allclose(float(game.lipschitz), np.linalg.norm(m, 2), rtol=1e-5)
 
 
@@ -273,10 +295,19 @@ def test_experiment_writes_plot_csv_summary_and_rejects_bad_flags(tmp_path):
   import os
   import subprocess
   import sys
+
   env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-  cmd = [sys.executable, "-m", "experiments.goma", "--problem=stochastic_bilinear",
-         "--methods=goma_stochastic,popov_anchored_1step", "--iters=300", "--config.num_seeds=2",
-         "--config.d=5", f"--workdir={tmp_path / 'ok'}"]
+  cmd = [
+    sys.executable,
+    "-m",
+    "experiments.goma",
+    "--problem=stochastic_bilinear",
+    "--methods=goma_stochastic,popov_anchored_1step",
+    "--iters=300",
+    "--config.num_seeds=2",
+    "--config.d=5",
+    f"--workdir={tmp_path / 'ok'}",
+  ]
   out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240)
   assert out.returncode == 0, out.stderr[-2000:]
   summary = json.loads((tmp_path / "ok" / "summary.json").read_text())
@@ -284,7 +315,12 @@ def test_experiment_writes_plot_csv_summary_and_rejects_bad_flags(tmp_path):
   assert summary["methods"]["goma_stochastic"]["oracle_calls_final"] == 301
   assert (tmp_path / "ok" / "curves.png").stat().st_size > 0
   assert (tmp_path / "ok" / "metrics.csv").read_text().startswith("method,iteration,oracle_calls")
-  bad = subprocess.run(cmd[:3] + ["--methods=goma,adam", f"--workdir={tmp_path / 'bad'}"],
-                       capture_output=True, text=True, env=env, timeout=120)
+  bad = subprocess.run(
+    cmd[:3] + ["--methods=goma,adam", f"--workdir={tmp_path / 'bad'}"],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=120,
+  )
   assert bad.returncode == 2 and "--methods" in bad.stderr and "goma_stochastic" in bad.stderr
   assert not (tmp_path / "bad").exists()

@@ -39,8 +39,10 @@ _NEG = -1e30  # finite "minus infinity": keeps fully-masked rows NaN-free in the
 def zigzag_permutation(length: int, num_shards: int) -> np.ndarray:
   """Sequence order for causal load balancing: shard i holds chunks i and 2P-1-i of 2P chunks."""
   if length % (2 * num_shards):
-    raise ValueError(f"sequence length {length} must be divisible by 2*context={2 * num_shards} "
-                     "for the load-balanced (zigzag) layout")
+    raise ValueError(
+      f"sequence length {length} must be divisible by 2*context={2 * num_shards} "
+      "for the load-balanced (zigzag) layout"
+    )
   chunks = np.arange(length).reshape(2 * num_shards, -1)
   order = [np.concatenate([chunks[i], chunks[2 * num_shards - 1 - i]]) for i in range(num_shards)]
   return np.concatenate(order)
@@ -56,7 +58,7 @@ def _scores(q_BxQxHxD, k_BxSxKxD, q_pos_BxQ, k_pos_BxS):
   kh = k_BxSxKxD.shape[2]
   q = q_BxQxHxD.reshape(b, lq, kh, h // kh, d)
   s = jnp.einsum("bqkgd,bskd->bkgqs", q, k_BxSxKxD, preferred_element_type=jnp.float32)
-  s = s * (d ** -0.5)
+  s = s * (d**-0.5)
   mask = (q_pos_BxQ[:, :, None] >= k_pos_BxS[:, None, :])[:, None, None]
   return jnp.where(mask, s, _NEG), mask
 
@@ -92,14 +94,17 @@ def _merge(a, b):
 def _empty_stats(q, kh):
   b, lq, h, d = q.shape
   shape = (b, kh, h // kh, lq)
-  return (jnp.full(shape, _NEG, jnp.float32), jnp.zeros(shape, jnp.float32),
-          jnp.zeros(shape + (d,), jnp.float32))
+  return (
+    jnp.full(shape, _NEG, jnp.float32),
+    jnp.zeros(shape, jnp.float32),
+    jnp.zeros(shape + (d,), jnp.float32),
+  )
 
 
 def _finish(stats, q):
   m, l, acc = stats
   b, lq, h, d = q.shape
-  o = acc / jnp.maximum(l, 1e-30)[..., None]                     # B K G Q D
+  o = acc / jnp.maximum(l, 1e-30)[..., None]  # B K G Q D
   return jnp.moveaxis(o, 3, 1).reshape(b, lq, h, d).astype(q.dtype)
 
 
@@ -112,14 +117,21 @@ def _skippable_block(q, k, v, q_pos, k_pos, num_sub: int):
   sq, sk = lq // num_sub, lk // num_sub
   rows = []
   for i in range(num_sub):
-    qi, qpi = q[:, i * sq:(i + 1) * sq], q_pos[:, i * sq:(i + 1) * sq]
+    qi, qpi = q[:, i * sq : (i + 1) * sq], q_pos[:, i * sq : (i + 1) * sq]
     st = _empty_stats(qi, kh)
     for j in range(num_sub):
-      kj, vj, kpj = (k[:, j * sk:(j + 1) * sk], v[:, j * sk:(j + 1) * sk],
-                     k_pos[:, j * sk:(j + 1) * sk])
-      visible = jnp.max(qpi) >= jnp.min(kpj)   # any (q, k) pair with pos_q >= pos_k
-      blk = lax.cond(visible, lambda a: _block_stats(*a), lambda a: _empty_stats(a[0], kh),
-                     (qi, kj, vj, qpi, kpj))
+      kj, vj, kpj = (
+        k[:, j * sk : (j + 1) * sk],
+        v[:, j * sk : (j + 1) * sk],
+        k_pos[:, j * sk : (j + 1) * sk],
+      )
+      visible = jnp.max(qpi) >= jnp.min(kpj)  # any (q, k) pair with pos_q >= pos_k
+      blk = lax.cond(
+        visible,
+        lambda a: _block_stats(*a),
+        lambda a: _empty_stats(a[0], kh),
+        (qi, kj, vj, qpi, kpj),
+      )
       st = _merge(st, blk)
     rows.append(st)
   return tuple(jnp.concatenate([r[n] for r in rows], axis=3) for n in range(3))
@@ -159,8 +171,10 @@ def _repeat_kv_for(k, num_shards):
   if kh % num_shards == 0:
     return k
   if num_shards % kh:
-    raise ValueError(f"kv heads per device ({kh}) and context size ({num_shards}) must divide "
-                     "one another for Ulysses")
+    raise ValueError(
+      f"kv heads per device ({kh}) and context size ({num_shards}) must divide "
+      "one another for Ulysses"
+    )
   return jnp.repeat(k, num_shards // kh, axis=2)
 
 
@@ -170,9 +184,10 @@ def _ulysses_core(q, k, v, pos):
   if q.shape[2] % n:
     raise ValueError(f"Ulysses needs heads per device ({q.shape[2]}) divisible by context ({n})")
   k, v = _repeat_kv_for(k, n), _repeat_kv_for(v, n)
-  a2a = functools.partial(lax.all_to_all, axis_name=CONTEXT_AXIS, split_axis=2, concat_axis=1,
-                          tiled=True)
-  qf, kf, vf = a2a(q), a2a(k), a2a(v)                       # B x L x H/P x D
+  a2a = functools.partial(
+    lax.all_to_all, axis_name=CONTEXT_AXIS, split_axis=2, concat_axis=1, tiled=True
+  )
+  qf, kf, vf = a2a(q), a2a(k), a2a(v)  # B x L x H/P x D
   pos_all = lax.all_gather(pos, CONTEXT_AXIS, axis=1, tiled=True)
   o = local_attention(qf, kf, vf, pos_all, pos_all)
   return lax.all_to_all(o, CONTEXT_AXIS, split_axis=1, concat_axis=2, tiled=True)
@@ -196,18 +211,18 @@ def _upipe_body(q, k, v, pos, *, num_chunks: int):
     ks = k.reshape(b, lq, num_chunks, kc, d)
     vs = v.reshape(b, lq, num_chunks, kc, d)
   else:
-    idx = np.arange(h).reshape(num_chunks, hc) // g             # stage x head -> kv head
-    ks = k[:, :, idx]                                          # B L C hc D
+    idx = np.arange(h).reshape(num_chunks, hc) // g  # stage x head -> kv head
+    ks = k[:, :, idx]  # B L C hc D
     vs = v[:, :, idx]
   qs = q.reshape(b, lq, num_chunks, hc, d)
-  xs = tuple(jnp.moveaxis(x, 2, 0) for x in (qs, ks, vs))      # C x B x L x heads x D
+  xs = tuple(jnp.moveaxis(x, 2, 0) for x in (qs, ks, vs))  # C x B x L x heads x D
 
   @jax.checkpoint  # rematerialise each stage in the backward pass: one stage live at a time
   def stage(_, x):
     qc, kc_, vc = x
     return None, _ulysses_core(qc, kc_, vc, pos)
 
-  _, out = lax.scan(stage, None, xs)                          # C x B x L x hc x D
+  _, out = lax.scan(stage, None, xs)  # C x B x L x hc x D
   return jnp.moveaxis(out, 0, 2).reshape(b, lq, h, d)
 
 
@@ -218,16 +233,28 @@ def _upipe_body(q, k, v, pos, *, num_chunks: int):
 def dense_attention(q, k, v, pos=None):
   """Causal attention on the global arrays (``jax.nn.dot_product_attention``; cuDNN on GPU)."""
   if pos is None:
-    impl = "cudnn" if (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)) \
-        else "xla"
+    impl = (
+      "cudnn"
+      if (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16))
+      else "xla"
+    )
     return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=impl)
-  mask = (pos[:, :, None] >= pos[:, None, :])[:, None]      # B 1 Q S
+  mask = (pos[:, :, None] >= pos[:, None, :])[:, None]  # B 1 Q S
   return jax.nn.dot_product_attention(q, k, v, mask=mask)
 
 
-def attention(q_BxLxHxD, k_BxLxKxD, v_BxLxKxD, pos_BxL=None, *, impl: str = "dense",
-              mesh: Mesh | None = None, upipe_chunks: int = 0, ring_sub_blocks: int = 2,
-              rules: Sequence | None = None):
+def attention(
+  q_BxLxHxD,
+  k_BxLxKxD,
+  v_BxLxKxD,
+  pos_BxL=None,
+  *,
+  impl: str = "dense",
+  mesh: Mesh | None = None,
+  upipe_chunks: int = 0,
+  ring_sub_blocks: int = 2,
+  rules: Sequence | None = None,
+):
   """Causal (GQA) attention by ``impl`` (one of `IMPLS`).
 
   ``pos_BxL=None`` means natural order. Context-parallel impls need a mesh with a ``context``
@@ -258,8 +285,9 @@ def attention(q_BxLxHxD, k_BxLxKxD, v_BxLxKxD, pos_BxL=None, *, impl: str = "den
     heads_local = q_BxLxHxD.shape[2] // shd_axis_size(mesh, qspec[2])
     chunks = upipe_chunks or max(1, heads_local // n)
     body = functools.partial(_upipe_body, num_chunks=chunks)
-  fn = jax.shard_map(body, mesh=mesh, in_specs=(qspec, kspec, kspec, pspec), out_specs=qspec,
-                     check_vma=False)
+  fn = jax.shard_map(
+    body, mesh=mesh, in_specs=(qspec, kspec, kspec, pspec), out_specs=qspec, check_vma=False
+  )
   return fn(q_BxLxHxD, k_BxLxKxD, v_BxLxKxD, pos_BxL.astype(jnp.int32))
 
 

@@ -29,8 +29,15 @@ def bitstrings(key, num: int, length: int):
 
 def model_config(d_model: int, n_layers: int = 1) -> LMConfig:
   heads = max(1, d_model // 16)
-  return LMConfig(vocab_size=3, d_model=d_model, n_layers=n_layers, n_heads=heads,
-                  n_kv_heads=heads, head_dim=16, mlp_dim=4 * d_model)
+  return LMConfig(
+    vocab_size=3,
+    d_model=d_model,
+    n_layers=n_layers,
+    n_heads=heads,
+    n_kv_heads=heads,
+    head_dim=16,
+    mlp_dim=4 * d_model,
+  )
 
 
 def nll_bits_per_string(params, apply_fn, data):
@@ -40,8 +47,16 @@ def nll_bits_per_string(params, apply_fn, data):
   return nll.sum(-1) / math.log(2)
 
 
-def probe(d_model: int, num_strings: int, length: int, steps: int, key, lr: float = 3e-3,
-          batch: int = 64, n_layers: int = 1) -> dict:
+def probe(
+  d_model: int,
+  num_strings: int,
+  length: int,
+  steps: int,
+  key,
+  lr: float = 3e-3,
+  batch: int = 64,
+  n_layers: int = 1,
+) -> dict:
   """Trains one model on ``num_strings`` random strings; returns memorised bits and bits/param."""
   cfg = model_config(d_model, n_layers)
   kd, ki, ks = jax.random.split(key, 3)
@@ -56,13 +71,22 @@ def probe(d_model: int, num_strings: int, length: int, steps: int, key, lr: floa
       idx = jax.random.choice(k, num_strings, (batch,), replace=False)
       state, m = T.update(state, {"tokens": data[idx]})
       return state, m["loss"]
+
     return jax.lax.scan(body, state, jax.random.split(key, steps))
 
   state, losses = run(state, ks)
-  nll = np.asarray(jax.jit(nll_bits_per_string, static_argnums=1)(state.params, state.apply_fn,
-                                                                   data))
+  nll = np.asarray(
+    jax.jit(nll_bits_per_string, static_argnums=1)(state.params, state.apply_fn, data)
+  )
   mem = float(np.maximum(0.0, length - nll).sum())
   n = param_count(state.params)
-  return {"d_model": d_model, "params": n, "num_strings": num_strings, "length": length,
-          "data_bits": num_strings * length, "memorised_bits": mem, "bits_per_param": mem / n,
-          "final_loss": float(losses[-1])}
+  return {
+    "d_model": d_model,
+    "params": n,
+    "num_strings": num_strings,
+    "length": length,
+    "data_bits": num_strings * length,
+    "memorised_bits": mem,
+    "bits_per_param": mem / n,
+    "final_loss": float(losses[-1]),
+  }

@@ -36,8 +36,14 @@ def _take(logp_BxLxV, idx_BxL):
   return jnp.take_along_axis(logp_BxLxV, idx_BxL[..., None], axis=-1)[..., 0]
 
 
-def hpd_loss(student_logits_BxLxV, teacher_logits_BxLxV, labels_BxL, key, mask_BxL=None,
-             sample: str = "multinomial"):
+def hpd_loss(
+  student_logits_BxLxV,
+  teacher_logits_BxLxV,
+  labels_BxL,
+  key,
+  mask_BxL=None,
+  sample: str = "multinomial",
+):
   """HPD loss (exact port). ``sample``: 'multinomial' (LlamaFactory) or 'greedy' (verl recipe).
 
   Logits and labels are already aligned (logits at t predict labels at t). Returns (loss, metrics).
@@ -63,9 +69,12 @@ def hpd_loss(student_logits_BxLxV, teacher_logits_BxLxV, labels_BxL, key, mask_B
   differs = (y_hat != labels_BxL).astype(jnp.float32)
   per_tok = -ls_y * sg(adv1) - sg(adv2) * ls_s * differs
   loss = _mean(per_tok, mask_BxL)
-  metrics = {"hpd_loss": loss, "ce_loss": _mean(-ls_y, mask_BxL),
-             "sampled_diff_frac": _mean(differs, mask_BxL),
-             "adv2_active_frac": _mean(differs * mask2, mask_BxL)}
+  metrics = {
+    "hpd_loss": loss,
+    "ce_loss": _mean(-ls_y, mask_BxL),
+    "sampled_diff_frac": _mean(differs, mask_BxL),
+    "adv2_active_frac": _mean(differs * mask2, mask_BxL),
+  }
   return loss, metrics
 
 
@@ -83,8 +92,9 @@ def reverse_kl(student_logits, teacher_logits, mask=None):
   return _mean(jnp.sum(jnp.exp(ls) * (ls - lt), -1), mask)
 
 
-def reweighted_kd_loss(student_logits, teacher_logits, alpha: float = 1.0, beta: float = 1.0,
-                       mask=None):
+def reweighted_kd_loss(
+  student_logits, teacher_logits, alpha: float = 1.0, beta: float = 1.0, mask=None
+):
   """Unified reweighted log-likelihood surrogate: grad = alpha*grad FKL + beta*grad RKL exactly.
 
   ``-sum_v sg(alpha pt(v) + beta ps(v) (lt(v) - ls(v))) ls(v)``; (1, 0) is forward KL, (0, 1)

@@ -28,15 +28,15 @@ class LMConfig:
   d_model: int = 64
   n_layers: int = 2
   n_heads: int = 4
-  n_kv_heads: int = 2          # GQA: must divide n_heads
+  n_kv_heads: int = 2  # GQA: must divide n_heads
   head_dim: int = 16
-  mlp_dim: int = 128           # SwiGLU hidden size
+  mlp_dim: int = 128  # SwiGLU hidden size
   rope_theta: float = 10000.0
-  dtype: str = "float32"       # compute dtype (params are float32)
-  attention: str = "dense"     # one of attention.IMPLS
-  upipe_chunks: int = 0        # 0: heads per device / context (one head per device per stage)
-  load_balance: bool = True    # zigzag token layout for causal ring attention
-  remat: bool = False          # jax.checkpoint each block
+  dtype: str = "float32"  # compute dtype (params are float32)
+  attention: str = "dense"  # one of attention.IMPLS
+  upipe_chunks: int = 0  # 0: heads per device / context (one head per device per stage)
+  load_balance: bool = True  # zigzag token layout for causal ring attention
+  remat: bool = False  # jax.checkpoint each block
   tie_embeddings: bool = False
 
   def validate(self):
@@ -80,7 +80,7 @@ def rope(x_BxLxHxD, pos_BxL, theta: float):
   """Rotary embedding (half-split convention) at explicit positions."""
   d = x_BxLxHxD.shape[-1]
   freqs = theta ** (-jnp.arange(0, d // 2, dtype=jnp.float32) * 2 / d)
-  ang = pos_BxL.astype(jnp.float32)[..., None] * freqs            # B L D/2
+  ang = pos_BxL.astype(jnp.float32)[..., None] * freqs  # B L D/2
   sin, cos = jnp.sin(ang)[:, :, None], jnp.cos(ang)[:, :, None]
   x1, x2 = jnp.split(x_BxLxHxD.astype(jnp.float32), 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -96,10 +96,12 @@ class Attention(nn.Module):
     c = self.cfg
     dt = jnp.dtype(c.dtype)
     wq = self.param("wq", _init(("embed", "heads", "head_dim")), (c.d_model, c.n_heads, c.head_dim))
-    wk = self.param("wk", _init(("embed", "kv_heads", "head_dim")),
-                    (c.d_model, c.n_kv_heads, c.head_dim))
-    wv = self.param("wv", _init(("embed", "kv_heads", "head_dim")),
-                    (c.d_model, c.n_kv_heads, c.head_dim))
+    wk = self.param(
+      "wk", _init(("embed", "kv_heads", "head_dim")), (c.d_model, c.n_kv_heads, c.head_dim)
+    )
+    wv = self.param(
+      "wv", _init(("embed", "kv_heads", "head_dim")), (c.d_model, c.n_kv_heads, c.head_dim)
+    )
     wo = self.param("wo", _init(("heads", "head_dim", "embed")), (c.n_heads, c.head_dim, c.d_model))
     x = x_BxLxD.astype(dt)
     q = jnp.einsum("bld,dhk->blhk", x, wq.astype(dt))
@@ -107,8 +109,9 @@ class Attention(nn.Module):
     v = jnp.einsum("bld,dhk->blhk", x, wv.astype(dt))
     q, k = rope(q, pos_BxL, c.rope_theta), rope(k, pos_BxL, c.rope_theta)
     natural = pos_BxL if self.is_permuted() else None
-    o = attn_lib.attention(q, k, v, natural, impl=c.attention, mesh=self.mesh,
-                           upipe_chunks=c.upipe_chunks)
+    o = attn_lib.attention(
+      q, k, v, natural, impl=c.attention, mesh=self.mesh, upipe_chunks=c.upipe_chunks
+    )
     return jnp.einsum("blhk,hkd->bld", o, wo.astype(dt))
 
   def is_permuted(self) -> bool:
@@ -149,6 +152,7 @@ class Block(nn.Module):
 
 class Transformer(nn.Module):
   """tokens_BxL -> logits_BxLxV (float32). Causal; positions are 0..L-1."""
+
   cfg: LMConfig
   mesh: Mesh | None = None
 
@@ -166,8 +170,9 @@ class Transformer(nn.Module):
       tokens_BxL, pos = tokens_BxL[:, perm], pos[:, perm]
       if embeds_BxLxD is not None:
         embeds_BxLxD = embeds_BxLxD[:, perm]
-    embed = self.param("embed", _init(("vocab", "embed"), nn.initializers.normal(1.0)),
-                       (c.vocab_size, c.d_model))
+    embed = self.param(
+      "embed", _init(("vocab", "embed"), nn.initializers.normal(1.0)), (c.vocab_size, c.d_model)
+    )
     x = embed[tokens_BxL] if embeds_BxLxD is None else embeds_BxLxD
     x = x.astype(jnp.dtype(c.dtype))
     x = shd.constrain(x, ("batch", "seq", None), self.mesh)

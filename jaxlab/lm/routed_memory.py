@@ -36,12 +36,13 @@ def gumbel_softmax(key, logits, tau: float = 1.0, hard: bool = True):
 
 class RoutedMemory(nn.Module):
   """``h_BxLxD -> (out_BxLxD, final memory)``; an ARM-like layer (a reconstruction, see module doc)."""
+
   num_groups: int = 4
   slots_per_group: int = 8
   mem_dim: int = 32
-  tau: float = 1.0              # router / Gumbel temperature
-  hard: bool = True             # straight-through hard selection (groups for writes, slots)
-  read_groups: int = 0          # groups read per token (0 = all, weighted); the inference policy knob
+  tau: float = 1.0  # router / Gumbel temperature
+  hard: bool = True  # straight-through hard selection (groups for writes, slots)
+  read_groups: int = 0  # groups read per token (0 = all, weighted); the inference policy knob
 
   @nn.compact
   def __call__(self, h_BxLxD, key, deterministic: bool = False):
@@ -55,7 +56,7 @@ class RoutedMemory(nn.Module):
     q = dense(m, "wq")(h_BxLxD)
     k = dense(m, "wk")(h_BxLxD)
     v = dense(m, "wv")(h_BxLxD)
-    group_logits = dense(g, "router_groups")(h_BxLxD) / self.tau        # B L G
+    group_logits = dense(g, "router_groups")(h_BxLxD) / self.tau  # B L G
     slot_logits = dense(g * s, "router_slots")(h_BxLxD).reshape(b, l, g, s)
     # Raw params (not a Dense submodule): flax modules must not be called inside jax.lax.scan.
     gate_w = self.param("gate_kernel", nn.initializers.lecun_normal(), (d + 2 * m, 2 * m))
@@ -64,22 +65,25 @@ class RoutedMemory(nn.Module):
     keys = jax.random.split(key, l)
 
     def step(carry, xs):
-      mk, mv = carry                                                     # B G S M
+      mk, mv = carry  # B G S M
       q_t, k_t, v_t, gl_t, sl_t, h_t, key_t = xs
-      a = jax.nn.softmax(gl_t, -1)                                       # B G
+      a = jax.nn.softmax(gl_t, -1)  # B G
       if self.read_groups:
         top = jax.lax.top_k(a, self.read_groups)[1]
         keep = jnp.sum(jax.nn.one_hot(top, g), axis=1)
         a_read = a * keep / jnp.sum(a * keep, -1, keepdims=True)
       else:
         a_read = a
-      att = jax.nn.softmax(jnp.einsum("bm,bgsm->bgs", q_t, mk) * m ** -0.5, -1)
+      att = jax.nn.softmax(jnp.einsum("bm,bgsm->bgs", q_t, mk) * m**-0.5, -1)
       r = jnp.einsum("bg,bgs,bgsm->bm", a_read, att, mv)
       # write: hard group (straight-through) x Gumbel slot
       a_w = a + jax.lax.stop_gradient(jax.nn.one_hot(jnp.argmax(a, -1), g) - a) if self.hard else a
-      z = (jax.nn.softmax(sl_t / self.tau, -1) if deterministic
-           else gumbel_softmax(key_t, sl_t, self.tau, self.hard))
-      w = a_w[:, :, None] * z                                            # B G S
+      z = (
+        jax.nn.softmax(sl_t / self.tau, -1)
+        if deterministic
+        else gumbel_softmax(key_t, sl_t, self.tau, self.hard)
+      )
+      w = a_w[:, :, None] * z  # B G S
       k_sel = jnp.einsum("bgs,bgsm->bm", w, mk)
       v_sel = jnp.einsum("bgs,bgsm->bm", w, mv)
       u = jax.nn.sigmoid(jnp.concatenate([h_t, k_sel, v_sel], -1) @ gate_w + gate_b)

@@ -27,10 +27,12 @@ class LMState(flax.struct.PyTreeNode):
   tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
 
 
-def make_optimizer(lr: float = 3e-3, warmup: int = 20, total: int = 1000, wd: float = 0.0,
-                   clip: float = 1.0) -> optax.GradientTransformation:
-  sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(total, warmup + 1),
-                                             end_value=lr * 0.1)
+def make_optimizer(
+  lr: float = 3e-3, warmup: int = 20, total: int = 1000, wd: float = 0.0, clip: float = 1.0
+) -> optax.GradientTransformation:
+  sched = optax.warmup_cosine_decay_schedule(
+    0.0, lr, max(warmup, 1), max(total, warmup + 1), end_value=lr * 0.1
+  )
   return optax.chain(optax.clip_by_global_norm(clip), optax.adamw(sched, weight_decay=wd))
 
 
@@ -54,13 +56,19 @@ def state_shardings(cfg: LMConfig, tx, mesh: Mesh, seq_len: int, rules=None):
   """NamedShardings for (step, params, opt_state) from the params' logical annotations."""
   model = Transformer(cfg, None)
   abstract = jax.eval_shape(lambda k: _boxed_state(model, tx, k, seq_len), jax.random.key(0))
-  logical = nn.get_partition_spec(abstract)   # PartitionSpecs of logical names; P() for scalars
+  logical = nn.get_partition_spec(abstract)  # PartitionSpecs of logical names; P() for scalars
   to_mesh = lambda spec: NamedSharding(mesh, shd.logical_to_spec(tuple(spec), rules, mesh))
   return jax.tree.map(to_mesh, logical, is_leaf=lambda x: isinstance(x, P))
 
 
-def create_state(cfg: LMConfig, tx: optax.GradientTransformation, key, seq_len: int,
-                 mesh: Mesh | None = None, rules=None) -> LMState:
+def create_state(
+  cfg: LMConfig,
+  tx: optax.GradientTransformation,
+  key,
+  seq_len: int,
+  mesh: Mesh | None = None,
+  rules=None,
+) -> LMState:
   cfg.validate()
   model = Transformer(cfg, mesh)
   init_model = Transformer(cfg, None)  # init never needs the collective attention paths
@@ -77,8 +85,7 @@ def create_state(cfg: LMConfig, tx: optax.GradientTransformation, key, seq_len: 
   step = jnp.zeros((), jnp.int32)
   if mesh is not None:
     step = jax.device_put(step, shd.replicated(mesh))
-  return LMState(step=step, params=params, opt_state=opt,
-                 apply_fn=model.apply, tx=tx)
+  return LMState(step=step, params=params, opt_state=opt, apply_fn=model.apply, tx=tx)
 
 
 def state_sharding_tree(state: LMState, mesh: Mesh | None):
@@ -98,7 +105,8 @@ def update(state: LMState, batch, key=None):
   """One AdamW step on ``batch = {"tokens": int[B, L+1]}`` -> (state, metrics)."""
   del key
   (loss, acc), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-      state.params, state.apply_fn, batch["tokens"])
+    state.params, state.apply_fn, batch["tokens"]
+  )
   updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = {"loss": loss, "accuracy": acc, "grad_norm": optax.global_norm(grads)}

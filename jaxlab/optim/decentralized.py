@@ -32,43 +32,137 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxlab.optim.dec.algorithms import (COMMS, ORDERS, STRATEGIES, DecState, canonical_strategy,
-                                         choose_comm, init_state, metrics, mixing_and_scale,
-                                         node_grads, ppermute_rounds, simulate, simulate_sharded,
-                                         step_with_grads, update)
-from jaxlab.optim.dec.geometry import (adjoint, comparison, consensus_error, consensus_factor,
-                                       diagnose, inner, lam_norm, spectral_gap)
-from jaxlab.optim.dec.graphs import (ROW_MIXINGS, TOPOLOGIES, Graph, check_mixing, complete,
-                                     degree_average, degree_lambda, doubly_stochastic_residuals,
-                                     erdos_renyi, exponential, hypercube, lambda_metropolis,
-                                     make_graph, metropolis, ring, row_stochastic,
-                                     row_stochastic_residuals, scaled_kernel, star, torus)
-from jaxlab.optim.dec.problems import (LAMBDAS, PROBLEMS, Problem, digits_logistic, digits_mlp,
-                                       dirichlet_split, least_squares, make_lambda, make_problem)
+from jaxlab.optim.dec.algorithms import (
+  COMMS,
+  ORDERS,
+  STRATEGIES,
+  DecState,
+  canonical_strategy,
+  choose_comm,
+  init_state,
+  metrics,
+  mixing_and_scale,
+  node_grads,
+  ppermute_rounds,
+  simulate,
+  simulate_sharded,
+  step_with_grads,
+  update,
+)
+from jaxlab.optim.dec.geometry import (
+  adjoint,
+  comparison,
+  consensus_error,
+  consensus_factor,
+  diagnose,
+  inner,
+  lam_norm,
+  spectral_gap,
+)
+from jaxlab.optim.dec.graphs import (
+  ROW_MIXINGS,
+  TOPOLOGIES,
+  Graph,
+  check_mixing,
+  complete,
+  degree_average,
+  degree_lambda,
+  doubly_stochastic_residuals,
+  erdos_renyi,
+  exponential,
+  hypercube,
+  lambda_metropolis,
+  make_graph,
+  metropolis,
+  ring,
+  row_stochastic,
+  row_stochastic_residuals,
+  scaled_kernel,
+  star,
+  torus,
+)
+from jaxlab.optim.dec.problems import (
+  LAMBDAS,
+  PROBLEMS,
+  Problem,
+  digits_logistic,
+  digits_mlp,
+  dirichlet_split,
+  least_squares,
+  make_lambda,
+  make_problem,
+)
 
 __all__ = [
-    "run", "RunResult", "default_lr", "COMMS", "ORDERS", "STRATEGIES", "TOPOLOGIES", "PROBLEMS",
-    "LAMBDAS", "ROW_MIXINGS", "DecState", "Graph", "Problem", "adjoint", "canonical_strategy",
-    "check_mixing", "choose_comm", "complete", "exponential", "hypercube", "ring", "star", "torus", "comparison", "consensus_error", "consensus_factor",
-    "degree_average", "degree_lambda", "diagnose", "digits_logistic", "digits_mlp",
-    "dirichlet_split", "doubly_stochastic_residuals", "erdos_renyi", "init_state", "inner",
-    "lam_norm", "lambda_metropolis", "least_squares", "make_graph", "make_lambda", "make_problem",
-    "metrics", "metropolis", "mixing_and_scale", "node_grads", "ppermute_rounds", "row_stochastic",
-    "row_stochastic_residuals", "scaled_kernel", "simulate", "simulate_sharded", "spectral_gap",
-    "step_with_grads", "update",
+  "run",
+  "RunResult",
+  "default_lr",
+  "COMMS",
+  "ORDERS",
+  "STRATEGIES",
+  "TOPOLOGIES",
+  "PROBLEMS",
+  "LAMBDAS",
+  "ROW_MIXINGS",
+  "DecState",
+  "Graph",
+  "Problem",
+  "adjoint",
+  "canonical_strategy",
+  "check_mixing",
+  "choose_comm",
+  "complete",
+  "exponential",
+  "hypercube",
+  "ring",
+  "star",
+  "torus",
+  "comparison",
+  "consensus_error",
+  "consensus_factor",
+  "degree_average",
+  "degree_lambda",
+  "diagnose",
+  "digits_logistic",
+  "digits_mlp",
+  "dirichlet_split",
+  "doubly_stochastic_residuals",
+  "erdos_renyi",
+  "init_state",
+  "inner",
+  "lam_norm",
+  "lambda_metropolis",
+  "least_squares",
+  "make_graph",
+  "make_lambda",
+  "make_problem",
+  "metrics",
+  "metropolis",
+  "mixing_and_scale",
+  "node_grads",
+  "ppermute_rounds",
+  "row_stochastic",
+  "row_stochastic_residuals",
+  "scaled_kernel",
+  "simulate",
+  "simulate_sharded",
+  "spectral_gap",
+  "step_with_grads",
+  "update",
 ]
 
 
 @dataclasses.dataclass
 class RunResult:
   """Per-step metrics (after each step) and the final node iterates."""
-  gap: np.ndarray            # (steps,) f(x̄_λ) − f*
-  consensus: np.ndarray      # (steps,) Σ λ_i ‖x_i − x̄_λ‖²
-  gap_tracked: np.ndarray    # (steps,) f − f* at the mixing's Perron average (1/n for W, λ for A)
-  x: Any                     # final node iterates, leading axis n
-  mixing: np.ndarray         # the B used
+
+  gap: np.ndarray  # (steps,) f(x̄_λ) − f*
+  consensus: np.ndarray  # (steps,) Σ λ_i ‖x_i − x̄_λ‖²
+  gap_tracked: np.ndarray  # (steps,) f − f* at the mixing's Perron average (1/n for W, λ for A)
+  x: Any  # final node iterates, leading axis n
+  mixing: np.ndarray  # the B used
   f_star: float
-  comm: str                  # "dense", "ppermute" or "all_gather"
+  comm: str  # "dense", "ppermute" or "all_gather"
 
 
 def default_lr(problem: Problem, lam, factor: float = 0.3) -> float:
@@ -78,9 +172,22 @@ def default_lr(problem: Problem, lam, factor: float = 0.3) -> float:
   return float(factor / (problem.smoothness * problem.n * lam.max()))
 
 
-def run(strategy: str, graph: Graph, lam, problem: Problem, steps: int, lr: float, *, key,
-        order: str = "atc", row_kind: str = "auto", mixing: np.ndarray | None = None,
-        mesh=None, comm: str = "auto", f_star: float | None = None) -> RunResult:
+def run(
+  strategy: str,
+  graph: Graph,
+  lam,
+  problem: Problem,
+  steps: int,
+  lr: float,
+  *,
+  key,
+  order: str = "atc",
+  row_kind: str = "auto",
+  mixing: np.ndarray | None = None,
+  mesh=None,
+  comm: str = "auto",
+  f_star: float | None = None,
+) -> RunResult:
   """Runs ``steps`` of decentralized SGD (one jitted `lax.scan`) and returns per-step metrics.
 
   Args:
@@ -104,18 +211,24 @@ def run(strategy: str, graph: Graph, lam, problem: Problem, steps: int, lr: floa
   lam = np.asarray(lam, np.float64)
   if lam.shape != (graph.n,) or np.any(lam <= 0) or not np.isclose(lam.sum(), 1.0, atol=1e-6):
     raise ValueError(f"lam must be {graph.n} positive weights summing to 1")
-  state = init_state(strategy, graph, lam, problem, lr, order=order, row_kind=row_kind,
-                     mixing=mixing, f_star=f_star)
+  state = init_state(
+    strategy, graph, lam, problem, lr, order=order, row_kind=row_kind, mixing=mixing, f_star=f_star
+  )
   b = np.asarray(state.mix, np.float64)
   if mixing is not None:
-    check_mixing(np.asarray(mixing, np.float64), graph, None if strategy == "I" else lam,
-                 atol=1e-6)
+    check_mixing(np.asarray(mixing, np.float64), graph, None if strategy == "I" else lam, atol=1e-6)
   if mesh is None:
     final, ms = simulate(state, problem, key, steps=int(steps))
     used = "dense"
   else:
     final, ms, used = simulate_sharded(state, problem, key, int(steps), mesh, comm)
   ms = jax.device_get(ms)
-  return RunResult(gap=np.asarray(ms["gap"]), consensus=np.asarray(ms["consensus"]),
-                   gap_tracked=np.asarray(ms["gap_tracked"]), x=jax.device_get(final.x),
-                   mixing=b, f_star=float(state.f_star), comm=used)
+  return RunResult(
+    gap=np.asarray(ms["gap"]),
+    consensus=np.asarray(ms["consensus"]),
+    gap_tracked=np.asarray(ms["gap_tracked"]),
+    x=jax.device_get(final.x),
+    mixing=b,
+    f_star=float(state.f_star),
+    comm=used,
+  )

@@ -26,6 +26,7 @@ from flax import struct
 class LinearGame(struct.PyTreeNode):
   """F(z) = M (z - shift) with M monotone (M + M^T PSD). ``n_x`` > 0 marks a bilinear game whose
   first n_x coordinates are the min player (multiplicative noise then keeps the game structure)."""
+
   M: jax.Array
   shift: jax.Array
   n_x: int = struct.field(pytree_node=False, default=0)
@@ -58,6 +59,7 @@ class StochasticOracle(struct.PyTreeNode):
   For a bilinear game E perturbs A only: the noisy matrix is [[0, E], [-E^T, 0]]. Only E d is
   ever used, so it is sampled exactly in distribution with O(dim) normals (see
   ``_matrix_noise_times``) instead of forming E."""
+
   game: LinearGame
   sigma: jax.Array
   sigma_mult: jax.Array
@@ -125,8 +127,15 @@ def bilinear_from_singular_values(key, s, n=None, m=None, shift=None) -> LinearG
   return LinearGame(M=mat, shift=shift, n_x=n)
 
 
-def bilinear(key, n: int, smin: float = 1e-3, smax: float = 1.0, spectrum: str = "log",
-             rank: int | None = None, shift=None) -> LinearGame:
+def bilinear(
+  key,
+  n: int,
+  smin: float = 1e-3,
+  smax: float = 1.0,
+  spectrum: str = "log",
+  rank: int | None = None,
+  shift=None,
+) -> LinearGame:
   """n x n bilinear game; ``spectrum`` "log" (log-spaced in [smin, smax]) or "uniform"
   (i.i.d. U[smin, smax]); ``rank`` < n zeroes the smallest singular values (a solution set of
   dimension 2 (n - rank)); ``shift`` moves the solution set off the origin."""
@@ -144,8 +153,9 @@ def bilinear(key, n: int, smin: float = 1e-3, smax: float = 1.0, spectrum: str =
   return bilinear_from_singular_values(k_uv, s, n, n, shift)
 
 
-def ill_conditioned_bilinear(key, n: int = 40, smin: float = 1e-3, smax: float = 1.0,
-                             rank: int | None = None) -> LinearGame:
+def ill_conditioned_bilinear(
+  key, n: int = 40, smin: float = 1e-3, smax: float = 1.0, rank: int | None = None
+) -> LinearGame:
   """Brief §1.5 T1: s log-spaced in [1e-3, 1] (L = 1, z* = 0)."""
   return bilinear(key, n, smin, smax, "log", rank)
 
@@ -181,8 +191,12 @@ def stochastic(game: LinearGame, sigma: float = 0.0, sigma_mult: float = 0.0) ->
   perturbation of the game matrix, whose variance grows with ||z - z*||^2 (unbounded)."""
   if sigma < 0 or sigma_mult < 0:
     raise ValueError(f"sigma, sigma_mult: must be >= 0, got {sigma}, {sigma_mult}")
-  return StochasticOracle(game=game, sigma=jnp.float32(sigma), sigma_mult=jnp.float32(sigma_mult),
-                          multiplicative=bool(sigma_mult > 0))
+  return StochasticOracle(
+    game=game,
+    sigma=jnp.float32(sigma),
+    sigma_mult=jnp.float32(sigma_mult),
+    multiplicative=bool(sigma_mult > 0),
+  )
 
 
 def sample_start(key, game: LinearGame, scale: float = 1.0):

@@ -55,16 +55,16 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 from jax.tree_util import Partial
 
-METHODS = ("gda", "eg", "popov", "dseg", "eag_c", "eag_v", "feg", "apv", "goma",
-           "goma_stochastic")
+METHODS = ("gda", "eg", "popov", "dseg", "eag_c", "eag_v", "feg", "apv", "goma", "goma_stochastic")
 ANCHORED = ("eag_c", "eag_v", "feg", "apv", "goma", "goma_stochastic")
 
 
 class Trace(struct.PyTreeNode):
   """Result of ``run``: last iterate (pytree like z0), ||F(z_k)||^2 and cumulative oracle calls."""
+
   z: Any
-  residual_sq: jax.Array    # [num_iters + 1]
-  oracle_calls: jax.Array   # [num_iters + 1] int32
+  residual_sq: jax.Array  # [num_iters + 1]
+  oracle_calls: jax.Array  # [num_iters + 1] int32
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,27 +75,52 @@ class Trace(struct.PyTreeNode):
 _INV_L = "L"
 
 _HPARAMS: dict[str, dict[str, Any]] = {
-    "gda": {"eta": (_INV_L, 0.1), "r": 0.0},
-    "eg": {"eta": (_INV_L, 0.5), "r": 0.0},
-    "popov": {"eta": (_INV_L, 0.5), "r": 0.0},
-    # DSEG code defaults (gamma = eta = 0.4 on its L = 2 instance), offset b = 1.
-    "dseg": {"form": "eg", "gamma": (_INV_L, 0.8), "eta": (_INV_L, 0.8), "r_gamma": 1.0 / 3.0,
-             "r_eta": 2.0 / 3.0, "b": 1.0},
-    "eag_c": {"alpha": (_INV_L, 0.125)},
-    "eag_v": {"alpha": (_INV_L, 0.618)},
-    "feg": {"alpha": (_INV_L, 1.0)},
-    "apv": {"eta": (_INV_L, 1.0 / (2.0 * math.sqrt(3.0))), "m": 4.0},
-    # GOMA (deterministic) default: constant update step, two time scales gamma_k = rho (1-b_k) eta.
-    "goma": {"beta_offset": 2.0, "eta_schedule": "constant", "eta": (_INV_L, 0.4),
-             "r_eta": 0.0, "gamma_schedule": "ratio", "gamma_ratio": 1.0,
-             "gamma": (_INV_L, 0.4), "r_gamma": 0.0, "m": 4.0},
-    # Simplified single-call stochastic GOMA: explore slowly decaying, update fast decaying.
-    "goma_stochastic": {"beta_offset": 2.0, "eta_schedule": "power", "eta": (_INV_L, 0.6),
-                        "r_eta": 2.0 / 3.0, "gamma_schedule": "power", "gamma_ratio": 1.0,
-                        "gamma": (_INV_L, 0.6), "r_gamma": 1.0 / 3.0, "m": 4.0},
+  "gda": {"eta": (_INV_L, 0.1), "r": 0.0},
+  "eg": {"eta": (_INV_L, 0.5), "r": 0.0},
+  "popov": {"eta": (_INV_L, 0.5), "r": 0.0},
+  # DSEG code defaults (gamma = eta = 0.4 on its L = 2 instance), offset b = 1.
+  "dseg": {
+    "form": "eg",
+    "gamma": (_INV_L, 0.8),
+    "eta": (_INV_L, 0.8),
+    "r_gamma": 1.0 / 3.0,
+    "r_eta": 2.0 / 3.0,
+    "b": 1.0,
+  },
+  "eag_c": {"alpha": (_INV_L, 0.125)},
+  "eag_v": {"alpha": (_INV_L, 0.618)},
+  "feg": {"alpha": (_INV_L, 1.0)},
+  "apv": {"eta": (_INV_L, 1.0 / (2.0 * math.sqrt(3.0))), "m": 4.0},
+  # GOMA (deterministic) default: constant update step, two time scales gamma_k = rho (1-b_k) eta.
+  "goma": {
+    "beta_offset": 2.0,
+    "eta_schedule": "constant",
+    "eta": (_INV_L, 0.4),
+    "r_eta": 0.0,
+    "gamma_schedule": "ratio",
+    "gamma_ratio": 1.0,
+    "gamma": (_INV_L, 0.4),
+    "r_gamma": 0.0,
+    "m": 4.0,
+  },
+  # Simplified single-call stochastic GOMA: explore slowly decaying, update fast decaying.
+  "goma_stochastic": {
+    "beta_offset": 2.0,
+    "eta_schedule": "power",
+    "eta": (_INV_L, 0.6),
+    "r_eta": 2.0 / 3.0,
+    "gamma_schedule": "power",
+    "gamma_ratio": 1.0,
+    "gamma": (_INV_L, 0.6),
+    "r_gamma": 1.0 / 3.0,
+    "m": 4.0,
+  },
 }
-_CHOICES = {"form": ("eg", "og"), "eta_schedule": ("constant", "power", "apv"),
-            "gamma_schedule": ("ratio", "power")}
+_CHOICES = {
+  "form": ("eg", "og"),
+  "eta_schedule": ("constant", "power", "apv"),
+  "gamma_schedule": ("ratio", "power"),
+}
 
 
 def default_hparams(method: str, L: float = 1.0) -> dict[str, Any]:
@@ -115,6 +140,7 @@ def _check_method(method):
 # ----------------------------------------------------------------------------------------------
 # Oracle plumbing.
 # ----------------------------------------------------------------------------------------------
+
 
 class _Counted:
   """Wraps the flat oracle; counts calls while the update is traced (straight-line code, so the
@@ -153,6 +179,7 @@ def _is_array_tree(x):
 # ``state`` is a dict holding at least "z"; k is the iteration index as a float scalar.
 # ----------------------------------------------------------------------------------------------
 
+
 def _power(c, k, r, b=1.0):
   return c / (k + b) ** r
 
@@ -173,7 +200,7 @@ def _eg_step(s, k, a, F, hp):
 
 
 def _popov_init(z0, F, hp):
-  return {"z": z0, "g_prev": F(z0)}   # y_{-1} = z_0
+  return {"z": z0, "g_prev": F(z0)}  # y_{-1} = z_0
 
 
 def _popov_step(s, k, a, F, hp):
@@ -238,9 +265,10 @@ def _apv_init(z0, F, hp):
 
 
 def _apv_eta_next(eta, beta, beta_next, m, L):
-  mm = m * L ** 2
-  return ((1.0 - beta ** 2 - mm * eta ** 2) * beta_next * eta
-          / ((1.0 - mm * eta ** 2) * (1.0 - beta) * beta))
+  mm = m * L**2
+  return (
+    (1.0 - beta**2 - mm * eta**2) * beta_next * eta / ((1.0 - mm * eta**2) * (1.0 - beta) * beta)
+  )
 
 
 def _apv_step(s, k, a, F, hp):
@@ -253,8 +281,11 @@ def _apv_step(s, k, a, F, hp):
   base = z + beta * (a - z)
   y = base - (1.0 - beta) * eta * s["g_prev"]
   g = F(y)
-  return {"z": base - eta * g, "g_prev": g,
-          "eta": _apv_eta_next(eta, beta, beta_next, hp["m"], hp["L"])}
+  return {
+    "z": base - eta * g,
+    "g_prev": g,
+    "eta": _apv_eta_next(eta, beta, beta_next, hp["m"], hp["L"]),
+  }
 
 
 def _goma_init(z0, F, hp):
@@ -294,16 +325,16 @@ def _goma_step(s, k, a, F, hp):
 
 
 _IMPL: dict[str, tuple[Callable, Callable]] = {
-    "gda": (_plain_init, _gda_step),
-    "eg": (_plain_init, _eg_step),
-    "popov": (_popov_init, _popov_step),
-    "dseg": (_dseg_init, _dseg_step),
-    "eag_c": (_plain_init, _eag_c_step),
-    "eag_v": (_eag_v_init, _eag_v_step),
-    "feg": (_plain_init, _feg_step),
-    "apv": (_apv_init, _apv_step),
-    "goma": (_goma_init, _goma_step),
-    "goma_stochastic": (_goma_init, _goma_step),
+  "gda": (_plain_init, _gda_step),
+  "eg": (_plain_init, _eg_step),
+  "popov": (_popov_init, _popov_step),
+  "dseg": (_dseg_init, _dseg_step),
+  "eag_c": (_plain_init, _eag_c_step),
+  "eag_v": (_eag_v_init, _eag_v_step),
+  "feg": (_plain_init, _feg_step),
+  "apv": (_apv_init, _apv_step),
+  "goma": (_goma_init, _goma_step),
+  "goma_stochastic": (_goma_init, _goma_step),
 }
 
 
@@ -311,8 +342,17 @@ _IMPL: dict[str, tuple[Callable, Callable]] = {
 # Driver.
 # ----------------------------------------------------------------------------------------------
 
-def run(method: str, operator: Callable, z0: Any, num_iters: int, *, key: jax.Array | None = None,
-        exact: Callable | None = None, **hparams) -> Trace:
+
+def run(
+  method: str,
+  operator: Callable,
+  z0: Any,
+  num_iters: int,
+  *,
+  key: jax.Array | None = None,
+  exact: Callable | None = None,
+  **hparams,
+) -> Trace:
   """Runs ``method`` for ``num_iters`` iterations from ``z0`` (also the anchor). See module doc.
 
   ``goma`` / ``goma_stochastic`` are **a reconstruction** of GOMA (Generalized Optimistic Methods
@@ -335,16 +375,19 @@ def run(method: str, operator: Callable, z0: Any, num_iters: int, *, key: jax.Ar
   allowed = _HPARAMS[method]
   unknown = sorted(set(hparams) - set(allowed) - {"L"})
   if unknown:
-    raise ValueError(f"{method}: unknown hparam {unknown[0]!r}; allowed: "
-                     f"{', '.join(['L', *allowed])}")
+    raise ValueError(
+      f"{method}: unknown hparam {unknown[0]!r}; allowed: {', '.join(['L', *allowed])}"
+    )
   if not isinstance(num_iters, (int, np.integer)) or num_iters < 0:
     raise ValueError(f"num_iters: must be an int >= 0, got {num_iters!r}")
   stochastic = key is not None
   if stochastic and exact is None:
     exact = getattr(operator, "exact", None)
     if exact is None:
-      raise ValueError("exact: with key= the operator is a stochastic oracle operator(z, key); "
-                       "pass exact=F (or give the operator an .exact method) for the record")
+      raise ValueError(
+        "exact: with key= the operator is a stochastic oracle operator(z, key); "
+        "pass exact=F (or give the operator an .exact method) for the record"
+      )
   L = hparams.pop("L", None)
   if L is None:
     L = getattr(operator, "lipschitz", 1.0)
@@ -359,8 +402,16 @@ def run(method: str, operator: Callable, z0: Any, num_iters: int, *, key: jax.Ar
       dynamic[name] = v[1] / jnp.asarray(L)
     else:
       dynamic[name] = v
-  return _run_jit(method, _as_pytree_callable(operator), z0, num_iters, key,
-                  _as_pytree_callable(exact), dynamic, tuple(sorted(static.items())))
+  return _run_jit(
+    method,
+    _as_pytree_callable(operator),
+    z0,
+    num_iters,
+    key,
+    _as_pytree_callable(exact),
+    dynamic,
+    tuple(sorted(static.items())),
+  )
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 7))
@@ -371,10 +422,13 @@ def _run_jit(method, operator, z0, num_iters, key, exact, dynamic, static):
   hp.update(dict(static))
 
   if key is None:
+
     def oracle(v, _):
       return ravel_pytree(operator(unravel(v)))[0]
+
     record_fn = oracle
   else:
+
     def oracle(v, sub):
       return ravel_pytree(operator(unravel(v), sub))[0]
 
@@ -430,8 +484,8 @@ def fit_slope(iters, values, lo=1e2, hi=1e4, method="endpoints", window=0.1, num
     return np.log(iters[idx]), np.log(np.maximum(values[..., idx], 1e-300))
 
   if method == "endpoints":
-    x0, y0 = at(np.geomspace(lo, lo * 10 ** window, 16))
-    x1, y1 = at(np.geomspace(hi * 10 ** -window, hi, 16))
+    x0, y0 = at(np.geomspace(lo, lo * 10**window, 16))
+    x1, y1 = at(np.geomspace(hi * 10**-window, hi, 16))
     return (y1.mean(-1) - y0.mean(-1)) / (x1.mean() - x0.mean())
   if method == "lsq":
     x, y = at(np.geomspace(lo, hi, num))

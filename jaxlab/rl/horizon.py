@@ -22,83 +22,83 @@ import numpy as np
 
 
 def _check(lam, gamma, k_max):
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lam must be in [0, 1], got {lam}")
-    if not 0.0 < gamma < 1.0:
-        raise ValueError(f"discount must be in (0, 1), got {gamma}")
-    if int(k_max) != k_max or k_max < 1:
-        raise ValueError(f"k_max must be an integer >= 1, got {k_max}")
+  if not 0.0 <= lam <= 1.0:
+    raise ValueError(f"lam must be in [0, 1], got {lam}")
+  if not 0.0 < gamma < 1.0:
+    raise ValueError(f"discount must be in (0, 1), got {gamma}")
+  if int(k_max) != k_max or k_max < 1:
+    raise ValueError(f"k_max must be an integer >= 1, got {k_max}")
 
 
 def winsorized_p_H(lam: float, gamma: float, k_max: int) -> np.ndarray:
-    """p_H(n), n = 1..k_max: Geom(1 - lam*gamma) with the tail mass moved onto k_max."""
-    _check(lam, gamma, k_max)
-    lg = lam * gamma
-    n = np.arange(1, k_max + 1, dtype=np.float64)
-    p = (1.0 - lg) * lg ** (n - 1)
-    p[-1] = lg ** (k_max - 1)
-    return p
+  """p_H(n), n = 1..k_max: Geom(1 - lam*gamma) with the tail mass moved onto k_max."""
+  _check(lam, gamma, k_max)
+  lg = lam * gamma
+  n = np.arange(1, k_max + 1, dtype=np.float64)
+  p = (1.0 - lg) * lg ** (n - 1)
+  p[-1] = lg ** (k_max - 1)
+  return p
 
 
 def winsorized_nu(lam: float, gamma: float, k_max: int) -> np.ndarray:
-    """nu(k), k = 1..k_max: TD(lam) weights (1-lam)(lam*gamma)^{k-1}, full bootstrap at k_max."""
-    _check(lam, gamma, k_max)
-    lg = lam * gamma
-    k = np.arange(1, k_max + 1, dtype=np.float64)
-    nu = (1.0 - lam) * lg ** (k - 1)
-    nu[-1] = lg ** (k_max - 1)
-    return nu
+  """nu(k), k = 1..k_max: TD(lam) weights (1-lam)(lam*gamma)^{k-1}, full bootstrap at k_max."""
+  _check(lam, gamma, k_max)
+  lg = lam * gamma
+  k = np.arange(1, k_max + 1, dtype=np.float64)
+  nu = (1.0 - lam) * lg ** (k - 1)
+  nu[-1] = lg ** (k_max - 1)
+  return nu
 
 
 def xi_from_nu(nu: np.ndarray, gamma: float) -> np.ndarray:
-    """xi(k) = gamma^{k-1} - sum_{kappa=0}^{k-1} gamma^kappa nu(k - kappa)  (Prop. C.1)."""
-    nu = np.asarray(nu, np.float64)
-    K = nu.shape[0]
-    xi = np.empty(K)
-    for k in range(1, K + 1):
-        xi[k - 1] = gamma ** (k - 1) - sum(gamma ** kap * nu[k - kap - 1] for kap in range(k))
-    return xi
+  """xi(k) = gamma^{k-1} - sum_{kappa=0}^{k-1} gamma^kappa nu(k - kappa)  (Prop. C.1)."""
+  nu = np.asarray(nu, np.float64)
+  K = nu.shape[0]
+  xi = np.empty(K)
+  for k in range(1, K + 1):
+    xi[k - 1] = gamma ** (k - 1) - sum(gamma**kap * nu[k - kap - 1] for kap in range(k))
+  return xi
 
 
 def target_weights(nu: np.ndarray, xi: np.ndarray, p_H: np.ndarray):
-    """One-sample weights w_xi = xi/p_H, w_nu = nu/p_H; p_H must cover the support of nu and xi."""
-    nu, xi, p_H = (np.asarray(v, np.float64) for v in (nu, xi, p_H))
-    bad = (p_H <= 0) & ((np.abs(nu) > 0) | (np.abs(xi) > 0))
-    if bad.any():
-        raise ValueError(f"p_H(n) = 0 where nu or xi is non-zero at n = {np.nonzero(bad)[0] + 1}")
-    safe = np.where(p_H > 0, p_H, 1.0)
-    return xi / safe, nu / safe
+  """One-sample weights w_xi = xi/p_H, w_nu = nu/p_H; p_H must cover the support of nu and xi."""
+  nu, xi, p_H = (np.asarray(v, np.float64) for v in (nu, xi, p_H))
+  bad = (p_H <= 0) & ((np.abs(nu) > 0) | (np.abs(xi) > 0))
+  if bad.any():
+    raise ValueError(f"p_H(n) = 0 where nu or xi is non-zero at n = {np.nonzero(bad)[0] + 1}")
+  safe = np.where(p_H > 0, p_H, 1.0)
+  return xi / safe, nu / safe
 
 
 def winsorized_weights(lam: float, gamma: float, k_max: int):
-    """Closed form (w_xi, w_nu) for n = 1..k_max (the paper's winsorized weights)."""
-    _check(lam, gamma, k_max)
-    w_xi = np.full(k_max, lam / (1.0 - lam * gamma))
-    w_nu = np.full(k_max, (1.0 - lam) / (1.0 - lam * gamma))
-    w_xi[-1], w_nu[-1] = 0.0, 1.0
-    return w_xi, w_nu
+  """Closed form (w_xi, w_nu) for n = 1..k_max (the paper's winsorized weights)."""
+  _check(lam, gamma, k_max)
+  w_xi = np.full(k_max, lam / (1.0 - lam * gamma))
+  w_nu = np.full(k_max, (1.0 - lam) / (1.0 - lam * gamma))
+  w_xi[-1], w_nu[-1] = 0.0, 1.0
+  return w_xi, w_nu
 
 
 def ghm_weights(lam: float, gamma: float):
-    """Constant weights for an n-agnostic geometric model with discount lam*gamma (k_max -> inf).
+  """Constant weights for an n-agnostic geometric model with discount lam*gamma (k_max -> inf).
 
-    p_H = Geom(1 - lam*gamma), nu = TD(lam): w_xi = lam/(1-lam*gamma), w_nu = (1-lam)/(1-lam*gamma).
-    lam = 1 is the pure gamma-model value (n ~ Geom(1-gamma), nu = 0, w_xi = 1/(1-gamma)).
-    """
-    _check(lam, gamma, 1)
-    return lam / (1.0 - lam * gamma), (1.0 - lam) / (1.0 - lam * gamma)
+  p_H = Geom(1 - lam*gamma), nu = TD(lam): w_xi = lam/(1-lam*gamma), w_nu = (1-lam)/(1-lam*gamma).
+  lam = 1 is the pure gamma-model value (n ~ Geom(1-gamma), nu = 0, w_xi = 1/(1-gamma)).
+  """
+  _check(lam, gamma, 1)
+  return lam / (1.0 - lam * gamma), (1.0 - lam) / (1.0 - lam * gamma)
 
 
 def sample_geometric(key, shape, p_continue) -> jax.Array:
-    """n ~ Geom(1 - p_continue) on {1, 2, ...}: P(n) = (1-p) p^{n-1} (int32)."""
-    if p_continue <= 0.0:
-        return jnp.ones(shape, jnp.int32)
-    u = jax.random.uniform(key, shape, minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
-    n = 1.0 + jnp.floor(jnp.log(u) / jnp.log(p_continue))
-    return jnp.clip(n, 1, 2**30).astype(jnp.int32)
+  """n ~ Geom(1 - p_continue) on {1, 2, ...}: P(n) = (1-p) p^{n-1} (int32)."""
+  if p_continue <= 0.0:
+    return jnp.ones(shape, jnp.int32)
+  u = jax.random.uniform(key, shape, minval=jnp.finfo(jnp.float32).tiny, maxval=1.0)
+  n = 1.0 + jnp.floor(jnp.log(u) / jnp.log(p_continue))
+  return jnp.clip(n, 1, 2**30).astype(jnp.int32)
 
 
 def sample_winsorized(key, shape, lam: float, gamma: float, k_max: int) -> jax.Array:
-    """n = min(Geom(1 - lam*gamma), k_max) ~ winsorized_p_H (int32 in [1, k_max])."""
-    _check(lam, gamma, k_max)
-    return jnp.minimum(sample_geometric(key, shape, lam * gamma), k_max)
+  """n = min(Geom(1 - lam*gamma), k_max) ~ winsorized_p_H (int32 in [1, k_max])."""
+  _check(lam, gamma, k_max)
+  return jnp.minimum(sample_geometric(key, shape, lam * gamma), k_max)

@@ -12,86 +12,94 @@ import jax.numpy as jnp
 
 
 def default_init(scale: float = 1.0):
-    return nn.initializers.variance_scaling(scale, "fan_avg", "uniform")
+  return nn.initializers.variance_scaling(scale, "fan_avg", "uniform")
 
 
 class MLP(nn.Module):
-    """Dense -> GELU -> optional LayerNorm for each hidden layer, then a linear head."""
+  """Dense -> GELU -> optional LayerNorm for each hidden layer, then a linear head."""
 
-    hidden_dims: Sequence[int]
-    out_dim: int
-    layer_norm: bool = False
-    final_scale: float = 1.0  # small scale gives a near-zero initial output (actor head)
+  hidden_dims: Sequence[int]
+  out_dim: int
+  layer_norm: bool = False
+  final_scale: float = 1.0  # small scale gives a near-zero initial output (actor head)
 
-    @nn.compact
-    def __call__(self, x):
-        for h in self.hidden_dims:
-            x = nn.gelu(nn.Dense(h, kernel_init=default_init())(x))
-            if self.layer_norm:
-                x = nn.LayerNorm()(x)
-        return nn.Dense(self.out_dim, kernel_init=default_init(self.final_scale))(x)
+  @nn.compact
+  def __call__(self, x):
+    for h in self.hidden_dims:
+      x = nn.gelu(nn.Dense(h, kernel_init=default_init())(x))
+      if self.layer_norm:
+        x = nn.LayerNorm()(x)
+    return nn.Dense(self.out_dim, kernel_init=default_init(self.final_scale))(x)
 
 
 class EnsembleCritic(nn.Module):
-    """`num` independent Q(s, a) MLPs (vmapped params); returns Q_ExB."""
+  """`num` independent Q(s, a) MLPs (vmapped params); returns Q_ExB."""
 
-    hidden_dims: Sequence[int]
-    num: int = 2
-    layer_norm: bool = True
+  hidden_dims: Sequence[int]
+  num: int = 2
+  layer_norm: bool = True
 
-    @nn.compact
-    def __call__(self, obs_BxO, act_BxA):
-        ens = nn.vmap(MLP, variable_axes={"params": 0}, split_rngs={"params": True},
-                      in_axes=None, out_axes=0, axis_size=self.num)
-        x = jnp.concatenate([obs_BxO, act_BxA], -1)
-        return ens(self.hidden_dims, 1, self.layer_norm)(x)[..., 0]
+  @nn.compact
+  def __call__(self, obs_BxO, act_BxA):
+    ens = nn.vmap(
+      MLP,
+      variable_axes={"params": 0},
+      split_rngs={"params": True},
+      in_axes=None,
+      out_axes=0,
+      axis_size=self.num,
+    )
+    x = jnp.concatenate([obs_BxO, act_BxA], -1)
+    return ens(self.hidden_dims, 1, self.layer_norm)(x)[..., 0]
 
 
 class Actor(nn.Module):
-    """Deterministic tanh-squashed actor mu(s) (the mode of ReBRAC's actor)."""
+  """Deterministic tanh-squashed actor mu(s) (the mode of ReBRAC's actor)."""
 
-    hidden_dims: Sequence[int]
-    act_dim: int
-    layer_norm: bool = False
-    final_scale: float = 0.01
+  hidden_dims: Sequence[int]
+  act_dim: int
+  layer_norm: bool = False
+  final_scale: float = 0.01
 
-    @nn.compact
-    def __call__(self, obs_BxO):
-        return jnp.tanh(MLP(self.hidden_dims, self.act_dim, self.layer_norm, self.final_scale)(obs_BxO))
+  @nn.compact
+  def __call__(self, obs_BxO):
+    return jnp.tanh(MLP(self.hidden_dims, self.act_dim, self.layer_norm, self.final_scale)(obs_BxO))
 
 
 class RewardModel(nn.Module):
-    """r_psi(s, a) -> r_B, regressed on dataset rewards; gives R at imagined states."""
+  """r_psi(s, a) -> r_B, regressed on dataset rewards; gives R at imagined states."""
 
-    hidden_dims: Sequence[int]
-    layer_norm: bool = True
+  hidden_dims: Sequence[int]
+  layer_norm: bool = True
 
-    @nn.compact
-    def __call__(self, obs_BxO, act_BxA):
-        return MLP(self.hidden_dims, 1, self.layer_norm)(jnp.concatenate([obs_BxO, act_BxA], -1))[..., 0]
+  @nn.compact
+  def __call__(self, obs_BxO, act_BxA):
+    return MLP(self.hidden_dims, 1, self.layer_norm)(jnp.concatenate([obs_BxO, act_BxA], -1))[
+      ..., 0
+    ]
 
 
 def time_features(t_B, num_freqs: int = 8):
-    """Fixed Fourier features of flow time t in [0, 1]."""
-    f = jnp.arange(1, num_freqs + 1, dtype=jnp.float32) * jnp.pi
-    tf = t_B[:, None] * f
-    return jnp.concatenate([t_B[:, None], jnp.sin(tf), jnp.cos(tf)], -1)
+  """Fixed Fourier features of flow time t in [0, 1]."""
+  f = jnp.arange(1, num_freqs + 1, dtype=jnp.float32) * jnp.pi
+  tf = t_B[:, None] * f
+  return jnp.concatenate([t_B[:, None], jnp.sin(tf), jnp.cos(tf)], -1)
 
 
 class VelocityField(nn.Module):
-    """Horizon-conditioned flow velocity v(t, x | s, a, n) -> dx/dt, shape like x.
+  """Horizon-conditioned flow velocity v(t, x | s, a, n) -> dx/dt, shape like x.
 
-    n is an integer horizon in [0, num_horizons]; it gets a learned embedding (0 is the unused/GHM slot).
-    """
+  n is an integer horizon in [0, num_horizons]; it gets a learned embedding (0 is the unused/GHM slot).
+  """
 
-    hidden_dims: Sequence[int]
-    out_dim: int
-    num_horizons: int
-    horizon_emb_dim: int = 32
-    layer_norm: bool = True
+  hidden_dims: Sequence[int]
+  out_dim: int
+  num_horizons: int
+  horizon_emb_dim: int = 32
+  layer_norm: bool = True
 
-    @nn.compact
-    def __call__(self, t_B, x_BxO, s_BxO, a_BxA, n_B):
-        n_emb = nn.Embed(self.num_horizons + 1, self.horizon_emb_dim)(n_B)
-        h = jnp.concatenate([x_BxO, time_features(t_B), s_BxO, a_BxA, n_emb], -1)
-        return MLP(self.hidden_dims, self.out_dim, self.layer_norm)(h)
+  @nn.compact
+  def __call__(self, t_B, x_BxO, s_BxO, a_BxA, n_B):
+    n_emb = nn.Embed(self.num_horizons + 1, self.horizon_emb_dim)(n_B)
+    h = jnp.concatenate([x_BxO, time_features(t_B), s_BxO, a_BxA, n_emb], -1)
+    return MLP(self.hidden_dims, self.out_dim, self.layer_norm)(h)

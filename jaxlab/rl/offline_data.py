@@ -33,73 +33,89 @@ REQUIRED = ("observations", "actions", "rewards", "masks", "terminals", "next_ob
 
 
 class OfflineData(struct.PyTreeNode):
-    observations: jax.Array       # NxO
-    actions: jax.Array            # NxA
-    rewards: jax.Array            # N
-    masks: jax.Array              # N
-    next_observations: jax.Array  # NxO
-    traj_end: jax.Array           # N int32: index of the last transition of i's trajectory
+  observations: jax.Array  # NxO
+  actions: jax.Array  # NxA
+  rewards: jax.Array  # N
+  masks: jax.Array  # N
+  next_observations: jax.Array  # NxO
+  traj_end: jax.Array  # N int32: index of the last transition of i's trajectory
 
-    @property
-    def size(self) -> int:
-        return self.rewards.shape[0]
+  @property
+  def size(self) -> int:
+    return self.rewards.shape[0]
 
 
 def make_offline_data(d: Mapping[str, np.ndarray]) -> OfflineData:
-    """Validate a numpy dataset dict and move it to device with trajectory-end indices."""
-    missing = [k for k in REQUIRED if k not in d]
-    if missing:
-        raise ValueError(f"offline dataset is missing keys {missing}; required keys: {list(REQUIRED)}")
-    N = len(d["rewards"])
-    if N == 0:
-        raise ValueError("offline dataset is empty")
-    for k in REQUIRED:
-        if len(d[k]) != N:
-            raise ValueError(f"offline dataset key {k!r} has {len(d[k])} rows, expected {N} (len of rewards)")
-    for k in ("observations", "next_observations", "actions"):
-        if np.ndim(d[k]) != 2:
-            raise ValueError(f"offline dataset key {k!r} must be 2-D (N, dim), got shape {np.shape(d[k])}")
-    if np.shape(d["observations"]) != np.shape(d["next_observations"]):
-        raise ValueError("observations and next_observations must have the same shape")
-    term = np.asarray(d["terminals"]).reshape(N).astype(bool).copy()
-    term[-1] = True  # the array end always closes a trajectory
-    ends = np.nonzero(term)[0]
-    traj_end = ends[np.searchsorted(ends, np.arange(N))]
-    f32 = lambda x: jnp.asarray(np.asarray(x, np.float32))
-    return OfflineData(
-        observations=f32(d["observations"]), actions=f32(d["actions"]),
-        rewards=f32(np.reshape(d["rewards"], N)), masks=f32(np.reshape(d["masks"], N)),
-        next_observations=f32(d["next_observations"]),
-        traj_end=jnp.asarray(traj_end.astype(np.int32)))
+  """Validate a numpy dataset dict and move it to device with trajectory-end indices."""
+  missing = [k for k in REQUIRED if k not in d]
+  if missing:
+    raise ValueError(f"offline dataset is missing keys {missing}; required keys: {list(REQUIRED)}")
+  N = len(d["rewards"])
+  if N == 0:
+    raise ValueError("offline dataset is empty")
+  for k in REQUIRED:
+    if len(d[k]) != N:
+      raise ValueError(
+        f"offline dataset key {k!r} has {len(d[k])} rows, expected {N} (len of rewards)"
+      )
+  for k in ("observations", "next_observations", "actions"):
+    if np.ndim(d[k]) != 2:
+      raise ValueError(
+        f"offline dataset key {k!r} must be 2-D (N, dim), got shape {np.shape(d[k])}"
+      )
+  if np.shape(d["observations"]) != np.shape(d["next_observations"]):
+    raise ValueError("observations and next_observations must have the same shape")
+  term = np.asarray(d["terminals"]).reshape(N).astype(bool).copy()
+  term[-1] = True  # the array end always closes a trajectory
+  ends = np.nonzero(term)[0]
+  traj_end = ends[np.searchsorted(ends, np.arange(N))]
+  f32 = lambda x: jnp.asarray(np.asarray(x, np.float32))
+  return OfflineData(
+    observations=f32(d["observations"]),
+    actions=f32(d["actions"]),
+    rewards=f32(np.reshape(d["rewards"], N)),
+    masks=f32(np.reshape(d["masks"], N)),
+    next_observations=f32(d["next_observations"]),
+    traj_end=jnp.asarray(traj_end.astype(np.int32)),
+  )
 
 
 def obs_stats(data: OfflineData, eps: float = 1e-3) -> dict:
-    """Per-dimension statistics for model coordinates: observation mean / std and std of s' - s.
+  """Per-dimension statistics for model coordinates: observation mean / std and std of s' - s.
 
-    Stds are floored at eps so constant dimensions do not blow up.
-    """
-    delta = data.next_observations - data.observations
-    return dict(mean=jnp.mean(data.observations, 0),
-                std=jnp.maximum(jnp.std(data.observations, 0), eps),
-                delta_std=jnp.maximum(jnp.std(delta, 0), eps))
+  Stds are floored at eps so constant dimensions do not blow up.
+  """
+  delta = data.next_observations - data.observations
+  return dict(
+    mean=jnp.mean(data.observations, 0),
+    std=jnp.maximum(jnp.std(data.observations, 0), eps),
+    delta_std=jnp.maximum(jnp.std(delta, 0), eps),
+  )
 
 
 def sample(data: OfflineData, key, batch_size: int, k_max: int = 0) -> dict:
-    """Uniform batch of transitions; with k_max > 0 also the k_max-step window (see module doc)."""
-    idx_B = jax.random.randint(key, (batch_size,), 0, data.size)
-    end_B = data.traj_end[idx_B]
-    nxt_B = jnp.minimum(idx_B + 1, end_B)
-    batch = dict(
-        observations=data.observations[idx_B], actions=data.actions[idx_B],
-        rewards=data.rewards[idx_B], masks=data.masks[idx_B],
-        next_observations=data.next_observations[idx_B], next_actions=data.actions[nxt_B])
-    if k_max > 0:
-        raw_BxK = idx_B[:, None] + jnp.arange(k_max)[None]
-        valid_BxK = raw_BxK <= end_B[:, None]
-        w_BxK = jnp.minimum(raw_BxK, end_B[:, None])
-        wa_BxK = jnp.minimum(raw_BxK + 1, end_B[:, None])
-        batch.update(
-            window_observations=data.next_observations[w_BxK], window_actions=data.actions[wa_BxK],
-            window_rewards=data.rewards[w_BxK], window_masks=data.masks[w_BxK],
-            window_valid=valid_BxK.astype(jnp.float32))
-    return batch
+  """Uniform batch of transitions; with k_max > 0 also the k_max-step window (see module doc)."""
+  idx_B = jax.random.randint(key, (batch_size,), 0, data.size)
+  end_B = data.traj_end[idx_B]
+  nxt_B = jnp.minimum(idx_B + 1, end_B)
+  batch = dict(
+    observations=data.observations[idx_B],
+    actions=data.actions[idx_B],
+    rewards=data.rewards[idx_B],
+    masks=data.masks[idx_B],
+    next_observations=data.next_observations[idx_B],
+    next_actions=data.actions[nxt_B],
+  )
+  if k_max > 0:
+    raw_BxK = idx_B[:, None] + jnp.arange(k_max)[None]
+    valid_BxK = raw_BxK <= end_B[:, None]
+    w_BxK = jnp.minimum(raw_BxK, end_B[:, None])
+    wa_BxK = jnp.minimum(raw_BxK + 1, end_B[:, None])
+    batch.update(
+      window_observations=data.next_observations[w_BxK],
+      window_actions=data.actions[wa_BxK],
+      window_rewards=data.rewards[w_BxK],
+      window_masks=data.masks[w_BxK],
+      window_valid=valid_BxK.astype(jnp.float32),
+    )
+  return batch

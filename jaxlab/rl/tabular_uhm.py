@@ -16,123 +16,131 @@ from jaxlab.rl import horizon
 
 
 def random_mdp(seed: int, S: int, A: int):
-    """Random dense P, rewards R_SxA in [0, 1), stochastic pi."""
-    rng = np.random.default_rng(seed)
-    P = rng.dirichlet(np.ones(S), size=(S, A))
-    R = rng.uniform(size=(S, A))
-    pi = rng.dirichlet(np.ones(A), size=S)
-    return P, R, pi
+  """Random dense P, rewards R_SxA in [0, 1), stochastic pi."""
+  rng = np.random.default_rng(seed)
+  P = rng.dirichlet(np.ones(S), size=(S, A))
+  R = rng.uniform(size=(S, A))
+  pi = rng.dirichlet(np.ones(A), size=S)
+  return P, R, pi
 
 
 def chain_mdp(S: int = 10, p_move: float = 0.8, p_stay: float = 0.1):
-    """S-state chain, actions left/right: move w.p. p_move, stay p_stay, slip the other way otherwise."""
-    P = np.zeros((S, 2, S))
-    for s in range(S):
-        for a, d in ((0, -1), (1, 1)):
-            P[s, a, min(max(s + d, 0), S - 1)] += p_move
-            P[s, a, s] += p_stay
-            P[s, a, min(max(s - d, 0), S - 1)] += 1.0 - p_move - p_stay
-    return P
+  """S-state chain, actions left/right: move w.p. p_move, stay p_stay, slip the other way otherwise."""
+  P = np.zeros((S, 2, S))
+  for s in range(S):
+    for a, d in ((0, -1), (1, 1)):
+      P[s, a, min(max(s + d, 0), S - 1)] += p_move
+      P[s, a, s] += p_stay
+      P[s, a, min(max(s - d, 0), S - 1)] += 1.0 - p_move - p_stay
+  return P
 
 
 def sa_matrix(P, pi):
-    S, A, _ = P.shape
-    return (P[:, :, :, None] * pi[None, None]).reshape(S * A, S * A)
+  S, A, _ = P.shape
+  return (P[:, :, :, None] * pi[None, None]).reshape(S * A, S * A)
 
 
 def exact_n_step(P, pi, k_max: int) -> np.ndarray:
-    """Law of s_n given (s_0, a_0) = (s, a): rows e_(s,a) M^{n-1} P, shape k_max x SA x S."""
-    S, A, _ = P.shape
-    M = sa_matrix(P, pi)
-    Pf = P.reshape(S * A, S)
-    out, Mn = [], np.eye(S * A)
-    for _ in range(k_max):
-        out.append(Mn @ Pf)
-        Mn = Mn @ M
-    return np.stack(out)
+  """Law of s_n given (s_0, a_0) = (s, a): rows e_(s,a) M^{n-1} P, shape k_max x SA x S."""
+  S, A, _ = P.shape
+  M = sa_matrix(P, pi)
+  Pf = P.reshape(S * A, S)
+  out, Mn = [], np.eye(S * A)
+  for _ in range(k_max):
+    out.append(Mn @ Pf)
+    Mn = Mn @ M
+  return np.stack(out)
 
 
 def q_pi(P, R, pi, gamma):
-    """Q^pi = (I - gamma M)^{-1} r, shape SA."""
-    M = sa_matrix(P, pi)
-    return np.linalg.solve(np.eye(M.shape[0]) - gamma * M, R.reshape(-1))
+  """Q^pi = (I - gamma M)^{-1} r, shape SA."""
+  M = sa_matrix(P, pi)
+  return np.linalg.solve(np.eye(M.shape[0]) - gamma * M, R.reshape(-1))
 
 
 def nu_operator(Q, P, R, pi, gamma, nu):
-    """T^nu Q = r + gamma sum_{k=1}^{K} M^k (xi_k r + nu_k Q)  (Prop. C.1, nu supported on 1..K)."""
-    M = sa_matrix(P, pi)
-    r = R.reshape(-1)
-    xi = horizon.xi_from_nu(nu, gamma)
-    out, Mk = r.copy(), np.eye(M.shape[0])
-    for k in range(len(nu)):
-        Mk = Mk @ M
-        out = out + gamma * Mk @ (xi[k] * r + nu[k] * Q)
-    return out
+  """T^nu Q = r + gamma sum_{k=1}^{K} M^k (xi_k r + nu_k Q)  (Prop. C.1, nu supported on 1..K)."""
+  M = sa_matrix(P, pi)
+  r = R.reshape(-1)
+  xi = horizon.xi_from_nu(nu, gamma)
+  out, Mk = r.copy(), np.eye(M.shape[0])
+  for k in range(len(nu)):
+    Mk = Mk @ M
+    out = out + gamma * Mk @ (xi[k] * r + nu[k] * Q)
+  return out
 
 
 def one_sample_expectation(Q, P, R, pi, gamma, p_H, w_xi, w_nu):
-    """E[G^nu] = r + sum_n p_H(n) gamma M^n (w_xi(n) r + w_nu(n) Q)."""
-    M = sa_matrix(P, pi)
-    r = R.reshape(-1)
-    out, Mn = r.copy(), np.eye(M.shape[0])
-    for n in range(len(p_H)):
-        Mn = Mn @ M
-        out = out + p_H[n] * gamma * Mn @ (w_xi[n] * r + w_nu[n] * Q)
-    return out
+  """E[G^nu] = r + sum_n p_H(n) gamma M^n (w_xi(n) r + w_nu(n) Q)."""
+  M = sa_matrix(P, pi)
+  r = R.reshape(-1)
+  out, Mn = r.copy(), np.eye(M.shape[0])
+  for n in range(len(p_H)):
+    Mn = Mn @ M
+    out = out + p_H[n] * gamma * Mn @ (w_xi[n] * r + w_nu[n] * Q)
+  return out
 
 
 def successor_measure(P, pi, gamma) -> np.ndarray:
-    """State law of s_n, n ~ Geom(1 - gamma) on {1, 2, ...}: (1-gamma) (I - gamma M)^{-1} P, SA x S."""
-    S, A, _ = P.shape
-    M = sa_matrix(P, pi)
-    return (1 - gamma) * np.linalg.solve(np.eye(S * A) - gamma * M, P.reshape(S * A, S))
+  """State law of s_n, n ~ Geom(1 - gamma) on {1, 2, ...}: (1-gamma) (I - gamma M)^{-1} P, SA x S."""
+  S, A, _ = P.shape
+  M = sa_matrix(P, pi)
+  return (1 - gamma) * np.linalg.solve(np.eye(S * A) - gamma * M, P.reshape(S * A, S))
 
 
 def sample_dataset(seed: int, P, num: int):
-    """Offline transitions with uniform (s, a): returns (sa_N, sp_N) int32 numpy arrays."""
-    S, A, _ = P.shape
-    rng = np.random.default_rng(seed)
-    sa = rng.integers(0, S * A, num)
-    cdf = np.cumsum(P.reshape(S * A, S), -1)[sa]
-    sp = np.minimum((rng.uniform(size=(num, 1)) > cdf).sum(-1), S - 1)
-    return sa.astype(np.int32), sp.astype(np.int32)
+  """Offline transitions with uniform (s, a): returns (sa_N, sp_N) int32 numpy arrays."""
+  S, A, _ = P.shape
+  rng = np.random.default_rng(seed)
+  sa = rng.integers(0, S * A, num)
+  cdf = np.cumsum(P.reshape(S * A, S), -1)[sa]
+  sp = np.minimum((rng.uniform(size=(num, 1)) > cdf).sum(-1), S - 1)
+  return sa.astype(np.int32), sp.astype(np.int32)
 
 
-def train_tabular_uhm(key, sa_N, sp_N, pi, k_max: int, num_iters: int = 2000, batch_size: int = 4096,
-                      lr_power: float = 0.6):
-    """Tabular UHM m[n-1, (s,a), :] trained on offline data with the bootstrapped recursion.
+def train_tabular_uhm(
+  key,
+  sa_N,
+  sp_N,
+  pi,
+  k_max: int,
+  num_iters: int = 2000,
+  batch_size: int = 4096,
+  lr_power: float = 0.6,
+):
+  """Tabular UHM m[n-1, (s,a), :] trained on offline data with the bootstrapped recursion.
 
-    Each iteration draws a minibatch, a' ~ pi(s'), and moves every level towards the per-(s,a) average of
-    its target: one-hot(s') for n = 1 and the target (previous) table at (s', a', n-1) for n > 1, with step
-    size (t+1)^-lr_power (Robbins-Monro). Returns the table, k_max x SA x S (float32).
-    """
-    S, A = pi.shape
-    SA = S * A
-    sa_N, sp_N = jnp.asarray(sa_N), jnp.asarray(sp_N)
-    logpi = jnp.log(jnp.asarray(pi, jnp.float32))
-    m0 = jnp.full((k_max, SA, S), 1.0 / S, jnp.float32)
+  Each iteration draws a minibatch, a' ~ pi(s'), and moves every level towards the per-(s,a) average of
+  its target: one-hot(s') for n = 1 and the target (previous) table at (s', a', n-1) for n > 1, with step
+  size (t+1)^-lr_power (Robbins-Monro). Returns the table, k_max x SA x S (float32).
+  """
+  S, A = pi.shape
+  SA = S * A
+  sa_N, sp_N = jnp.asarray(sa_N), jnp.asarray(sp_N)
+  logpi = jnp.log(jnp.asarray(pi, jnp.float32))
+  m0 = jnp.full((k_max, SA, S), 1.0 / S, jnp.float32)
 
-    def step(m, inp):
-        t, k = inp
-        ki, ka = jax.random.split(k)
-        idx = jax.random.randint(ki, (batch_size,), 0, sa_N.shape[0])
-        sa, sp = sa_N[idx], sp_N[idx]
-        ap = jax.random.categorical(ka, logpi[sp])
-        base = jax.nn.one_hot(sp, S)[None]                       # 1 x B x S
-        boot = m[:-1, sp * A + ap]                                # (k_max-1) x B x S (target = previous table)
-        tgt = jnp.concatenate([base, boot], 0)                    # k_max x B x S
-        cnt = jax.ops.segment_sum(jnp.ones(batch_size), sa, SA)
-        tot = jax.vmap(lambda x: jax.ops.segment_sum(x, sa, SA))(tgt)
-        avg = tot / jnp.maximum(cnt, 1)[None, :, None]
-        lr = (t + 1.0) ** (-lr_power)
-        m = jnp.where((cnt > 0)[None, :, None], m + lr * (avg - m), m)
-        return m, None
+  def step(m, inp):
+    t, k = inp
+    ki, ka = jax.random.split(k)
+    idx = jax.random.randint(ki, (batch_size,), 0, sa_N.shape[0])
+    sa, sp = sa_N[idx], sp_N[idx]
+    ap = jax.random.categorical(ka, logpi[sp])
+    base = jax.nn.one_hot(sp, S)[None]  # 1 x B x S
+    boot = m[:-1, sp * A + ap]  # (k_max-1) x B x S (target = previous table)
+    tgt = jnp.concatenate([base, boot], 0)  # k_max x B x S
+    cnt = jax.ops.segment_sum(jnp.ones(batch_size), sa, SA)
+    tot = jax.vmap(lambda x: jax.ops.segment_sum(x, sa, SA))(tgt)
+    avg = tot / jnp.maximum(cnt, 1)[None, :, None]
+    lr = (t + 1.0) ** (-lr_power)
+    m = jnp.where((cnt > 0)[None, :, None], m + lr * (avg - m), m)
+    return m, None
 
-    ts = jnp.arange(num_iters, dtype=jnp.float32)
-    m, _ = jax.lax.scan(step, m0, (ts, jax.random.split(key, num_iters)))
-    return m
+  ts = jnp.arange(num_iters, dtype=jnp.float32)
+  m, _ = jax.lax.scan(step, m0, (ts, jax.random.split(key, num_iters)))
+  return m
 
 
 def tv(p, q):
-    """Total variation distance along the last axis."""
-    return 0.5 * np.abs(np.asarray(p, np.float64) - np.asarray(q, np.float64)).sum(-1)
+  """Total variation distance along the last axis."""
+  return 0.5 * np.abs(np.asarray(p, np.float64) - np.asarray(q, np.float64)).sum(-1)

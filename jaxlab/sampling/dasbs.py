@@ -48,46 +48,47 @@ def get_config() -> ml_collections.ConfigDict:
         --config.ctrl_steps=100 --config.corr_steps=50 --config.sampling_steps=50 --config.num_repl=4
   """
   c = ml_collections.ConfigDict()
-  c.target = "ising"          # 'ising' | 'potts'
-  c.L = 8                     # lattice side; D = L*L sites (L >= 3)
-  c.beta = 0.4407             # inverse temperature
-  c.J = 1.0                   # coupling
-  c.h = 0.0                   # Ising field
-  c.q = 4                     # Potts colours
-  c.noise = "log_linear"      # reference schedule: 'const' | 'log_linear'
-  c.gamma = 1.0               # reference rate scale gamma
-  c.alpha = 0.5               # log_linear offset alpha: gamma(t) = gamma / (alpha + t)
-  c.source = "constant"       # 'uniform' (beta_init = 0) | 'constant' (beta_init = inf)
-  c.model = "ropesit"         # 'ropesit' | 'tabular' (tiny lattices only)
-  c.hidden = 32               # transformer width
-  c.depth = 6                 # transformer blocks
-  c.heads = 4                 # attention heads
-  c.mlp_ratio = 4             # MLP expansion
-  c.rope_theta = 10.0         # 2-D RoPE base
-  c.knots = 16                # tabular controller: time knots
-  c.batch_size = 64           # pairs per step (global; sharded over the mesh 'data' axis)
-  c.num_repl = 8              # independent t per pair
-  c.buffer_size = 512         # FIFO replay buffer (pairs)
-  c.resample_freq = 20        # simulate batch_size new trajectories every this many steps
-  c.sampling_steps = 200      # tau-leaping steps
-  c.num_stages = 5            # IPF-like stages (controller phase, then corrector phase)
-  c.ctrl_steps = 400          # controller steps per stage
-  c.corr_steps = 200          # corrector steps per stage
-  c.ctrl_loss = "tm"          # 'tm' (adjoint/target matching) | 'dm' (denoising matching)
-  c.corr_loss = "dm"          # 'tm' | 'dm' ('tm' needs source='uniform')
-  c.bregman = "tlogt"         # 'tlogt' | '-logt' | 't2'
-  c.time_weight = "unif"      # controller-loss time weight: 'unif' (1) | 'gamma' (gamma(t)/N)
-  c.dm_eps = 0.01             # ctrl-DM: t ~ U[0, 1 - dm_eps]
-  c.corr_dm_eps = 0.01        # corr-DM: t ~ U[0, 1 - corr_dm_eps] (1.0: t = 0, x_t = x0)
-  c.lr = 5e-4                 # AdamW learning rate (controller and corrector)
-  c.weight_decay = 0.0        # AdamW weight decay
-  c.ema_decay = 0.9999        # EMA cap (warm-up (1+n)/(10+n))
+  c.target = "ising"  # 'ising' | 'potts'
+  c.L = 8  # lattice side; D = L*L sites (L >= 3)
+  c.beta = 0.4407  # inverse temperature
+  c.J = 1.0  # coupling
+  c.h = 0.0  # Ising field
+  c.q = 4  # Potts colours
+  c.noise = "log_linear"  # reference schedule: 'const' | 'log_linear'
+  c.gamma = 1.0  # reference rate scale gamma
+  c.alpha = 0.5  # log_linear offset alpha: gamma(t) = gamma / (alpha + t)
+  c.source = "constant"  # 'uniform' (beta_init = 0) | 'constant' (beta_init = inf)
+  c.model = "ropesit"  # 'ropesit' | 'tabular' (tiny lattices only)
+  c.hidden = 32  # transformer width
+  c.depth = 6  # transformer blocks
+  c.heads = 4  # attention heads
+  c.mlp_ratio = 4  # MLP expansion
+  c.rope_theta = 10.0  # 2-D RoPE base
+  c.knots = 16  # tabular controller: time knots
+  c.batch_size = 64  # pairs per step (global; sharded over the mesh 'data' axis)
+  c.num_repl = 8  # independent t per pair
+  c.buffer_size = 512  # FIFO replay buffer (pairs)
+  c.resample_freq = 20  # simulate batch_size new trajectories every this many steps
+  c.sampling_steps = 200  # tau-leaping steps
+  c.num_stages = 5  # IPF-like stages (controller phase, then corrector phase)
+  c.ctrl_steps = 400  # controller steps per stage
+  c.corr_steps = 200  # corrector steps per stage
+  c.ctrl_loss = "tm"  # 'tm' (adjoint/target matching) | 'dm' (denoising matching)
+  c.corr_loss = "dm"  # 'tm' | 'dm' ('tm' needs source='uniform')
+  c.bregman = "tlogt"  # 'tlogt' | '-logt' | 't2'
+  c.time_weight = "unif"  # controller-loss time weight: 'unif' (1) | 'gamma' (gamma(t)/N)
+  c.dm_eps = 0.01  # ctrl-DM: t ~ U[0, 1 - dm_eps]
+  c.corr_dm_eps = 0.01  # corr-DM: t ~ U[0, 1 - corr_dm_eps] (1.0: t = 0, x_t = x0)
+  c.lr = 5e-4  # AdamW learning rate (controller and corrector)
+  c.weight_decay = 0.0  # AdamW weight decay
+  c.ema_decay = 0.9999  # EMA cap (warm-up (1+n)/(10+n))
   return c
 
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
   """The hashable, validated form of a config (static part of the state)."""
+
   target: energies.Lattice
   sched: ref_lib.Schedule
   source: str
@@ -132,38 +133,76 @@ def make_spec(config) -> Spec:
   _check("L", int(c.L) >= 3, f"must be >= 3, got {c.L}")
   _check("source", c.source in SOURCES, f"must be one of {SOURCES}, got {c.source!r}")
   _check("model", c.model in MODELS, f"must be one of {MODELS}, got {c.model!r}")
-  _check("ctrl_loss", c.ctrl_loss in CTRL_LOSSES, f"must be one of {CTRL_LOSSES}, got {c.ctrl_loss!r}")
-  _check("corr_loss", c.corr_loss in CORR_LOSSES, f"must be one of {CORR_LOSSES}, got {c.corr_loss!r}")
-  _check("corr_loss", not (c.corr_loss == "tm" and c.source == "constant"),
-         "'tm' is not allowed with source='constant' (beta_init = inf); use 'dm'")
-  _check("time_weight", c.time_weight in ("unif", "gamma"),
-         f"must be 'unif' or 'gamma', got {c.time_weight!r}")
-  _check("bregman", c.bregman in losses.BREGMAN, f"must be one of {losses.BREGMAN}, got {c.bregman!r}")
-  for k in ("batch_size", "num_repl", "buffer_size", "resample_freq", "sampling_steps", "num_stages",
-            "ctrl_steps", "hidden", "depth", "heads", "knots"):
+  _check(
+    "ctrl_loss", c.ctrl_loss in CTRL_LOSSES, f"must be one of {CTRL_LOSSES}, got {c.ctrl_loss!r}"
+  )
+  _check(
+    "corr_loss", c.corr_loss in CORR_LOSSES, f"must be one of {CORR_LOSSES}, got {c.corr_loss!r}"
+  )
+  _check(
+    "corr_loss",
+    not (c.corr_loss == "tm" and c.source == "constant"),
+    "'tm' is not allowed with source='constant' (beta_init = inf); use 'dm'",
+  )
+  _check(
+    "time_weight",
+    c.time_weight in ("unif", "gamma"),
+    f"must be 'unif' or 'gamma', got {c.time_weight!r}",
+  )
+  _check(
+    "bregman", c.bregman in losses.BREGMAN, f"must be one of {losses.BREGMAN}, got {c.bregman!r}"
+  )
+  for k in (
+    "batch_size",
+    "num_repl",
+    "buffer_size",
+    "resample_freq",
+    "sampling_steps",
+    "num_stages",
+    "ctrl_steps",
+    "hidden",
+    "depth",
+    "heads",
+    "knots",
+  ):
     _check(k, int(c[k]) >= 1, f"must be >= 1, got {c[k]}")
   _check("corr_steps", int(c.corr_steps) >= 0, f"must be >= 0, got {c.corr_steps}")
-  _check("buffer_size", int(c.buffer_size) >= int(c.batch_size),
-         f"must be >= batch_size ({c.batch_size}), got {c.buffer_size}")
+  _check(
+    "buffer_size",
+    int(c.buffer_size) >= int(c.batch_size),
+    f"must be >= batch_size ({c.batch_size}), got {c.buffer_size}",
+  )
   _check("hidden", int(c.hidden) % int(c.heads) == 0, f"must be divisible by heads ({c.heads})")
   _check("dm_eps", 0.0 < c.dm_eps < 1.0, f"must be in (0, 1), got {c.dm_eps}")
   _check("corr_dm_eps", 0.0 < c.corr_dm_eps <= 1.0, f"must be in (0, 1], got {c.corr_dm_eps}")
   _check("lr", c.lr > 0, f"must be > 0, got {c.lr}")
   target = energies.Lattice(c.target, int(c.L), float(c.beta), float(c.J), float(c.h), int(c.q))
   if c.model == "tabular":
-    _check("model", target.N ** target.D <= 4096,
-           f"'tabular' needs N^D <= 4096 states, got {target.N}^{target.D}")
+    _check(
+      "model",
+      target.N**target.D <= 4096,
+      f"'tabular' needs N^D <= 4096 states, got {target.N}^{target.D}",
+    )
   sched = ref_lib.Schedule(c.noise, float(c.gamma), float(c.alpha))
   fields = {f.name for f in dataclasses.fields(Spec)} - {"target", "sched"}
-  return Spec(target=target, sched=sched, **{k: type(getattr(get_config(), k))(c[k]) for k in fields})
+  return Spec(
+    target=target, sched=sched, **{k: type(getattr(get_config(), k))(c[k]) for k in fields}
+  )
 
 
 def make_models(spec: Spec):
   t = spec.target
   if spec.model == "tabular":
     return (networks.TabularLogPhi(t.N, t.D, spec.knots), networks.TabularLogPhi(t.N, t.D, 1))
-  kw = dict(N=t.N, L=t.L, hidden=spec.hidden, depth=spec.depth, heads=spec.heads,
-            mlp_ratio=spec.mlp_ratio, rope_theta=spec.rope_theta)
+  kw = dict(
+    N=t.N,
+    L=t.L,
+    hidden=spec.hidden,
+    depth=spec.depth,
+    heads=spec.heads,
+    mlp_ratio=spec.mlp_ratio,
+    rope_theta=spec.rope_theta,
+  )
   return networks.RopeSiT(use_time=True, **kw), networks.RopeSiT(use_time=False, **kw)
 
 
@@ -175,7 +214,7 @@ class DASBSState(struct.PyTreeNode):
   ctrl_opt: Any
   corr_opt: Any
   ema_count: jax.Array
-  buf_x0: jax.Array           # buffer_size x D
+  buf_x0: jax.Array  # buffer_size x D
   buf_x1: jax.Array
   buf_ptr: jax.Array
   buf_count: jax.Array
@@ -190,7 +229,7 @@ def _optimizer(spec):
 
 def init_state(config_or_spec, key) -> DASBSState:
   spec = config_or_spec if isinstance(config_or_spec, Spec) else make_spec(config_or_spec)
-  return jax.jit(_init_state, static_argnums=0)(spec, key)   # jit: eager flax init is slow on CPU
+  return jax.jit(_init_state, static_argnums=0)(spec, key)  # jit: eager flax init is slow on CPU
 
 
 def _init_state(spec: Spec, key) -> DASBSState:
@@ -202,11 +241,22 @@ def _init_state(spec: Spec, key) -> DASBSState:
   rp = corr.init(k2, x, None)
   opt = _optimizer(spec)
   zb = jnp.zeros((spec.buffer_size, D), jnp.int32)
-  return DASBSState(step=jnp.zeros((), jnp.int32), ctrl_params=cp, ctrl_ema=cp, corr_params=rp,
-                    ctrl_opt=opt.init(cp), corr_opt=opt.init(rp), ema_count=jnp.zeros((), jnp.int32),
-                    buf_x0=zb, buf_x1=zb, buf_ptr=jnp.zeros((), jnp.int32),
-                    buf_count=jnp.zeros((), jnp.int32), last_ess=jnp.zeros(()),
-                    last_invalid=jnp.zeros(()), spec=spec)
+  return DASBSState(
+    step=jnp.zeros((), jnp.int32),
+    ctrl_params=cp,
+    ctrl_ema=cp,
+    corr_params=rp,
+    ctrl_opt=opt.init(cp),
+    corr_opt=opt.init(rp),
+    ema_count=jnp.zeros((), jnp.int32),
+    buf_x0=zb,
+    buf_x1=zb,
+    buf_ptr=jnp.zeros((), jnp.int32),
+    buf_count=jnp.zeros((), jnp.int32),
+    last_ess=jnp.zeros(()),
+    last_invalid=jnp.zeros(()),
+    spec=spec,
+  )
 
 
 def _bx(x, mesh):
@@ -237,15 +287,20 @@ def make_update(spec: Spec, mesh=None):
     out = simulate(spec, state.ctrl_ema, key, B, mesh)
     idx = (state.buf_ptr + jnp.arange(B)) % spec.buffer_size
     return state.replace(
-        buf_x0=state.buf_x0.at[idx].set(out["x0"]), buf_x1=state.buf_x1.at[idx].set(out["x1"]),
-        buf_ptr=(state.buf_ptr + B) % spec.buffer_size,
-        buf_count=jnp.minimum(state.buf_count + B, spec.buffer_size),
-        last_ess=sampler.ess(out["log_rnd"]), last_invalid=out["invalid_frac"].astype(jnp.float32))
+      buf_x0=state.buf_x0.at[idx].set(out["x0"]),
+      buf_x1=state.buf_x1.at[idx].set(out["x1"]),
+      buf_ptr=(state.buf_ptr + B) % spec.buffer_size,
+      buf_count=jnp.minimum(state.buf_count + B, spec.buffer_size),
+      last_ess=sampler.ess(out["log_rnd"]),
+      last_invalid=out["invalid_frac"].astype(jnp.float32),
+    )
 
   def draw(state, key):
     """batch_size pairs without replacement from the filled part of the buffer, each repeated R times."""
     k_perm, k_t, k_b = jax.random.split(key, 3)
-    u = jax.random.uniform(k_perm, (spec.buffer_size,)) + (jnp.arange(spec.buffer_size) >= state.buf_count)
+    u = jax.random.uniform(k_perm, (spec.buffer_size,)) + (
+      jnp.arange(spec.buffer_size) >= state.buf_count
+    )
     pick = jnp.argsort(u)[:B]
     x0 = jnp.repeat(state.buf_x0[pick], R, 0)
     x1 = jnp.repeat(state.buf_x1[pick], R, 0)
@@ -266,6 +321,7 @@ def make_update(spec: Spec, mesh=None):
 
     def loss_fn(p):
       return losses.masked_loss(target, ctrl.apply(p, xt, t), xt, spec.bregman, w)
+
     loss, g = jax.value_and_grad(loss_fn)(state.ctrl_params)
     upd, ctrl_opt = opt.update(g, state.ctrl_opt, state.ctrl_params)
     params = optax.apply_updates(state.ctrl_params, upd)
@@ -278,7 +334,9 @@ def make_update(spec: Spec, mesh=None):
     x0, x1, k_t, k_b = draw(state, key)
     if spec.corr_loss == "tm":
       log_phi0 = ctrl.apply(state.ctrl_params, x0, jnp.zeros((B * R,)))
-      target = losses.corr_tm_log_target(jnp.zeros_like(log_phi0), log_phi0, x0, x1)  # S_mu = 0 (uniform)
+      target = losses.corr_tm_log_target(
+        jnp.zeros_like(log_phi0), log_phi0, x0, x1
+      )  # S_mu = 0 (uniform)
     else:
       t = jax.random.uniform(k_t, (B * R,), maxval=1.0 - spec.corr_dm_eps)
       xt = ref_lib.sample_bridge(k_b, sched, x0, x1, t, N)
@@ -287,9 +345,12 @@ def make_update(spec: Spec, mesh=None):
 
     def loss_fn(p):
       return losses.masked_loss(target, corr.apply(p, x1, None), x1, spec.bregman)
+
     loss, g = jax.value_and_grad(loss_fn)(state.corr_params)
     upd, corr_opt = opt.update(g, state.corr_opt, state.corr_params)
-    return state.replace(corr_params=optax.apply_updates(state.corr_params, upd), corr_opt=corr_opt), loss
+    return state.replace(
+      corr_params=optax.apply_updates(state.corr_params, upd), corr_opt=corr_opt
+    ), loss
 
   def update(state: DASBSState, batch, key):
     del batch
@@ -299,19 +360,31 @@ def make_update(spec: Spec, mesh=None):
     local = jnp.where(is_ctrl, within, within - spec.ctrl_steps)
     k_res, k_step = jax.random.split(key)
     # the buffer restarts at the start of every phase
-    state = jax.lax.cond(local == 0, lambda st: st.replace(buf_count=jnp.zeros_like(st.buf_count),
-                                                           buf_ptr=jnp.zeros_like(st.buf_ptr)),
-                         lambda st: st, state)
+    state = jax.lax.cond(
+      local == 0,
+      lambda st: st.replace(
+        buf_count=jnp.zeros_like(st.buf_count), buf_ptr=jnp.zeros_like(st.buf_ptr)
+      ),
+      lambda st: st,
+      state,
+    )
     state = jax.lax.cond(local % spec.resample_freq == 0, resample, lambda st, k: st, state, k_res)
     state, loss = jax.lax.cond(is_ctrl, ctrl_step, corr_step, state, k_step)
     # end of a controller phase: the controller takes the EMA weights
     end_ctrl = is_ctrl & (local == spec.ctrl_steps - 1)
-    state = jax.lax.cond(end_ctrl, lambda st: st.replace(ctrl_params=st.ctrl_ema), lambda st: st, state)
+    state = jax.lax.cond(
+      end_ctrl, lambda st: st.replace(ctrl_params=st.ctrl_ema), lambda st: st, state
+    )
     # chunk means of ctrl_loss / ctrl_frac give the controller loss (likewise for the corrector)
-    metrics = {"loss": loss, "ctrl_loss": jnp.where(is_ctrl, loss, 0.0),
-               "corr_loss": jnp.where(is_ctrl, 0.0, loss), "ctrl_frac": is_ctrl.astype(jnp.float32),
-               "ess": state.last_ess,
-               "invalid_frac": state.last_invalid, "stage": (s // phase_len).astype(jnp.float32)}
+    metrics = {
+      "loss": loss,
+      "ctrl_loss": jnp.where(is_ctrl, loss, 0.0),
+      "corr_loss": jnp.where(is_ctrl, 0.0, loss),
+      "ctrl_frac": is_ctrl.astype(jnp.float32),
+      "ess": state.last_ess,
+      "invalid_frac": state.last_invalid,
+      "stage": (s // phase_len).astype(jnp.float32),
+    }
     return state.replace(step=s + 1), metrics
 
   return update
@@ -322,8 +395,9 @@ def state_sharding(state: DASBSState, mesh):
   return jax.tree.map(lambda _: shd.replicated(mesh), state)
 
 
-def train(config, key, mesh=None, workdir=None, num_steps: int | None = None, record=None,
-          **runtime_kw) -> DASBSState:
+def train(
+  config, key, mesh=None, workdir=None, num_steps: int | None = None, record=None, **runtime_kw
+) -> DASBSState:
   """Runs the full staged schedule. With `workdir`, through `jaxlab.core.runtime.train` (metrics,
   checkpoints, resume; `record` is saved as its config.json); without, as one jitted `lax.scan`."""
   spec = config if isinstance(config, Spec) else make_spec(config)
@@ -333,16 +407,27 @@ def train(config, key, mesh=None, workdir=None, num_steps: int | None = None, re
   n = spec.total_steps if num_steps is None else num_steps
   if workdir is not None:
     from jaxlab.core import runtime
+
     sh = state_sharding(state, mesh) if mesh is not None else None
-    state, _ = runtime.train(state, update, num_steps=n, workdir=workdir, key=k_run, mesh=mesh,
-                             state_sharding=sh, config=record, **runtime_kw)
+    state, _ = runtime.train(
+      state,
+      update,
+      num_steps=n,
+      workdir=workdir,
+      key=k_run,
+      mesh=mesh,
+      state_sharding=sh,
+      config=record,
+      **runtime_kw,
+    )
     return state
 
   def run(state):
     def body(st, i):
-      k_s, k_u = jax.random.split(jax.random.fold_in(k_run, i))   # same keys as the runtime
+      k_s, k_u = jax.random.split(jax.random.fold_in(k_run, i))  # same keys as the runtime
       st, _ = update(st, None, k_u)
       return st, None
+
     state, _ = jax.lax.scan(body, state, jnp.arange(n, dtype=jnp.int32))
     return state
 
@@ -353,8 +438,14 @@ def train(config, key, mesh=None, workdir=None, num_steps: int | None = None, re
   return jax.jit(run)(state)
 
 
-def sample(state: DASBSState, key, num_samples: int, mesh=None, steps: int | None = None,
-           use_ema: bool = True):
+def sample(
+  state: DASBSState,
+  key,
+  num_samples: int,
+  mesh=None,
+  steps: int | None = None,
+  use_ema: bool = True,
+):
   """(x1 samples num_samples x D, log_rnd) from the trained controller (EMA weights by default)."""
   params = state.ctrl_ema if use_ema else state.ctrl_params
   fn = jax.jit(lambda p, k: simulate(state.spec, p, k, num_samples, mesh, steps))

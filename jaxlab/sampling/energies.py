@@ -22,8 +22,12 @@ def _grid(x_BxD: jax.Array, L: int) -> jax.Array:
 
 def _nbr_sum(a_BxLxL: jax.Array) -> jax.Array:
   """Sum over the 4 periodic neighbours of every site."""
-  return (jnp.roll(a_BxLxL, 1, -1) + jnp.roll(a_BxLxL, -1, -1)
-          + jnp.roll(a_BxLxL, 1, -2) + jnp.roll(a_BxLxL, -1, -2))
+  return (
+    jnp.roll(a_BxLxL, 1, -1)
+    + jnp.roll(a_BxLxL, -1, -1)
+    + jnp.roll(a_BxLxL, 1, -2)
+    + jnp.roll(a_BxLxL, -1, -2)
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,12 +37,13 @@ class Lattice:
   Ising: spins s = 2x - 1, E = -J sum_<ij> s_i s_j - h sum_i s_i.  Potts: E = -J sum_<ij> 1[x_i = x_j].
   Hashable (usable as a static jit argument).
   """
-  kind: str          # "ising" | "potts"
+
+  kind: str  # "ising" | "potts"
   L: int
   beta: float
   J: float = 1.0
-  h: float = 0.0     # Ising field (must be 0 for Potts)
-  q: int = 4         # Potts colours (ignored for Ising)
+  h: float = 0.0  # Ising field (must be 0 for Potts)
+  q: int = 4  # Potts colours (ignored for Ising)
 
   def __post_init__(self):
     if self.kind not in ("ising", "potts"):
@@ -80,10 +85,11 @@ class Lattice:
       ns = jnp.array([-1.0, 1.0])
       sd = s.reshape(lead + (self.D, 1))
       return self.beta * (ns - sd) * field
-    oh = jax.nn.one_hot(g, self.q)                       # ...xLxLxq
-    cnt = (jnp.roll(oh, 1, -2) + jnp.roll(oh, -1, -2)
-           + jnp.roll(oh, 1, -3) + jnp.roll(oh, -1, -3)).reshape(lead + (self.D, self.q))
-    same_now = jnp.take_along_axis(cnt, x_BxD[..., None], axis=-1)   # neighbours equal to s_d
+    oh = jax.nn.one_hot(g, self.q)  # ...xLxLxq
+    cnt = (
+      jnp.roll(oh, 1, -2) + jnp.roll(oh, -1, -2) + jnp.roll(oh, 1, -3) + jnp.roll(oh, -1, -3)
+    ).reshape(lead + (self.D, self.q))
+    same_now = jnp.take_along_axis(cnt, x_BxD[..., None], axis=-1)  # neighbours equal to s_d
     return self.beta * self.J * (cnt - same_now)
 
   def magnetisation(self, x_BxD: jax.Array) -> jax.Array:
@@ -99,7 +105,9 @@ def brute_force_score(log_prob_fn, x_BxD: jax.Array, N: int) -> jax.Array:
   """S(x)_{d,n} by evaluating log nu at every single-site change (for tests and generic targets)."""
   D = x_BxD.shape[-1]
   lp = log_prob_fn(x_BxD)
+
   def one(d, n):
     return log_prob_fn(x_BxD.at[..., d].set(n)) - lp
+
   out = jax.vmap(lambda d: jax.vmap(lambda n: one(d, n))(jnp.arange(N)))(jnp.arange(D))  # DxNx...
   return jnp.moveaxis(out, (0, 1), (-2, -1))

@@ -19,9 +19,9 @@ MAX_ENUM_STATES = 1 << 20
 
 def enumerate_states(N: int, D: int) -> np.ndarray:
   """All N^D states as an (N^D, D) int32 array."""
-  if N ** D > MAX_ENUM_STATES:
+  if N**D > MAX_ENUM_STATES:
     raise ValueError(f"enumeration of N^D = {N}^{D} states exceeds {MAX_ENUM_STATES}")
-  idx = np.arange(N ** D)
+  idx = np.arange(N**D)
   pw = N ** np.arange(D - 1, -1, -1)
   return ((idx[:, None] // pw[None, :]) % N).astype(np.int32)
 
@@ -49,7 +49,7 @@ def enumerated_observables(target) -> dict:
   out = {"log_z": logz, "u_per_site": float(p @ e) / target.D}
   if target.kind == "ising":
     m = np.asarray(target.magnetisation(x), np.float64)
-    out.update(abs_m=float(p @ np.abs(m)), m2=float(p @ m ** 2))
+    out.update(abs_m=float(p @ np.abs(m)), m2=float(p @ m**2))
   else:
     out.update(majority=float(p @ np.asarray(target.majority_fraction(x), np.float64)))
   return out
@@ -69,15 +69,18 @@ def _log_kaufman_z(L: int, K: float) -> float:
   c = np.cos(np.pi * np.arange(2 * L) / L)
   ch = np.cosh(2 * K) / np.tanh(2 * K) - c
   g = np.arccosh(np.maximum(ch, 1.0))
-  g[0] = 2 * K + np.log(np.tanh(K))            # signed: negative above K_c
+  g[0] = 2 * K + np.log(np.tanh(K))  # signed: negative above K_c
   odd, even = g[1::2], g[0::2]
   half = L / 2.0
+
   def lcosh(v):
-    return np.sum(np.logaddexp(half * v, -half * v))                  # sum log 2cosh
-  def lsinh(v):                                                       # (sign, sum log|2sinh|)
+    return np.sum(np.logaddexp(half * v, -half * v))  # sum log 2cosh
+
+  def lsinh(v):  # (sign, sum log|2sinh|)
     a = np.abs(half * v)
     sgn = np.prod(np.sign(v))
     return sgn, np.sum(a + np.log(-np.expm1(-2 * a)))
+
   terms = [(1.0, lcosh(odd)), lsinh(odd), (1.0, lcosh(even)), lsinh(even)]
   mx = max(t[1] for t in terms)
   tot = sum(s * math.exp(l - mx) for s, l in terms)
@@ -98,7 +101,9 @@ def ising_exact_observables(L: int, beta: float, J: float = 1.0) -> dict:
 
 
 # ----------------------------------------------------------------------------- exact SB (Sinkhorn)
-def sinkhorn_sb(mu: np.ndarray, nu: np.ndarray, p10: np.ndarray, iters: int = 10000, tol: float = 1e-15):
+def sinkhorn_sb(
+  mu: np.ndarray, nu: np.ndarray, p10: np.ndarray, iters: int = 10000, tol: float = 1e-15
+):
   """Schrödinger potentials for reference kernel p10[x, y] = p^r_{1|0}(y|x) (float64):
   phi_0 = P phi_1, hat phi_1 = P^T hat phi_0, mu = phi_0 hat phi_0, nu = phi_1 hat phi_1."""
   phi1 = np.ones_like(nu)
@@ -118,7 +123,9 @@ def neighbour_index(states_SxD: np.ndarray, N: int) -> np.ndarray:
   D = states_SxD.shape[1]
   pw = N ** np.arange(D - 1, -1, -1)
   base = states_SxD @ pw
-  return base[:, None, None] + (np.arange(N)[None, None, :] - states_SxD[:, :, None]) * pw[None, :, None]
+  return (
+    base[:, None, None] + (np.arange(N)[None, None, :] - states_SxD[:, :, None]) * pw[None, :, None]
+  )
 
 
 def exact_sb_rates(target, sched: ref_lib.Schedule, source: str = "uniform"):
@@ -142,9 +149,11 @@ def exact_sb_rates(target, sched: ref_lib.Schedule, source: str = "uniform"):
   D = states.shape[1]
 
   def log_phi(t, x_BxD):
-    t = jnp.ravel(t)[0]        # one common time per call (as in tau-leaping)
+    t = jnp.ravel(t)[0]  # one common time per call (as in tau-leaping)
     log_a, log_b = ref_lib.log_AB(sched, t, 1.0, N)
-    log_phit = jax.nn.logsumexp(D * log_b + ham_j * (log_a - log_b) + log_phi1[None, :], axis=1)  # S
+    log_phit = jax.nn.logsumexp(
+      D * log_b + ham_j * (log_a - log_b) + log_phi1[None, :], axis=1
+    )  # S
     i = state_index(x_BxD, N)
     xs = x_BxD.astype(jnp.int32)
     pw = jnp.asarray(N ** np.arange(D - 1, -1, -1), jnp.int32)

@@ -18,10 +18,10 @@ BREGMAN = ("tlogt", "-logt", "t2")
 
 def bregman(log_a, log_b, kind: str = "tlogt"):
   """D_phi(a || b) elementwise, from logs (no clamping needed)."""
-  if kind == "tlogt":       # a log(a/b) - a + b; minimiser over b is E[a]
+  if kind == "tlogt":  # a log(a/b) - a + b; minimiser over b is E[a]
     a = jnp.exp(log_a)
     return a * (log_a - log_b) - a + jnp.exp(log_b)
-  if kind == "-logt":       # a/b - log(a/b) - 1
+  if kind == "-logt":  # a/b - log(a/b) - 1
     r = log_a - log_b
     return jnp.exp(r) - r - 1
   if kind == "t2":
@@ -70,7 +70,9 @@ def corr_tm_log_target(score0_BxDxN, log_phi0_BxDxN, x0_BxD, x1_BxD):
 def masked_loss(log_target, log_pred, x_BxD, kind: str = "tlogt", weight_B=None):
   """mean_b w_b * sum_{d, n != x^d} D(target || pred) / (D N)."""
   D, N = log_pred.shape[-2:]
-  div = jnp.where(off_mask(x_BxD, N), bregman(jax.lax.stop_gradient(log_target), log_pred, kind), 0.0)
+  div = jnp.where(
+    off_mask(x_BxD, N), bregman(jax.lax.stop_gradient(log_target), log_pred, kind), 0.0
+  )
   per = div.sum((-1, -2)) / (D * N)
   if weight_B is not None:
     per = per * weight_B

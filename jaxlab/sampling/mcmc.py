@@ -29,7 +29,7 @@ def _metropolis_proposal(key, target, x_CxD):
 def metropolis_sweep(key, target, x_CxD):
   """One sweep (D site updates per chain)."""
   L, D = target.L, target.D
-  if L % 2 == 0:       # checkerboard: same-colour sites are not neighbours, update them in parallel
+  if L % 2 == 0:  # checkerboard: same-colour sites are not neighbours, update them in parallel
     r, c = np.divmod(np.arange(D), L)
     colour = jnp.asarray((r + c) % 2)
     for k, col in zip(jax.random.split(key, 2), (0, 1)):
@@ -37,12 +37,13 @@ def metropolis_sweep(key, target, x_CxD):
       x_CxD = jnp.where(acc & (colour == col), new, x_CxD)
     return x_CxD
 
-  def body(i, x):      # odd L: random-site sequential updates (exact detailed balance)
+  def body(i, x):  # odd L: random-site sequential updates (exact detailed balance)
     ks, kp = jax.random.split(jax.random.fold_in(key, i))
     site = jax.random.randint(ks, x.shape[:1], 0, D)
     new, acc = _metropolis_proposal(kp, target, x)
     hit = jnp.arange(D) == site[:, None]
     return jnp.where(acc & hit, new, x)
+
   return jax.lax.fori_loop(0, D, body, x_CxD)
 
 
@@ -54,8 +55,8 @@ def _sw_one(key, target, x_D):
   k_eff = 2.0 * target.beta * target.J if target.kind == "ising" else target.beta * target.J
   p = 1.0 - jnp.exp(-k_eff)
   u = jax.random.uniform(kb, (2, L, L))
-  bond_r = ((g == jnp.roll(g, -1, 1)) & (u[0] < p)).reshape(D)     # site i <-> right neighbour
-  bond_d = ((g == jnp.roll(g, -1, 0)) & (u[1] < p)).reshape(D)     # site i <-> down neighbour
+  bond_r = ((g == jnp.roll(g, -1, 1)) & (u[0] < p)).reshape(D)  # site i <-> right neighbour
+  bond_d = ((g == jnp.roll(g, -1, 0)) & (u[1] < p)).reshape(D)  # site i <-> down neighbour
   idx = jnp.arange(D).reshape(L, L)
   right = jnp.roll(idx, -1, 1).reshape(D)
   down = jnp.roll(idx, -1, 0).reshape(D)
@@ -70,7 +71,7 @@ def _sw_one(key, target, x_D):
     m = jnp.minimum(m, jnp.where(bond_d, lab[down], big))
     m = jnp.minimum(m, jnp.where(bond_l, lab[left], big))
     m = jnp.minimum(m, jnp.where(bond_u, lab[up], big))
-    return m[m]                                         # pointer jumping: faster propagation
+    return m[m]  # pointer jumping: faster propagation
 
   def cond(c):
     return c[1]
@@ -93,10 +94,18 @@ def sw_sweep(key, target, x_CxD):
   return jax.vmap(lambda k, x: _sw_one(k, target, x))(keys, x_CxD)
 
 
-@functools.partial(jax.jit, static_argnames=("target", "num_chains", "num_samples", "burn_in", "thin",
-                                             "method"))
-def run_chains(key, target, num_chains: int, num_samples: int, burn_in: int = 100, thin: int = 1,
-               method: str = "sw"):
+@functools.partial(
+  jax.jit, static_argnames=("target", "num_chains", "num_samples", "burn_in", "thin", "method")
+)
+def run_chains(
+  key,
+  target,
+  num_chains: int,
+  num_samples: int,
+  burn_in: int = 100,
+  thin: int = 1,
+  method: str = "sw",
+):
   """Returns (samples (num_samples*num_chains) x D, energies num_samples x num_chains, final state).
 
   Chains start uniform at random; `thin` sweeps between kept samples."""
@@ -108,9 +117,11 @@ def run_chains(key, target, num_chains: int, num_samples: int, burn_in: int = 10
   x = jax.lax.fori_loop(0, burn_in, lambda i, x: sweep(jax.random.fold_in(kb, i), target, x), x)
 
   def collect(x, i):
-    x = jax.lax.fori_loop(0, thin, lambda j, x: sweep(jax.random.fold_in(jax.random.fold_in(ks, i), j),
-                                                     target, x), x)
+    x = jax.lax.fori_loop(
+      0, thin, lambda j, x: sweep(jax.random.fold_in(jax.random.fold_in(ks, i), j), target, x), x
+    )
     return x, (x, target.energy(x))
+
   x, (xs, es) = jax.lax.scan(collect, x, jnp.arange(num_samples))
   return xs.reshape(-1, target.D), es, x
 

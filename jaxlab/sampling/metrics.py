@@ -36,23 +36,34 @@ def lattice_stats(target, x_BxD) -> dict:
   out = {"u_per_spin_mean": float(e.mean() / target.D)}
   if target.kind == "ising":
     m = np.asarray(target.magnetisation(x), np.float64)
-    out.update(mag=float(m.mean()), abs_mag=float(np.abs(m).mean()),
-               phase_plus_frac=float((m > 0).mean()), phase_minus_frac=float((m < 0).mean()))
+    out.update(
+      mag=float(m.mean()),
+      abs_mag=float(np.abs(m).mean()),
+      phase_plus_frac=float((m > 0).mean()),
+      phase_minus_frac=float((m < 0).mean()),
+    )
   else:
     freq = np.bincount(np.asarray(x).ravel(), minlength=target.N) / x.size
     maj_col = np.asarray(jnp.argmax(jax.nn.one_hot(x, target.N).sum(-2), -1))
-    out.update(majority_frac=float(np.asarray(target.majority_fraction(x)).mean()),
-               colour_balance=float(np.max(np.abs(freq - 1.0 / target.N))),
-               majority_colour_balance=float(np.max(np.abs(
-                   np.bincount(maj_col, minlength=target.N) / maj_col.size - 1.0 / target.N))))
+    out.update(
+      majority_frac=float(np.asarray(target.majority_fraction(x)).mean()),
+      colour_balance=float(np.max(np.abs(freq - 1.0 / target.N))),
+      majority_colour_balance=float(
+        np.max(np.abs(np.bincount(maj_col, minlength=target.N) / maj_col.size - 1.0 / target.N))
+      ),
+    )
   return out
 
 
 def path_is_log_weights(target, sched, source: str, out: dict):
   """log w per path (see module docstring) from a `sampler.tau_leap` output dict."""
   x1 = out["x1"]
-  return (target.log_prob_unnorm(x1) + out["log_p_r"] - out["log_p_u"]
-          - ref_lib.log_marginal(sched, source, x1, target.N))
+  return (
+    target.log_prob_unnorm(x1)
+    + out["log_p_r"]
+    - out["log_p_u"]
+    - ref_lib.log_marginal(sched, source, x1, target.N)
+  )
 
 
 def is_observables(target, log_w_B, x_BxD) -> dict:
@@ -63,8 +74,12 @@ def is_observables(target, log_w_B, x_BxD) -> dict:
   e = target.energy(jnp.asarray(x_BxD))
   u = float(jnp.sum(w * e) / target.D)
   f = -log_z / (target.beta * target.D)
-  return {"log_z_is": log_z, "f_per_spin_is": f, "u_per_spin_is": u,
-          "ess_target": float(sampler.ess(lw))}
+  return {
+    "log_z_is": log_z,
+    "f_per_spin_is": f,
+    "u_per_spin_is": u,
+    "ess_target": float(sampler.ess(lw)),
+  }
 
 
 def summarize(target, sched, source, out: dict, e_ref=None, exact_obs: dict | None = None) -> dict:

@@ -28,14 +28,16 @@ def rope_2d(x_BxHxSxK, L: int, theta: float):
     return x_BxHxSxK
   freqs = 1.0 / (theta ** (np.arange(k4) / k4))
   r, c = np.divmod(np.arange(L * L), L)
-  def rot(v, pos):                                             # v: ... x S x 2*k4
+
+  def rot(v, pos):  # v: ... x S x 2*k4
     ang = jnp.asarray(pos[:, None] * freqs[None, :], v.dtype)  # S x k4
-    v1, v2 = v[..., :k4], v[..., k4:2 * k4]
+    v1, v2 = v[..., :k4], v[..., k4 : 2 * k4]
     cos, sin = jnp.cos(ang), jnp.sin(ang)
     return jnp.concatenate([v1 * cos - v2 * sin, v1 * sin + v2 * cos], -1)
-  a = rot(x_BxHxSxK[..., :2 * k4], r)
-  b = rot(x_BxHxSxK[..., 2 * k4:4 * k4], c)
-  return jnp.concatenate([a, b, x_BxHxSxK[..., 4 * k4:]], -1)
+
+  a = rot(x_BxHxSxK[..., : 2 * k4], r)
+  b = rot(x_BxHxSxK[..., 2 * k4 : 4 * k4], c)
+  return jnp.concatenate([a, b, x_BxHxSxK[..., 4 * k4 :]], -1)
 
 
 def timestep_embedding(t_B, dim: int, max_period: float = 10000.0):
@@ -69,22 +71,33 @@ class Block(nn.Module):
       sh1 = sc1 = sh2 = sc2 = z
       g1 = g2 = jnp.ones_like(z)
     B, S, _ = h_BxSxH.shape
-    a = _modulate(nn.LayerNorm(1e-6, use_scale=not self.use_time, use_bias=not self.use_time,
-                               dtype=self.dtype)(h_BxSxH), sh1, sc1)
+    a = _modulate(
+      nn.LayerNorm(1e-6, use_scale=not self.use_time, use_bias=not self.use_time, dtype=self.dtype)(
+        h_BxSxH
+      ),
+      sh1,
+      sc1,
+    )
     qkv = nn.Dense(3 * H, use_bias=True, dtype=self.dtype)(a).reshape(B, S, 3, nh, H // nh)
-    q, k, v = (jnp.moveaxis(qkv[:, :, i], 1, 2) for i in range(3))   # B x nh x S x K
+    q, k, v = (jnp.moveaxis(qkv[:, :, i], 1, 2) for i in range(3))  # B x nh x S x K
     q, k = rope_2d(q, self.L, self.rope_theta), rope_2d(k, self.L, self.rope_theta)
     w = jax.nn.softmax(jnp.einsum("bhsk,bhtk->bhst", q, k) / math.sqrt(H // nh), -1)
     o = jnp.moveaxis(jnp.einsum("bhst,bhtk->bhsk", w, v), 1, 2).reshape(B, S, H)
     h_BxSxH = h_BxSxH + g1[:, None] * nn.Dense(H, dtype=self.dtype)(o)
-    m = _modulate(nn.LayerNorm(1e-6, use_scale=not self.use_time, use_bias=not self.use_time,
-                               dtype=self.dtype)(h_BxSxH), sh2, sc2)
+    m = _modulate(
+      nn.LayerNorm(1e-6, use_scale=not self.use_time, use_bias=not self.use_time, dtype=self.dtype)(
+        h_BxSxH
+      ),
+      sh2,
+      sc2,
+    )
     m = nn.Dense(H, dtype=self.dtype)(nn.gelu(nn.Dense(self.mlp_ratio * H, dtype=self.dtype)(m)))
     return h_BxSxH + g2[:, None] * m
 
 
 class RopeSiT(nn.Module):
   """log phi(t, x): BxD ints (+ B times) -> BxDxN."""
+
   N: int
   L: int
   hidden: int = 32
@@ -105,27 +118,33 @@ class RopeSiT(nn.Module):
       c = timestep_embedding(t_B.astype(jnp.float32), self.hidden)
       c = nn.Dense(self.hidden)(nn.silu(nn.Dense(self.hidden)(c)))
     for _ in range(self.depth):
-      h = Block(self.hidden, self.heads, self.mlp_ratio, self.L, self.rope_theta, self.use_time,
-                self.dtype)(h, c)
+      h = Block(
+        self.hidden, self.heads, self.mlp_ratio, self.L, self.rope_theta, self.use_time, self.dtype
+      )(h, c)
     if self.use_time:
-      sh, sc = jnp.split(nn.Dense(2 * self.hidden, kernel_init=nn.initializers.zeros)(nn.silu(c)), 2, -1)
+      sh, sc = jnp.split(
+        nn.Dense(2 * self.hidden, kernel_init=nn.initializers.zeros)(nn.silu(c)), 2, -1
+      )
       h = _modulate(nn.LayerNorm(1e-6, use_scale=False, use_bias=False)(h), sh, sc)
     else:
       h = nn.LayerNorm(1e-6)(h)
-    out = nn.Dense(self.N, kernel_init=nn.initializers.zeros, dtype=jnp.float32)(h).astype(jnp.float32)
+    out = nn.Dense(self.N, kernel_init=nn.initializers.zeros, dtype=jnp.float32)(h).astype(
+      jnp.float32
+    )
     return jnp.where(x_BxD[..., None] == jnp.arange(self.N), 0.0, out)
 
 
 class TabularLogPhi(nn.Module):
   """Lookup table log phi[knot, state, d, n], linearly interpolated in t between `knots` (>= 2) knots
   on [0, 1]; `knots = 1` means no time input (the corrector)."""
+
   N: int
   D: int
   knots: int = 16
 
   @nn.compact
   def __call__(self, x_BxD, t_B=None):
-    S = self.N ** self.D
+    S = self.N**self.D
     table = self.param("table", nn.initializers.zeros, (self.knots, S, self.D, self.N))
     pw = jnp.asarray(self.N ** np.arange(self.D - 1, -1, -1), jnp.int32)
     idx = (x_BxD.astype(jnp.int32) * pw).sum(-1)

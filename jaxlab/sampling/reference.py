@@ -20,6 +20,7 @@ SCHEDULES = ("const", "log_linear")
 @dataclasses.dataclass(frozen=True)
 class Schedule:
   """gamma(t) = gamma ('const') or gamma / (alpha + t) ('log_linear', the DASBS default)."""
+
   kind: str = "log_linear"
   gamma: float = 1.0
   alpha: float = 0.5
@@ -84,7 +85,7 @@ def bridge_logits(sched: Schedule, x0_BxD, x1_BxD, t_B, N: int):
   is0 = x0_BxD[..., None] == n
   is1 = x1_BxD[..., None] == n
   same = (x0_BxD == x1_BxD)[..., None]
-  return (jnp.where(is0, lb0, la0) + jnp.where(is1, lb1, la1) - jnp.where(same, lb01, la01))
+  return jnp.where(is0, lb0, la0) + jnp.where(is1, lb1, la1) - jnp.where(same, lb01, la01)
 
 
 def sample_bridge(key, sched: Schedule, x0_BxD, x1_BxD, t_B, N: int):
@@ -108,6 +109,6 @@ def log_marginal(sched: Schedule, source: str, x_BxD, N: int, s: float = 0.0, t:
     return jnp.full(x_BxD.shape[:-1], -D * jnp.log(N))
   if source == "constant":
     log_a, log_b = log_AB(sched, s, t, N)
-    eq = (x_BxD[..., None] == jnp.arange(N)).sum(-2)          # ... x N: sites equal to colour c
+    eq = (x_BxD[..., None] == jnp.arange(N)).sum(-2)  # ... x N: sites equal to colour c
     return jax.nn.logsumexp(eq * log_b + (D - eq) * log_a, axis=-1) - jnp.log(N)
   raise ValueError(f"source must be 'uniform' or 'constant', got {source!r}")

@@ -36,8 +36,17 @@ def step_log_probs(log_phi_BxDxN, x_BxD, Gam):
   return logp, bad
 
 
-def tau_leap(key, log_phi_fn: Callable, x0_BxD, sched: ref_lib.Schedule, N: int, steps: int,
-             t0: float = 0.0, log_nu_fn: Callable | None = None, return_path_stats: bool = True):
+def tau_leap(
+  key,
+  log_phi_fn: Callable,
+  x0_BxD,
+  sched: ref_lib.Schedule,
+  N: int,
+  steps: int,
+  t0: float = 0.0,
+  log_nu_fn: Callable | None = None,
+  return_path_stats: bool = True,
+):
   """Simulates x0 -> x1 with `steps` tau-leaps on a uniform grid over [t0, 1].
 
   log_phi_fn(t_B, x_BxD) -> BxDxN (log rate ratios to the reference). Returns a dict with x1, log_rnd,
@@ -70,7 +79,13 @@ def tau_leap(key, log_phi_fn: Callable, x0_BxD, sched: ref_lib.Schedule, N: int,
   (x1, lpu, lpr, lgir, nbad, njump), _ = jax.lax.scan(body, init, jnp.arange(steps))
   if log_nu_fn is not None:
     lgir = log_nu_fn(x1)
-  out = {"x1": x1, "log_rnd": lgir + lpr - lpu, "log_dp_star_dp_r": lgir, "log_p_u": lpu, "log_p_r": lpr}
+  out = {
+    "x1": x1,
+    "log_rnd": lgir + lpr - lpu,
+    "log_dp_star_dp_r": lgir,
+    "log_p_u": lpu,
+    "log_p_r": lpr,
+  }
   if return_path_stats:
     out["invalid_frac"] = nbad / (B * D * steps)
     out["jumps_per_site"] = njump / (B * D)
@@ -80,7 +95,7 @@ def tau_leap(key, log_phi_fn: Callable, x0_BxD, sched: ref_lib.Schedule, N: int,
 def ess(log_w_B):
   """Normalised effective sample size 1 / (B sum w_i^2), w = softmax(log_w); in [1/B, 1]."""
   w = jax.nn.softmax(log_w_B)
-  return 1.0 / (log_w_B.shape[0] * jnp.sum(w ** 2))
+  return 1.0 / (log_w_B.shape[0] * jnp.sum(w**2))
 
 
 def sample_source(key, kind: str, B: int, D: int, N: int):
@@ -93,16 +108,20 @@ def sample_source(key, kind: str, B: int, D: int, N: int):
   raise ValueError(f"source must be 'uniform' or 'constant', got {kind!r}")
 
 
-def exact_tau_leap_marginal(log_phi_fn, states_SxD, mu_S, sched, N: int, steps: int, t0: float = 0.0):
+def exact_tau_leap_marginal(
+  log_phi_fn, states_SxD, mu_S, sched, N: int, steps: int, t0: float = 0.0
+):
   """The exact law of the tau-leaping output over an enumerated state space (dense S x S kernels)."""
   S, D = states_SxD.shape
   ts = jnp.linspace(t0, 1.0, steps + 1)
   cols = jnp.arange(D)
 
   def body(p, i):
-    logp, _ = step_log_probs(log_phi_fn(jnp.full((S,), ts[i]), states_SxD), states_SxD,
-                             sched.Gamma(ts[i], ts[i + 1]))
-    K = jnp.exp(logp[:, cols, states_SxD].sum(-1))   # S x S: K[x, y] = prod_d p_d(y_d | x)
+    logp, _ = step_log_probs(
+      log_phi_fn(jnp.full((S,), ts[i]), states_SxD), states_SxD, sched.Gamma(ts[i], ts[i + 1])
+    )
+    K = jnp.exp(logp[:, cols, states_SxD].sum(-1))  # S x S: K[x, y] = prod_d p_d(y_d | x)
     return p @ K, None
+
   p, _ = jax.lax.scan(body, jnp.asarray(mu_S, jnp.float32), jnp.arange(steps))
   return p

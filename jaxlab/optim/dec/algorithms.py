@@ -34,15 +34,27 @@ ORDERS = ("atc", "cta")
 COMMS = ("auto", "ppermute", "all_gather")
 AXIS = "nodes"
 
-_ALIASES = {"I": "I", "1": "I", "i": "I", "doubly": "I", "weighted_loss": "I",
-            "II": "II", "2": "II", "ii": "II", "row": "II", "row_stochastic": "II"}
+_ALIASES = {
+  "I": "I",
+  "1": "I",
+  "i": "I",
+  "doubly": "I",
+  "weighted_loss": "I",
+  "II": "II",
+  "2": "II",
+  "ii": "II",
+  "row": "II",
+  "row_stochastic": "II",
+}
 
 
 def canonical_strategy(strategy: str) -> str:
   s = _ALIASES.get(str(strategy))
   if s is None:
-    raise ValueError(f"unknown strategy {strategy!r}; allowed: I (weighted loss + doubly "
-                     "stochastic W) or II (row-stochastic λ-reversible A)")
+    raise ValueError(
+      f"unknown strategy {strategy!r}; allowed: I (weighted loss + doubly "
+      "stochastic W) or II (row-stochastic λ-reversible A)"
+    )
   return s
 
 
@@ -56,19 +68,29 @@ def mixing_and_scale(strategy: str, graph: G.Graph, lam, row_kind: str = "auto")
 
 class DecState(struct.PyTreeNode):
   """Algorithm state: node iterates ``x`` (pytree, leading axis n) plus the constants of the run."""
+
   x: Any
-  mix: jax.Array        # (n, n) B
-  scale: jax.Array      # (n,) s
-  lam: jax.Array        # (n,) λ (metrics)
-  lr: jax.Array         # γ
+  mix: jax.Array  # (n, n) B
+  scale: jax.Array  # (n,) s
+  lam: jax.Array  # (n,) λ (metrics)
+  lr: jax.Array  # γ
   f_star: jax.Array
   step: jax.Array
   order: str = struct.field(pytree_node=False, default="atc")
 
 
-def init_state(strategy: str, graph: G.Graph, lam, problem: Problem, lr: float, *,
-               order: str = "atc", row_kind: str = "auto", mixing: np.ndarray | None = None,
-               f_star: float | None = None) -> DecState:
+def init_state(
+  strategy: str,
+  graph: G.Graph,
+  lam,
+  problem: Problem,
+  lr: float,
+  *,
+  order: str = "atc",
+  row_kind: str = "auto",
+  mixing: np.ndarray | None = None,
+  f_star: float | None = None,
+) -> DecState:
   if order not in ORDERS:
     raise ValueError(f"unknown order {order!r}; allowed: {', '.join(ORDERS)}")
   if graph.n != problem.n:
@@ -79,12 +101,21 @@ def init_state(strategy: str, graph: G.Graph, lam, problem: Problem, lr: float, 
   x = jax.tree.map(lambda v: jnp.broadcast_to(v, (graph.n,) + v.shape), problem.x0)
   fs = problem.f_star(lam) if f_star is None else f_star
   f32 = lambda a: jnp.asarray(a, jnp.float32)
-  return DecState(x=x, mix=f32(b), scale=f32(s), lam=f32(np.asarray(lam) / np.sum(lam)),
-                  lr=f32(lr), f_star=f32(fs), step=jnp.zeros((), jnp.int32), order=order)
+  return DecState(
+    x=x,
+    mix=f32(b),
+    scale=f32(s),
+    lam=f32(np.asarray(lam) / np.sum(lam)),
+    lr=f32(lr),
+    f_star=f32(fs),
+    step=jnp.zeros((), jnp.int32),
+    order=order,
+  )
 
 
 # ------------------------------------------------------------------------------------------------
 # Shared pieces (one node's view).
+
 
 def _node_key(key, i):
   return jax.random.fold_in(key, i)
@@ -104,6 +135,7 @@ def _apply_order(order, mix_fn, x, sg, lr):
 # ------------------------------------------------------------------------------------------------
 # Dense simulation.
 
+
 def _mix_dense(b, tree):
   return jax.tree.map(lambda v: jnp.tensordot(b, v, axes=1).astype(v.dtype), tree)
 
@@ -120,22 +152,28 @@ def metrics(state: DecState, problem: Problem, x=None) -> dict[str, jax.Array]:
   x = state.x if x is None else x
   lam = state.lam
   xbar = jax.tree.map(lambda v: jnp.tensordot(lam, v, axes=1), x)
-  cons = sum(jnp.sum(lam * jnp.sum((v - vb[None]).reshape(v.shape[0], -1) ** 2, 1))
-             for v, vb in zip(jax.tree.leaves(x), jax.tree.leaves(xbar)))
+  cons = sum(
+    jnp.sum(lam * jnp.sum((v - vb[None]).reshape(v.shape[0], -1) ** 2, 1))
+    for v, vb in zip(jax.tree.leaves(x), jax.tree.leaves(xbar))
+  )
   # Perron vector π of B: λ for (II); for (I), 1ᵀW = 1ᵀ so π = 1/n. Recover it as B's column mean
   # weighted test: πᵀB = πᵀ holds for π = λ iff λᵀB = λᵀ; otherwise use uniform.
   lam_b = lam @ state.mix
   pi = jnp.where(jnp.max(jnp.abs(lam_b - lam)) < 1e-5, lam, jnp.full_like(lam, 1.0 / lam.shape[0]))
   xpi = jax.tree.map(lambda v: jnp.tensordot(pi, v, axes=1), x)
-  return {"gap": problem.global_loss(xbar, lam) - state.f_star, "consensus": cons,
-          "gap_tracked": problem.global_loss(xpi, lam) - state.f_star}
+  return {
+    "gap": problem.global_loss(xbar, lam) - state.f_star,
+    "consensus": cons,
+    "gap_tracked": problem.global_loss(xpi, lam) - state.f_star,
+  }
 
 
 def update(state: DecState, problem: Problem, key) -> tuple[DecState, dict[str, jax.Array]]:
   """One decentralized SGD step (dense simulation); ``problem`` plays the role of the batch."""
   g = node_grads(problem, state.x, key)
-  x = _apply_order(state.order, lambda t: _mix_dense(state.mix, t), state.x,
-                   _scaled(g, state.scale), state.lr)
+  x = _apply_order(
+    state.order, lambda t: _mix_dense(state.mix, t), state.x, _scaled(g, state.scale), state.lr
+  )
   state = state.replace(x=x, step=state.step + 1)
   return state, metrics(state, problem)
 
@@ -143,23 +181,28 @@ def update(state: DecState, problem: Problem, key) -> tuple[DecState, dict[str, 
 def step_with_grads(state: DecState, problem: Problem, key):
   """Like `update` but returns the gradients G used (for the average-recursion identity)."""
   g = node_grads(problem, state.x, key)
-  x = _apply_order(state.order, lambda t: _mix_dense(state.mix, t), state.x,
-                   _scaled(g, state.scale), state.lr)
+  x = _apply_order(
+    state.order, lambda t: _mix_dense(state.mix, t), state.x, _scaled(g, state.scale), state.lr
+  )
   return state.replace(x=x, step=state.step + 1), g
 
 
 def _scan_dense(state, problem, key, steps):
   def body(st, k):
     return update(st, problem, jax.random.fold_in(key, k))
+
   return lax.scan(body, state, jnp.arange(steps))
 
 
 simulate = jax.jit(_scan_dense, static_argnames="steps")
-simulate.__doc__ = "simulate(state, problem, key, steps) -> (final state, per-step metrics); jitted scan."
+simulate.__doc__ = (
+  "simulate(state, problem, key, steps) -> (final state, per-step metrics); jitted scan."
+)
 
 
 # ------------------------------------------------------------------------------------------------
 # Truly distributed: one node per device.
+
 
 def ppermute_rounds(b: np.ndarray, tol: float = 0.0) -> tuple[tuple[tuple[int, int], ...], ...]:
   """Splits the off-diagonal support of B (edges j → i with b_ij ≠ 0) into rounds in which every node
@@ -177,9 +220,13 @@ def ppermute_rounds(b: np.ndarray, tol: float = 0.0) -> tuple[tuple[tuple[int, i
       if src not in senders[r] and dst not in receivers[r]:
         break
     else:
-      rounds.append([]); senders.append(set()); receivers.append(set())
+      rounds.append([])
+      senders.append(set())
+      receivers.append(set())
       r = len(rounds) - 1
-    rounds[r].append((src, dst)); senders[r].add(src); receivers[r].add(dst)
+    rounds[r].append((src, dst))
+    senders[r].add(src)
+    receivers[r].add(dst)
   return tuple(tuple(r) for r in rounds)
 
 
@@ -196,22 +243,28 @@ def _sharded_scan(state: DecState, problem: Problem, key, steps: int, comm: str,
   """Runs inside shard_map: every array here is one node's slice (leading axis 1)."""
   i = lax.axis_index(AXIS)
   n = lax.psum(1, AXIS)
-  lam_i = state.lam          # (1,)
-  scale_i = state.scale      # (1,)
-  row_i = state.mix          # (1, n) this node's row of B
+  lam_i = state.lam  # (1,)
+  scale_i = state.scale  # (1,)
+  row_i = state.mix  # (1, n) this node's row of B
   data_i = jax.tree.map(lambda v: v[0], problem.node_data())
 
   if comm == "all_gather":
+
     def mix_fn(tree):
       def one(v):
-        v_all = lax.all_gather(v, AXIS, tiled=True)             # (n, ...)
+        v_all = lax.all_gather(v, AXIS, tiled=True)  # (n, ...)
         return jnp.tensordot(row_i, v_all, axes=1).astype(v.dtype)
+
       return jax.tree.map(one, tree)
   else:
     # Receive weights per round: node i gets b_i,src from the unique src sending to it in round r.
-    recv_w = jnp.stack([
-        sum(jnp.where(i == dst, row_i[0, src], 0.0) for src, dst in rnd) for rnd in rounds
-    ]) if rounds else jnp.zeros((0,))
+    recv_w = (
+      jnp.stack(
+        [sum(jnp.where(i == dst, row_i[0, src], 0.0) for src, dst in rnd) for rnd in rounds]
+      )
+      if rounds
+      else jnp.zeros((0,))
+    )
     self_w = row_i[0, i]
 
     def mix_fn(tree):
@@ -220,16 +273,19 @@ def _sharded_scan(state: DecState, problem: Problem, key, steps: int, comm: str,
         for r, rnd in enumerate(rounds):
           out = out + recv_w[r] * lax.ppermute(v, AXIS, perm=list(rnd))
         return out.astype(v.dtype)
+
       return jax.tree.map(one, tree)
 
   def node_metrics(x):
     xbar = jax.tree.map(lambda v: lax.psum(lam_i[0] * v[0], AXIS), x)
-    cons = lax.psum(lam_i[0] * sum(jnp.sum((v[0] - vb) ** 2)
-                                   for v, vb in zip(jax.tree.leaves(x), jax.tree.leaves(xbar))),
-                    AXIS)
+    cons = lax.psum(
+      lam_i[0]
+      * sum(jnp.sum((v[0] - vb) ** 2) for v, vb in zip(jax.tree.leaves(x), jax.tree.leaves(xbar))),
+      AXIS,
+    )
     gap = lax.psum(lam_i[0] * problem.local_loss(xbar, data_i), AXIS) - state.f_star
     # tracked average: λ if λᵀB = λᵀ (column test via psum), else uniform.
-    lam_b = lax.psum(lam_i[0] * row_i[0], AXIS)                 # (n,) = λᵀB
+    lam_b = lax.psum(lam_i[0] * row_i[0], AXIS)  # (n,) = λᵀB
     lam_all = lax.all_gather(lam_i, AXIS, tiled=True)
     pi_i = jnp.where(jnp.max(jnp.abs(lam_b - lam_all)) < 1e-5, lam_i[0], 1.0 / n)
     xpi = jax.tree.map(lambda v: lax.psum(pi_i * v[0], AXIS), x)
@@ -238,8 +294,9 @@ def _sharded_scan(state: DecState, problem: Problem, key, steps: int, comm: str,
 
   def body(x, k):
     kk = _node_key(jax.random.fold_in(key, k), i)
-    g = jax.tree.map(lambda v: v[None], problem.local_grad(jax.tree.map(lambda v: v[0], x),
-                                                            data_i, kk))
+    g = jax.tree.map(
+      lambda v: v[None], problem.local_grad(jax.tree.map(lambda v: v[0], x), data_i, kk)
+    )
     x = _apply_order(state.order, mix_fn, x, _scaled(g, scale_i), state.lr)
     return x, node_metrics(x)
 
@@ -252,19 +309,33 @@ def simulate_sharded(state: DecState, problem: Problem, key, steps: int, mesh, c
   n = problem.n
   size = mesh.shape.get(AXIS) if AXIS in mesh.shape else None
   if size != n:
-    raise ValueError(f"distributed mode needs mesh axis {AXIS!r} of size n={n} (one node per "
-                     f"device); mesh has {dict(mesh.shape)}")
+    raise ValueError(
+      f"distributed mode needs mesh axis {AXIS!r} of size n={n} (one node per "
+      f"device); mesh has {dict(mesh.shape)}"
+    )
   b = np.asarray(state.mix)
   comm = choose_comm(b, comm)
   rounds = ppermute_rounds(b) if comm == "ppermute" else ()
   node = P(AXIS)
-  st_spec = DecState(x=jax.tree.map(lambda _: node, state.x), mix=node, scale=node, lam=node,
-                     lr=P(), f_star=P(), step=P(), order=state.order)
-  problem = problem.replace(test=None)   # held-out data is not per node
-  pr_spec = problem.replace(inputs=node, targets=node, counts=node,
-                            x0=jax.tree.map(lambda _: P(), problem.x0))
-  fn = jax.shard_map(lambda s, p, k: _sharded_scan(s, p, k, steps, comm, rounds), mesh=mesh,
-                     in_specs=(st_spec, pr_spec, P()),
-                     out_specs=(jax.tree.map(lambda _: node, state.x), P()))
+  st_spec = DecState(
+    x=jax.tree.map(lambda _: node, state.x),
+    mix=node,
+    scale=node,
+    lam=node,
+    lr=P(),
+    f_star=P(),
+    step=P(),
+    order=state.order,
+  )
+  problem = problem.replace(test=None)  # held-out data is not per node
+  pr_spec = problem.replace(
+    inputs=node, targets=node, counts=node, x0=jax.tree.map(lambda _: P(), problem.x0)
+  )
+  fn = jax.shard_map(
+    lambda s, p, k: _sharded_scan(s, p, k, steps, comm, rounds),
+    mesh=mesh,
+    in_specs=(st_spec, pr_spec, P()),
+    out_specs=(jax.tree.map(lambda _: node, state.x), P()),
+  )
   x, ms = jax.jit(fn)(state, problem, key)
   return state.replace(x=x, step=state.step + steps), ms, comm

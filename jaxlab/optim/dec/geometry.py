@@ -100,12 +100,21 @@ def comparison(a: np.ndarray, w: np.ndarray, lam) -> dict[str, float]:
     ray = np.array([np.nan])  # A does not connect the graph: no quotient
   else:
     ray = scipy.linalg.eigh(dw, da, eigvals_only=True)
-  return {"loewner_min": float(loew.min()), "loewner_max": float(loew.max()),
-          "rayleigh_min": float(ray.min()), "rayleigh_max": float(ray.max())}
+  return {
+    "loewner_min": float(loew.min()),
+    "loewner_max": float(loew.max()),
+    "rayleigh_min": float(ray.min()),
+    "rayleigh_max": float(ray.max()),
+  }
 
 
-def diagnose(graph: G.Graph, lam, w: np.ndarray | None = None, a: np.ndarray | None = None,
-             row_kind: str = "auto") -> dict[str, float | str | bool]:
+def diagnose(
+  graph: G.Graph,
+  lam,
+  w: np.ndarray | None = None,
+  a: np.ndarray | None = None,
+  row_kind: str = "auto",
+) -> dict[str, float | str | bool]:
   """The quantities the (I) vs (II) comparison rests on, for one graph and λ.
 
   Returns a flat dict: n·max λ (the factor that scales Strategy I's step-size limit), Euclidean gap of W,
@@ -118,18 +127,36 @@ def diagnose(graph: G.Graph, lam, w: np.ndarray | None = None, a: np.ndarray | N
   """
   lam = np.asarray(lam, dtype=np.float64)
   w = G.metropolis(graph) if w is None else w
-  out = {"graph": graph.name, "n": graph.n, "n_max_lam": float(graph.n * lam.max()),
-         "gap_W": spectral_gap(w), "rho_lam_W": consensus_factor(w, lam),
-         "asym_W": lam_norm(w - adjoint(w, lam), lam)}
+  out = {
+    "graph": graph.name,
+    "n": graph.n,
+    "n_max_lam": float(graph.n * lam.max()),
+    "gap_W": spectral_gap(w),
+    "rho_lam_W": consensus_factor(w, lam),
+    "asym_W": lam_norm(w - adjoint(w, lam), lam),
+  }
   if graph.directed:
-    out.update({"gap_lam_A": float("nan"), "rho_lam_A": float("nan"), "asym_A": float("nan"),
-                "loewner_min": float("nan"), "loewner_max": float("nan"),
-                "rayleigh_min": float("nan"),
-                "rayleigh_max": float("nan"), "predict_II": False})
+    out.update(
+      {
+        "gap_lam_A": float("nan"),
+        "rho_lam_A": float("nan"),
+        "asym_A": float("nan"),
+        "loewner_min": float("nan"),
+        "loewner_max": float("nan"),
+        "rayleigh_min": float("nan"),
+        "rayleigh_max": float("nan"),
+        "predict_II": False,
+      }
+    )
     return out
   a = G.row_stochastic(graph, lam, row_kind) if a is None else a
-  out.update({"gap_lam_A": spectral_gap(a, lam), "rho_lam_A": consensus_factor(a, lam),
-              "asym_A": lam_norm(a - adjoint(a, lam), lam)})
+  out.update(
+    {
+      "gap_lam_A": spectral_gap(a, lam),
+      "rho_lam_A": consensus_factor(a, lam),
+      "asym_A": lam_norm(a - adjoint(a, lam), lam),
+    }
+  )
   out.update(comparison(a, w, lam))
   out["predict_II"] = bool(out["gap_lam_A"] > out["gap_W"])
   return out

@@ -26,13 +26,22 @@ import math
 
 import numpy as np
 
-TOPOLOGIES = ("ring", "torus", "star", "complete", "hypercube", "exponential",
-              "exponential_directed", "erdos_renyi")
+TOPOLOGIES = (
+  "ring",
+  "torus",
+  "star",
+  "complete",
+  "hypercube",
+  "exponential",
+  "exponential_directed",
+  "erdos_renyi",
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Graph:
   """A graph on n nodes: ``adj[i, j]`` is True when node i receives from node j (no self-loops)."""
+
   name: str
   adj: np.ndarray
 
@@ -110,9 +119,10 @@ def exponential(n: int, directed: bool = False) -> Graph:
   ``directed=False`` (default) symmetrises it so that a λ-reversible A exists.
   """
   tau = int(math.floor(math.log2(n - 1))) if n > 2 else 0
-  edges = sorted({(i, (i - 2 ** k) % n) for i in range(n) for k in range(tau + 1)})
-  return _from_edges("exponential_directed" if directed else "exponential", n, edges,
-                     directed=directed)
+  edges = sorted({(i, (i - 2**k) % n) for i in range(n) for k in range(tau + 1)})
+  return _from_edges(
+    "exponential_directed" if directed else "exponential", n, edges, directed=directed
+  )
 
 
 def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Graph:
@@ -131,11 +141,14 @@ def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Graph
 def make_graph(name: str, n: int, *, p: float = 0.25, seed: int = 0) -> Graph:
   """Builds a topology by name (one of `TOPOLOGIES`)."""
   builders = {
-      "ring": lambda: ring(n), "torus": lambda: torus(n), "star": lambda: star(n),
-      "complete": lambda: complete(n), "hypercube": lambda: hypercube(n),
-      "exponential": lambda: exponential(n),
-      "exponential_directed": lambda: exponential(n, directed=True),
-      "erdos_renyi": lambda: erdos_renyi(n, p, seed),
+    "ring": lambda: ring(n),
+    "torus": lambda: torus(n),
+    "star": lambda: star(n),
+    "complete": lambda: complete(n),
+    "hypercube": lambda: hypercube(n),
+    "exponential": lambda: exponential(n),
+    "exponential_directed": lambda: exponential(n, directed=True),
+    "erdos_renyi": lambda: erdos_renyi(n, p, seed),
   }
   if name not in builders:
     raise ValueError(f"unknown topology {name!r}; allowed: {', '.join(TOPOLOGIES)}")
@@ -146,6 +159,7 @@ def make_graph(name: str, n: int, *, p: float = 0.25, seed: int = 0) -> Graph:
 
 # ------------------------------------------------------------------------------------------------
 # Mixing matrices.
+
 
 def _check_lam(lam, n: int) -> np.ndarray:
   lam = np.asarray(lam, dtype=np.float64)
@@ -163,7 +177,9 @@ def metropolis(graph: Graph) -> np.ndarray:
   if graph.directed:
     out_d = adj.sum(0)
     if not (np.all(d == d[0]) and np.all(out_d == d[0])):
-      raise ValueError(f"{graph.name}: directed graph is not regular; no simple doubly stochastic W")
+      raise ValueError(
+        f"{graph.name}: directed graph is not regular; no simple doubly stochastic W"
+      )
     return (adj + np.eye(graph.n)) / (d[0] + 1.0)
   w = np.where(adj, 1.0 / (1.0 + np.maximum(d[:, None], d[None, :])), 0.0)
   return w + np.diag(1.0 - w.sum(1))
@@ -171,9 +187,11 @@ def metropolis(graph: Graph) -> np.ndarray:
 
 def _require_undirected(graph: Graph, what: str):
   if graph.directed:
-    raise ValueError(f"{what}: graph {graph.name!r} is directed; a λ-reversible row-stochastic "
-                     "matrix needs an undirected graph (use topology 'exponential', the "
-                     "symmetrised one, for Strategy II)")
+    raise ValueError(
+      f"{what}: graph {graph.name!r} is directed; a λ-reversible row-stochastic "
+      "matrix needs an undirected graph (use topology 'exponential', the "
+      "symmetrised one, for Strategy II)"
+    )
 
 
 def lambda_metropolis(graph: Graph, lam) -> np.ndarray:
@@ -181,7 +199,7 @@ def lambda_metropolis(graph: Graph, lam) -> np.ndarray:
   _require_undirected(graph, "lambda_metropolis")
   lam = _check_lam(lam, graph.n)
   d = graph.degrees.astype(np.float64)
-  prop = 1.0 / (d[:, None] + 1.0)                                # proposal i -> j
+  prop = 1.0 / (d[:, None] + 1.0)  # proposal i -> j
   acc = (lam[None, :] / lam[:, None]) * (d[:, None] + 1.0) / (d[None, :] + 1.0)
   a = np.where(graph.adj, prop * np.minimum(1.0, acc), 0.0)
   return a + np.diag(np.maximum(1.0 - a.sum(1), 0.0))  # clip -1e-16 round-off
@@ -217,16 +235,20 @@ def row_stochastic(graph: Graph, lam, kind: str = "auto") -> np.ndarray:
   λ (λ ∝ degree+1), otherwise `lambda_metropolis`."""
   lam = _check_lam(lam, graph.n)
   if kind == "auto":
-    kind = ("degree_average" if not graph.directed and np.allclose(lam, degree_lambda(graph),
-                                                                    rtol=1e-9, atol=1e-12)
-            else "lambda_metropolis")
+    kind = (
+      "degree_average"
+      if not graph.directed and np.allclose(lam, degree_lambda(graph), rtol=1e-9, atol=1e-12)
+      else "lambda_metropolis"
+    )
   if kind == "lambda_metropolis":
     return lambda_metropolis(graph, lam)
   if kind == "degree_average":
     a = degree_average(graph)
     if not np.allclose(lam @ a, lam, atol=1e-9):
-      raise ValueError("degree_average is λ-reversible only for λ ∝ degree+1; use "
-                       "lambda_metropolis or scaled_kernel for this λ")
+      raise ValueError(
+        "degree_average is λ-reversible only for λ ∝ degree+1; use "
+        "lambda_metropolis or scaled_kernel for this λ"
+      )
     return a
   if kind == "scaled_kernel":
     return scaled_kernel(graph, lam)
@@ -236,14 +258,15 @@ def row_stochastic(graph: Graph, lam, kind: str = "auto") -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 # Property checks: return the residuals so tests and the diagnostic can print them.
 
+
 def doubly_stochastic_residuals(w: np.ndarray, graph: Graph) -> dict[str, float]:
   n = graph.n
   off_pattern = ~(graph.adj | np.eye(n, dtype=bool))
   return {
-      "row_sum": float(np.abs(w.sum(1) - 1).max()),
-      "col_sum": float(np.abs(w.sum(0) - 1).max()),
-      "min_entry": float(w.min()),
-      "off_graph": float(np.abs(w[off_pattern]).max(initial=0.0)),
+    "row_sum": float(np.abs(w.sum(1) - 1).max()),
+    "col_sum": float(np.abs(w.sum(0) - 1).max()),
+    "min_entry": float(w.min()),
+    "off_graph": float(np.abs(w[off_pattern]).max(initial=0.0)),
   }
 
 
@@ -253,19 +276,22 @@ def row_stochastic_residuals(a: np.ndarray, graph: Graph, lam) -> dict[str, floa
   off_pattern = ~(graph.adj | np.eye(n, dtype=bool))
   la = lam[:, None] * a
   return {
-      "row_sum": float(np.abs(a.sum(1) - 1).max()),
-      "stationary": float(np.abs(lam @ a - lam).max()),          # λᵀA = λᵀ
-      "reversible": float(np.abs(la - la.T).max()),              # ΛA symmetric
-      "min_entry": float(a.min()),
-      "off_graph": float(np.abs(a[off_pattern]).max(initial=0.0)),
+    "row_sum": float(np.abs(a.sum(1) - 1).max()),
+    "stationary": float(np.abs(lam @ a - lam).max()),  # λᵀA = λᵀ
+    "reversible": float(np.abs(la - la.T).max()),  # ΛA symmetric
+    "min_entry": float(a.min()),
+    "off_graph": float(np.abs(a[off_pattern]).max(initial=0.0)),
   }
 
 
 def check_mixing(b: np.ndarray, graph: Graph, lam=None, atol: float = 1e-10) -> None:
   """Raises ValueError naming the violated property (doubly stochastic if lam is None, else λ-reversible
   row-stochastic)."""
-  res = (doubly_stochastic_residuals(b, graph) if lam is None
-         else row_stochastic_residuals(b, graph, lam))
+  res = (
+    doubly_stochastic_residuals(b, graph)
+    if lam is None
+    else row_stochastic_residuals(b, graph, lam)
+  )
   bad = {k: v for k, v in res.items() if (v < -atol if k == "min_entry" else v > atol)}
   if bad:
     kind = "doubly stochastic" if lam is None else "λ-reversible row-stochastic"

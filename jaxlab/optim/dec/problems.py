@@ -39,17 +39,18 @@ class Problem(struct.PyTreeNode):
 
   ``inputs_NxMx...``, ``targets_NxM`` padded to M = max_i m_i; ``counts_N`` holds m_i.
   """
+
   inputs: jax.Array
   targets: jax.Array
   counts: jax.Array
-  x0: Any                                   # initial parameters (one node's pytree)
-  example_loss: Callable = struct.field(pytree_node=False)   # (params, a, y) -> scalar
+  x0: Any  # initial parameters (one node's pytree)
+  example_loss: Callable = struct.field(pytree_node=False)  # (params, a, y) -> scalar
   name: str = struct.field(pytree_node=False, default="problem")
   reg: float = struct.field(pytree_node=False, default=0.0)
   batch_size: int = struct.field(pytree_node=False, default=0)
-  smoothness: float = struct.field(pytree_node=False, default=1.0)   # max_i L_i (step-size scale)
+  smoothness: float = struct.field(pytree_node=False, default=1.0)  # max_i L_i (step-size scale)
   convex: bool = struct.field(pytree_node=False, default=True)
-  test: Any = None                          # optional (inputs, targets) held out for accuracy
+  test: Any = None  # optional (inputs, targets) held out for accuracy
 
   @property
   def n(self) -> int:
@@ -76,12 +77,13 @@ class Problem(struct.PyTreeNode):
     def batch_loss(p):
       per = jax.vmap(self.example_loss, in_axes=(None, 0, 0))(p, a[idx], y[idx])
       return jnp.mean(per) + self._reg(p)
+
     return jax.grad(batch_loss)(params)
 
   def _reg(self, params):
     if not self.reg:
       return 0.0
-    return 0.5 * self.reg * sum(jnp.sum(p ** 2) for p in jax.tree.leaves(params))
+    return 0.5 * self.reg * sum(jnp.sum(p**2) for p in jax.tree.leaves(params))
 
   # ---- global ---------------------------------------------------------------------------------
   def global_loss(self, params, lam) -> jax.Array:
@@ -112,12 +114,21 @@ class Problem(struct.PyTreeNode):
 # ------------------------------------------------------------------------------------------------
 # Least squares.
 
+
 def _ls_loss(x, a, y):
   return 0.5 * (a @ x - y) ** 2
 
 
-def least_squares(n: int = 16, d: int = 10, m: int = 20, *, seed: int = 0, hetero: float = 1.0,
-                  noise: float = 0.1, batch_size: int = 5) -> Problem:
+def least_squares(
+  n: int = 16,
+  d: int = 10,
+  m: int = 20,
+  *,
+  seed: int = 0,
+  hetero: float = 1.0,
+  noise: float = 0.1,
+  batch_size: int = 5,
+) -> Problem:
   """Heterogeneous least squares: node i has B_i = s_i·N(0, 1) (m×d), s_i log-normal (spread of L_i),
   and b_i = B_i(x* + hetero·δ_i) + noise·ε, so local minimisers differ (data heterogeneity)."""
   rng = np.random.default_rng(seed)
@@ -127,10 +138,16 @@ def least_squares(n: int = 16, d: int = 10, m: int = 20, *, seed: int = 0, heter
   x_loc = x_true[None] + hetero * rng.standard_normal((n, d))
   y = np.einsum("nmd,nd->nm", b_mat, x_loc) + noise * rng.standard_normal((n, m))
   smooth = max(np.linalg.eigvalsh(b_mat[i].T @ b_mat[i] / m).max() for i in range(n))
-  return Problem(inputs=jnp.asarray(b_mat, jnp.float32), targets=jnp.asarray(y, jnp.float32),
-                 counts=jnp.full((n,), m, jnp.int32), x0=jnp.zeros((d,), jnp.float32),
-                 example_loss=_ls_loss, name="least_squares", batch_size=batch_size,
-                 smoothness=float(smooth))
+  return Problem(
+    inputs=jnp.asarray(b_mat, jnp.float32),
+    targets=jnp.asarray(y, jnp.float32),
+    counts=jnp.full((n,), m, jnp.int32),
+    x0=jnp.zeros((d,), jnp.float32),
+    example_loss=_ls_loss,
+    name="least_squares",
+    batch_size=batch_size,
+    smoothness=float(smooth),
+  )
 
 
 def _least_squares_fstar(p: Problem, lam: np.ndarray) -> float:
@@ -142,14 +159,16 @@ def _least_squares_fstar(p: Problem, lam: np.ndarray) -> float:
   g = np.einsum("n,nmd,nm->d", w, a, y)
   x = np.linalg.solve(h, g)
   r = np.einsum("nmd,d->nm", a, x) - y
-  return float(0.5 * np.sum(w[:, None] * r ** 2))
+  return float(0.5 * np.sum(w[:, None] * r**2))
 
 
 # ------------------------------------------------------------------------------------------------
 # Digits (scikit-learn's bundled data set).
 
-def dirichlet_split(labels: np.ndarray, n: int, alpha: float, seed: int = 0,
-                    min_size: int = 2) -> list[np.ndarray]:
+
+def dirichlet_split(
+  labels: np.ndarray, n: int, alpha: float, seed: int = 0, min_size: int = 2
+) -> list[np.ndarray]:
   """Per-class Dirichlet(α) partition of sample indices over n nodes (smaller α = more non-IID).
   Resamples until every node has at least ``min_size`` samples."""
   rng = np.random.default_rng(seed)
@@ -162,8 +181,10 @@ def dirichlet_split(labels: np.ndarray, n: int, alpha: float, seed: int = 0,
         parts[i].extend(chunk.tolist())
     if min(len(p) for p in parts) >= min_size:
       return [np.sort(np.asarray(p, np.int64)) for p in parts]
-  raise ValueError(f"dirichlet_split: could not give every one of {n} nodes {min_size} samples; "
-                   f"raise alpha (got {alpha})")
+  raise ValueError(
+    f"dirichlet_split: could not give every one of {n} nodes {min_size} samples; "
+    f"raise alpha (got {alpha})"
+  )
 
 
 class MLP(nn.Module):
@@ -178,6 +199,7 @@ class MLP(nn.Module):
 def _classification_loss(logits_fn):
   def loss(params, a, y):
     return optax.softmax_cross_entropy_with_integer_labels(logits_fn(params, a), y)
+
   loss.logits = logits_fn
   return loss
 
@@ -202,42 +224,79 @@ def _load_digits(n: int, alpha: float, seed: int, test_frac: float):
   inputs = np.zeros((n, mmax, a.shape[1]), np.float32)
   targets = np.zeros((n, mmax), np.int32)
   for i, p in enumerate(parts):
-    inputs[i, :len(p)] = a[train][p]
-    targets[i, :len(p)] = y[train][p]
+    inputs[i, : len(p)] = a[train][p]
+    targets[i, : len(p)] = y[train][p]
   counts = np.asarray([len(p) for p in parts], np.int32)
-  return (jnp.asarray(inputs), jnp.asarray(targets), jnp.asarray(counts),
-          (jnp.asarray(a[test]), jnp.asarray(y[test])))
+  return (
+    jnp.asarray(inputs),
+    jnp.asarray(targets),
+    jnp.asarray(counts),
+    (jnp.asarray(a[test]), jnp.asarray(y[test])),
+  )
 
 
 def _softmax_smoothness(inputs, counts) -> float:
   """max_i L_i for softmax cross-entropy on linear logits: Hessian ⪯ ½ (1/m_i) Σ a aᵀ ⊗ I."""
   a, m = np.asarray(inputs, np.float64), np.asarray(counts)
-  return max(0.5 * np.linalg.eigvalsh(a[i, :m[i]].T @ a[i, :m[i]] / m[i]).max()
-             for i in range(len(m)))
+  return max(
+    0.5 * np.linalg.eigvalsh(a[i, : m[i]].T @ a[i, : m[i]] / m[i]).max() for i in range(len(m))
+  )
 
 
-def digits_logistic(n: int = 16, *, alpha: float = 0.5, seed: int = 0, reg: float = 1e-3,
-                    batch_size: int = 16, test_frac: float = 0.2) -> Problem:
+def digits_logistic(
+  n: int = 16,
+  *,
+  alpha: float = 0.5,
+  seed: int = 0,
+  reg: float = 1e-3,
+  batch_size: int = 16,
+  test_frac: float = 0.2,
+) -> Problem:
   """Multinomial logistic regression (L2 ``reg``) on non-IID digits."""
   inputs, targets, counts, test = _load_digits(n, alpha, seed, test_frac)
   x0 = {"w": jnp.zeros((64, 10), jnp.float32), "b": jnp.zeros((10,), jnp.float32)}
   smooth = _softmax_smoothness(inputs, counts) + reg
-  return Problem(inputs=inputs, targets=targets, counts=counts, x0=x0,
-                 example_loss=_classification_loss(_linear_logits), name="logistic", reg=reg,
-                 batch_size=batch_size, smoothness=smooth, test=test)
+  return Problem(
+    inputs=inputs,
+    targets=targets,
+    counts=counts,
+    x0=x0,
+    example_loss=_classification_loss(_linear_logits),
+    name="logistic",
+    reg=reg,
+    batch_size=batch_size,
+    smoothness=smooth,
+    test=test,
+  )
 
 
-def digits_mlp(n: int = 16, *, alpha: float = 0.5, seed: int = 0, hidden: int = 32,
-               batch_size: int = 16, test_frac: float = 0.2) -> Problem:
+def digits_mlp(
+  n: int = 16,
+  *,
+  alpha: float = 0.5,
+  seed: int = 0,
+  hidden: int = 32,
+  batch_size: int = 16,
+  test_frac: float = 0.2,
+) -> Problem:
   """64-``hidden``-10 tanh MLP on non-IID digits (non-convex; f* := 0)."""
   inputs, targets, counts, test = _load_digits(n, alpha, seed, test_frac)
   model = MLP(hidden=hidden)
   x0 = model.init(jax.random.key(seed), jnp.zeros((64,)))["params"]
   logits = lambda params, a: model.apply({"params": params}, a)
   smooth = _softmax_smoothness(inputs, counts)  # of the linear model: a scale for the step rule
-  return Problem(inputs=inputs, targets=targets, counts=counts, x0=x0,
-                 example_loss=_classification_loss(logits), name="mlp", batch_size=batch_size,
-                 smoothness=smooth, convex=False, test=test)
+  return Problem(
+    inputs=inputs,
+    targets=targets,
+    counts=counts,
+    x0=x0,
+    example_loss=_classification_loss(logits),
+    name="mlp",
+    batch_size=batch_size,
+    smoothness=smooth,
+    convex=False,
+    test=test,
+  )
 
 
 def _lbfgs_fstar(p: Problem, lam, iters: int = 500) -> float:
@@ -252,13 +311,16 @@ def _lbfgs_fstar(p: Problem, lam, iters: int = 500) -> float:
       val, g = optax.value_and_grad_from_state(f)(x, state=s)
       u, s = opt.update(g, s, x, value=val, grad=g, value_fn=f)
       return (optax.apply_updates(x, u), s), None
+
     (x, _), _ = jax.lax.scan(body, (x, opt.init(x)), None, length=iters)
     return f(x)
+
   return float(solve(p.x0))
 
 
-def make_problem(name: str, n: int, *, seed: int = 0, alpha: float = 0.5,
-                 batch_size: int | None = None, **kw) -> Problem:
+def make_problem(
+  name: str, n: int, *, seed: int = 0, alpha: float = 0.5, batch_size: int | None = None, **kw
+) -> Problem:
   """Builds a problem by name (one of `PROBLEMS`); ``batch_size=None`` keeps the problem's default."""
   extra = {} if batch_size is None else {"batch_size": batch_size}
   if name == "least_squares":
@@ -273,8 +335,10 @@ def make_problem(name: str, n: int, *, seed: int = 0, alpha: float = 0.5,
 # ------------------------------------------------------------------------------------------------
 # Node weights λ.
 
-def make_lambda(kind: str, graph: G.Graph, *, alpha: float = 1.0, seed: int = 0,
-                counts=None) -> np.ndarray:
+
+def make_lambda(
+  kind: str, graph: G.Graph, *, alpha: float = 1.0, seed: int = 0, counts=None
+) -> np.ndarray:
   """λ on the simplex: ``uniform``; ``dirichlet`` (Dirichlet(α·1)); ``degree`` (∝ degree+1, the
   brief's §2.5 setting); ``data`` (∝ local data sizes ``counts``)."""
   n = graph.n

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
-from flax import struct
 
 from jaxlab.core import experiment, runtime, sharding
+from jaxlab.core.train_state import TrainState
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -30,12 +30,6 @@ def get_config() -> ml_collections.ConfigDict:
 _CONFIG = experiment.define_config(get_config())
 
 
-class State(struct.PyTreeNode):
-  w: jax.Array
-  opt_state: optax.OptState
-  tx: optax.GradientTransformation = struct.field(pytree_node=False)
-
-
 def make_problem(config, key):
   kx, kw, kn = jax.random.split(key, 3)
   x = jax.random.normal(kx, (config.num_examples, config.dim))
@@ -44,10 +38,9 @@ def make_problem(config, key):
   return {"x": x, "y": y}, w_true
 
 
-def init_state(config) -> State:
-  tx = optax.adam(config.lr)
-  w = jnp.zeros((config.dim,))
-  return State(w=w, opt_state=tx.init(w), tx=tx)
+def create(config) -> TrainState:
+  linear = lambda variables, x: x @ variables["params"]["w"]
+  return TrainState.create(linear, {"w": jnp.zeros((config.dim,))}, optax.adam(config.lr))
 
 
 def sample(data, key, batch_size):
@@ -55,39 +48,37 @@ def sample(data, key, batch_size):
   return jax.tree.map(lambda a: a[idx], data)
 
 
-def update(state: State, batch, key):
+def update(state: TrainState, batch, key):
   del key
+
   def loss_fn(w):
-    return jnp.mean((batch["x"] @ w - batch["y"]) ** 2)
-  loss, g = jax.value_and_grad(loss_fn)(state.w)
-  updates, opt_state = state.tx.update(g, state.opt_state, state.w)
-  return state.replace(w=optax.apply_updates(state.w, updates), opt_state=opt_state), {"loss": loss}
+    loss = jnp.mean((state(batch["x"], params=w) - batch["y"]) ** 2)
+    return loss, {"loss": loss}
+
+  return state.apply_loss(loss_fn)
 
 
 def main(argv):
   del argv
-  config = _CONFIG.value
   run = experiment.common("example", default_steps=500)
+  config = _CONFIG.value
   experiment.check_config(config, {"dim": "positive", "num_examples": "positive",
                                    "batch_size": "positive", "lr": "positive", "noise": "nonneg"})
-  if run.mesh is not None and config.batch_size % sharding.named_sharding(
-      run.mesh, ("batch",)).num_devices:
-    experiment.fail("config.batch_size", f"{config.batch_size} is not divisible by the "
-                    f"{run.mesh.size} devices of --mesh")
-  experiment.prepare_workdir(run.workdir)
+  run.check_batch("config.batch_size", config.batch_size)
+
   key = jax.random.key_data(jax.random.key(run.seed))
   data, w_true = make_problem(config, jax.random.fold_in(key, 1))
 
   def eval_fn(state, step):
     del step
-    return {"w_err": float(jnp.linalg.norm(state.w - w_true))}
+    return {"w_err": float(jnp.linalg.norm(state.params["w"] - w_true))}
 
-  state, summary = runtime.train(
-      init_state(config), update, num_steps=run.steps, workdir=run.workdir, key=key, data=data,
-      sample_fn=sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh),
-      log_every=run.log_every, ckpt_every=run.ckpt_every, eval_fn=eval_fn, mesh=run.mesh,
-      config=config)
-  print(f"final loss {summary['train/loss']:.4g}, |w - w*| {summary['eval/w_err']:.4g} "
+  sample_fn = sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh)
+  _, result = runtime.train(create(config), update, run.loop(), key=key, workdir=run.workdir,
+                            data=data, sample_fn=sample_fn, eval_fn=eval_fn, mesh=run.mesh,
+                            config=config)
+  s = result.summary
+  print(f"final loss {s['train/loss']:.4g}, |w - w*| {s['eval/w_err']:.4g} "
         f"-> {run.workdir}/summary.json")
 
 

@@ -24,8 +24,12 @@ def first_host(nodelist: str) -> str:
   return prefix + rest.split(",")[0].split("]")[0].split("-")[0]
 
 
-def plan(coordinator_address: str | None = None, num_processes: int | None = None,
-         process_id: int | None = None, env: Mapping[str, str] | None = None) -> dict | None:
+def plan(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  env: Mapping[str, str] | None = None,
+) -> dict | None:
   """The keyword arguments `initialize` passes to ``jax.distributed.initialize``.
 
   ``None`` means single host (nothing to do); ``{}`` means let jax auto-detect (TPU pods).
@@ -33,26 +37,35 @@ def plan(coordinator_address: str | None = None, num_processes: int | None = Non
   env = os.environ if env is None else env
   if coordinator_address or num_processes or process_id is not None:
     if coordinator_address is None or num_processes is None or process_id is None:
-      raise ValueError("multi-host needs --coordinator_address, --num_processes and --process_id "
-                       "together")
+      raise ValueError(
+        "multi-host needs --coordinator_address, --num_processes and --process_id together"
+      )
     if not 0 <= process_id < num_processes:
       raise ValueError(f"--process_id={process_id} is not in [0, {num_processes})")
-    return dict(coordinator_address=coordinator_address, num_processes=num_processes,
-                process_id=process_id)
+    return dict(
+      coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
+    )
   if env.get("JAXLAB_TPU_POD") or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
     return {}  # TPU pod slice: jax reads the topology from the TPU metadata server
   ntasks = int(env.get("SLURM_NTASKS", "1") or 1)
   if "SLURM_JOB_ID" in env and ntasks > 1:
     host = env.get("JAXLAB_COORDINATOR_HOST") or first_host(
-        env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
+      env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+    )
     port = env.get("JAXLAB_COORDINATOR_PORT", "12355")
-    return dict(coordinator_address=f"{host}:{port}", num_processes=ntasks,
-                process_id=int(env["SLURM_PROCID"]))
+    return dict(
+      coordinator_address=f"{host}:{port}",
+      num_processes=ntasks,
+      process_id=int(env["SLURM_PROCID"]),
+    )
   return None
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None) -> bool:
+def initialize(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+) -> bool:
   """Starts ``jax.distributed`` on several hosts; a no-op (returns False) on one host.
 
   Sources, in order: explicit arguments (flags), a TPU pod environment, SLURM variables.

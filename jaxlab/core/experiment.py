@@ -1,33 +1,42 @@
-"""Experiment conventions: shared absl flags, validation that exits 2, workdirs, summaries, plots.
+"""Experiment conventions: shared absl flags, one-line exit-2 errors, workdirs, summaries.
 
-Every ``experiments/*.py`` file looks like::
+Every ``experiments/*.py`` file reads flags -> data -> create -> train -> report::
 
     from jaxlab.core import experiment
-    _CONFIG = config_flags.DEFINE_config_dict("config", get_config())
+    _CONFIG = experiment.define_config(get_config())
 
     def main(argv):
-      run = experiment.common("uhm", default_steps=2000)   # validates; exits 2 on bad input
-      ...                                                   # validate the rest, then
-      experiment.prepare_workdir(run.workdir)               # only now touch the disk
+      run = experiment.common("uhm", variant=(agent, task))   # validates the shared flags
+      config = mylib.validate_config(_CONFIG.value)            # raises ConfigError("config.x", ...)
+      data = ...; state = mylib.create(...)
+      state, result = runtime.train(state, mylib.update, run.loop(), key=key, workdir=run.workdir)
+      print(...)                                                # report from `result`
 
     if __name__ == "__main__":
-      experiment.run(main)
+      experiment.run(main)     # ConfigError anywhere -> "error: --field: message", exit 2
 
-Shared flags: ``--workdir --seed --mesh --steps --log_every --ckpt_every``.
+Shared flags: ``--workdir --seed --mesh --steps --log_every --ckpt_every --keep --profile``.
+Nothing is written before validation ends: ``runtime.train`` creates and locks the workdir.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import math
 import pathlib
+import re
 import sys
 from typing import Any, Iterable, Mapping, NoReturn, Sequence
 
-import numpy as np
 from absl import app, flags
 
 from jaxlab.core import mesh as mesh_lib
-from jaxlab.core.runtime import write_json
+from jaxlab.core import sharding
+from jaxlab.core import workdir as workdir_lib
+from jaxlab.core.errors import ConfigError, check_choice, check_config, require  # noqa: F401
+from jaxlab.core.metrics import write_json
+from jaxlab.core.runtime import Loop, NonFiniteError
 
 FLAGS = flags.FLAGS
 
@@ -44,16 +53,13 @@ flags.DEFINE_string("coordinator_address", None, "Multi-host GPU: host:port of p
                     "(TPU pods and SLURM jobs are detected without it).")
 flags.DEFINE_integer("num_processes", None, "Multi-host GPU: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host GPU: this process's index.")
+flags.DEFINE_bool("profile", False, "Write a jax.profiler trace of one chunk (after compilation) "
+                  "to <workdir>/profile (TensorBoard's profile tab or Perfetto).")
 flags.DEFINE_integer("ckpt_every", None, "Steps between checkpoints (0 = only at the end; default: "
                      "the experiment's).")
 
 
-class ExperimentError(ValueError):
-  """A bad flag or config value; carries the flag name for the one-line message."""
-
-  def __init__(self, flag: str, message: str):
-    super().__init__(f"--{flag.lstrip('-')}: {message}")
-    self.flag = flag
+ExperimentError = ConfigError  # one typed error for flags, config fields and library arguments
 
 
 def fail(flag: str, message: str) -> NoReturn:
@@ -62,53 +68,21 @@ def fail(flag: str, message: str) -> NoReturn:
   sys.exit(2)
 
 
-def check_choice(flag: str, value: Any, allowed: Iterable[Any]) -> Any:
-  allowed = list(allowed)
-  if value not in allowed:
-    fail(flag, f"got {value!r}; allowed: {', '.join(map(str, allowed))}")
-  return value
-
-
 def check_list(flag: str, values: str | Sequence[str], allowed: Iterable[str]) -> list[str]:
-  """Comma-separated list whose every element is in ``allowed``."""
+  """Comma-separated list whose every element is in ``allowed`` (and at least one)."""
   items = [v.strip() for v in values.split(",")] if isinstance(values, str) else list(values)
   items = [v for v in items if v]
   allowed = list(allowed)
   bad = [v for v in items if v not in allowed]
   if bad or not items:
-    fail(flag, f"got {','.join(bad) or 'nothing'}; allowed: {', '.join(allowed)}")
+    raise ConfigError(flag, f"got {','.join(bad) or 'nothing'}; allowed: {', '.join(allowed)}")
   return items
 
 
 def check_positive(flag: str, value: float, allow_zero: bool = False) -> float:
-  if value is None or value < 0 or (value == 0 and not allow_zero):
-    fail(flag, f"must be {'>= 0' if allow_zero else '>= 1'}, got {value}")
+  ok = value is not None and math.isfinite(value) and (value > 0 or (allow_zero and value == 0))
+  require(ok, flag, f"must be {'>= 0' if allow_zero else '> 0'} and finite, got {value}")
   return value
-
-
-def check_config(config, checks: Mapping[str, Any]) -> None:
-  """Validates ``config`` fields: a check is a list of allowed values, ``'positive'``,
-  ``'nonneg'``, ``'prob'`` (in [0, 1]) or a callable returning an error string (or None)."""
-  for field, check in checks.items():
-    value = config
-    for part in field.split("."):
-      value = value[part]
-    flag = f"config.{field}"
-    if isinstance(check, (list, tuple, set)):
-      check_choice(flag, value, check)
-    elif check == "positive":
-      if not value > 0:
-        fail(flag, f"must be > 0, got {value}")
-    elif check == "nonneg":
-      if not value >= 0:
-        fail(flag, f"must be >= 0, got {value}")
-    elif check == "prob":
-      if not 0 <= value <= 1:
-        fail(flag, f"must be in [0, 1], got {value}")
-    elif callable(check):
-      msg = check(value)
-      if msg:
-        fail(flag, msg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,98 +97,91 @@ class Common:
   log_every: int
   ckpt_every: int
   keep: int = 3
+  profile: bool = False
+
+  def loop(self, **overrides) -> Loop:
+    """The runtime schedule these flags ask for (``eval_every`` etc. as overrides)."""
+    kw = dict(num_steps=self.steps, log_every=self.log_every, ckpt_every=self.ckpt_every,
+              keep=self.keep, profile=self.profile)
+    return Loop(**{**kw, **overrides})
+
+  def check_batch(self, field: str, batch_size: int) -> None:
+    """A data-parallel batch must split evenly over the mesh's batch axes."""
+    if self.mesh is None:
+      return
+    n = sharding.named_sharding(self.mesh, ("batch",)).num_devices
+    require(batch_size % n == 0, field, f"{batch_size} is not divisible by the {n} devices of "
+            f"the mesh's batch axes (--mesh={mesh_lib.format_mesh(self.mesh_spec)})")
+
+
+def default_workdir(name: str, *variant: Any) -> pathlib.Path:
+  """``runs/<name>/<variant...>``: distinct per experiment, agent and task, so runs never share."""
+  parts = [_safe(v) for v in variant if v not in (None, "")]
+  return pathlib.Path("runs", name, *parts)
+
+
+def _safe(part: Any) -> str:
+  return re.sub(r"[^A-Za-z0-9._=-]+", "_", str(part)).strip("._") or "_"
+
+
+def _mesh(name: str, mesh_axes: Sequence[str] | None):
+  if not FLAGS.mesh:
+    return None, {}
+  import jax
+  try:
+    spec = mesh_lib.parse_mesh(FLAGS.mesh)
+    unknown = [a for a in spec if mesh_axes is not None and a not in mesh_axes]
+    if unknown:
+      raise ConfigError("mesh", f"axis {unknown[0]!r} is not used by {name}; allowed axes: "
+                        f"{', '.join(mesh_axes)}")
+    mesh = mesh_lib.make_mesh(spec)
+  except mesh_lib.MeshError as e:
+    raise ConfigError("mesh", f"{e} ({jax.device_count()} devices: "
+                      f"{jax.devices()[0].platform})") from None
+  return mesh, dict(mesh.shape)
 
 
 def common(name: str, default_steps: int = 1000, default_log_every: int | None = None,
-           default_ckpt_every: int | None = None, default_workdir: str | None = None,
+           default_ckpt_every: int | None = None, variant: Sequence[Any] = (),
            mesh_axes: Sequence[str] | None = None) -> Common:
-  """Validates the shared flags (exits 2 naming the flag) without touching the disk.
+  """Validates the shared flags (raises ``ConfigError`` naming the flag) without touching the disk.
 
   Args:
+    variant: what makes this run distinct (agent, task, preset...): the default workdir is
+      ``runs/<name>/<variant...>``.
     mesh_axes: axis names this experiment understands; others are rejected.
   """
   steps = default_steps if FLAGS.steps is None else FLAGS.steps
-  if steps < 1:
-    fail("steps", f"must be >= 1, got {steps}")
+  require(steps >= 1, "steps", f"must be >= 1, got {steps}")
   log_every = FLAGS.log_every if FLAGS.log_every is not None else (
       default_log_every or max(1, min(100, steps // 20 or 1)))
-  if log_every < 1:
-    fail("log_every", f"must be >= 1, got {log_every}")
+  require(log_every >= 1, "log_every", f"must be >= 1, got {log_every}")
   ckpt_every = FLAGS.ckpt_every if FLAGS.ckpt_every is not None else (
       default_ckpt_every if default_ckpt_every is not None else max(log_every, steps // 4))
-  if ckpt_every < 0:
-    fail("ckpt_every", f"must be >= 0 (0 = only at the end), got {ckpt_every}")
-  if FLAGS.seed < 0:
-    fail("seed", f"must be >= 0, got {FLAGS.seed}")
-  if FLAGS.keep < 1:
-    fail("keep", f"must be >= 1, got {FLAGS.keep}")
-
-  mesh = None
-  spec: dict = {}
-  if FLAGS.mesh:
-    import jax
-    try:
-      spec = mesh_lib.parse_mesh(FLAGS.mesh)
-      if mesh_axes is not None:
-        unknown = [a for a in spec if a not in mesh_axes]
-        if unknown:
-          fail("mesh", f"axis {unknown[0]!r} is not used by {name}; allowed axes: "
-               f"{', '.join(mesh_axes)}")
-      mesh = mesh_lib.make_mesh(spec)
-      spec = dict(mesh.shape)
-    except mesh_lib.MeshError as e:
-      fail("mesh", f"{e} ({jax.device_count()} devices: {jax.devices()[0].platform})")
-
-  workdir = pathlib.Path(FLAGS.workdir or default_workdir or f"runs/{name}")
-  if workdir.exists() and not workdir.is_dir():
-    fail("workdir", f"{workdir} exists and is not a directory")
+  require(ckpt_every >= 0, "ckpt_every", f"must be >= 0 (0 = only at the end), got {ckpt_every}")
+  require(FLAGS.seed >= 0, "seed", f"must be >= 0, got {FLAGS.seed}")
+  require(FLAGS.keep >= 1, "keep", f"must be >= 1, got {FLAGS.keep}")
+  mesh, spec = _mesh(name, mesh_axes)
+  workdir = pathlib.Path(FLAGS.workdir) if FLAGS.workdir else default_workdir(name, *variant)
+  require(not workdir.exists() or workdir.is_dir(), "workdir",
+          f"{workdir} exists and is not a directory")
   return Common(name=name, workdir=workdir, seed=FLAGS.seed, mesh=mesh, mesh_spec=spec,
-                steps=steps, log_every=log_every, ckpt_every=ckpt_every, keep=FLAGS.keep)
+                steps=steps, log_every=log_every, ckpt_every=ckpt_every, keep=FLAGS.keep,
+                profile=FLAGS.profile)
 
 
 def prepare_workdir(path: str | pathlib.Path) -> pathlib.Path:
   """Creates the run directory; call only after every input was validated."""
   path = pathlib.Path(path)
-  try:
-    path.mkdir(parents=True, exist_ok=True)
-  except OSError as e:
-    fail("workdir", f"cannot create {path}: {e}")
+  workdir_lib.create(path)
   return path
 
 
 def write_summary(workdir: str | pathlib.Path, summary: Mapping[str, Any]) -> pathlib.Path:
+  """``summary.json`` for experiments that do not go through the runtime (with provenance)."""
+  from jaxlab.core import provenance
   path = pathlib.Path(workdir) / "summary.json"
-  write_json(path, dict(summary))
-  return path
-
-
-def plot_curves(path: str | pathlib.Path, curves: Mapping[str, tuple], xlabel: str, ylabel: str,
-                logx: bool = False, logy: bool = False, title: str = "") -> pathlib.Path:
-  """Line plot of ``{label: (xs, ys)}`` or ``{label: (xs, ys, lo, hi)}`` (with a band) to PNG."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for label, c in curves.items():
-    xs, ys = np.asarray(c[0]), np.asarray(c[1])
-    (line,) = ax.plot(xs, ys, label=label)
-    if len(c) == 4:
-      ax.fill_between(xs, np.asarray(c[2]), np.asarray(c[3]), color=line.get_color(), alpha=0.2)
-  if logx:
-    ax.set_xscale("log")
-  if logy:
-    ax.set_yscale("log")
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
-  if title:
-    ax.set_title(title)
-  ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  path = pathlib.Path(path)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  write_json(path, {**dict(summary), "provenance": provenance.collect()})
   return path
 
 
@@ -241,6 +208,13 @@ def define_config(default_config, name: str = "config"):
     fail(name, str(e).strip("'\""))
 
 
+def define_config_file(default_path: str, name: str = "config"):
+  """``config_flags.DEFINE_config_file`` (big_vision style: ``--config=path.py:arg``); overrides
+  ``--config.x=...`` apply at flag parsing, where a bad one exits 2 with one line."""
+  from ml_collections import config_flags
+  return config_flags.DEFINE_config_file(name, default=default_path, lock_config=True)
+
+
 def _flags_parser(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag exits 2 with one line instead of 1 with the whole usage."""
   try:
@@ -258,14 +232,23 @@ def run(main) -> None:
       from absl import logging
       logging.set_verbosity(logging.WARNING)
     from jaxlab.core import distributed
+    if len(argv) > 1:
+      fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
     try:
       distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     except ValueError as e:
       fail("coordinator_address", str(e))
-    if len(argv) > 1:
-      fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
     try:
       return main(argv)
-    except ExperimentError as e:
-      fail(e.flag, str(e).split(": ", 1)[1])
+    except ConfigError as e:
+      fail(e.field, e.message)
+    except NonFiniteError as e:
+      print(f"error: {e}", file=sys.stderr, flush=True)
+      sys.exit(3)
+    except OSError as e:
+      if e.errno != errno.ENOSPC:
+        raise
+      print(f"error: disk full writing {e.filename or 'the workdir'}; the last complete "
+            "checkpoint is kept", file=sys.stderr, flush=True)
+      sys.exit(1)
   app.run(_main, flags_parser=_flags_parser)

@@ -68,14 +68,16 @@ def resolve_shape(shape: Mapping[str, int], num_devices: int) -> dict[str, int]:
   if -1 in shape.values():
     if num_devices % known:
       raise MeshError(
-          f"mesh {format_mesh(shape)}: fixed axes multiply to {known}, which does not divide "
-          f"the {num_devices} available devices")
+        f"mesh {format_mesh(shape)}: fixed axes multiply to {known}, which does not divide "
+        f"the {num_devices} available devices"
+      )
     rest = num_devices // known
     shape = {k: (rest if v == -1 else v) for k, v in shape.items()}
   elif known != num_devices:
     raise MeshError(
-        f"mesh {format_mesh(shape)} has {known} devices but {num_devices} are available; "
-        f"use -1 on one axis for 'the rest'")
+      f"mesh {format_mesh(shape)} has {known} devices but {num_devices} are available; "
+      f"use -1 on one axis for 'the rest'"
+    )
   return shape
 
 
@@ -83,8 +85,9 @@ def format_mesh(shape: Mapping[str, int]) -> str:
   return ",".join(f"{k}:{v}" for k, v in shape.items())
 
 
-def make_mesh(shape: str | Mapping[str, int] | None = None,
-              devices: Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(
+  shape: str | Mapping[str, int] | None = None, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
   """Builds a `Mesh` with Auto axis types over ``devices`` (default: all devices).
 
   Args:
@@ -100,6 +103,7 @@ def make_mesh(shape: str | Mapping[str, int] | None = None,
   sizes = tuple(resolved.values())
   try:
     from jax.experimental import mesh_utils
+
     arr = mesh_utils.create_device_mesh(sizes, devices=devices)
   except Exception:  # irregular device sets (e.g. a subset of a TPU slice): plain reshape
     arr = np.asarray(devices, dtype=object).reshape(sizes)

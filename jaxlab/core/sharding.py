@@ -14,17 +14,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 # logical name -> mesh axis (or tuple of axes, or None = replicated).
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
-    ("batch", ("data", "fsdp")),   # examples: split over every data-like axis
-    ("seq", "context"),            # sequence / context parallelism
-    ("embed", "fsdp"),             # parameters' model dim: ZeRO-3 style sharding
-    ("mlp", "tensor"),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("head_dim", None),
-    ("vocab", "tensor"),
-    ("nodes", "nodes"),            # decentralized optimisation: one node per device
-    ("ensemble", None),
-    ("layers", None),
+  ("batch", ("data", "fsdp")),  # examples: split over every data-like axis
+  ("seq", "context"),  # sequence / context parallelism
+  ("embed", "fsdp"),  # parameters' model dim: ZeRO-3 style sharding
+  ("mlp", "tensor"),
+  ("heads", "tensor"),
+  ("kv_heads", "tensor"),
+  ("head_dim", None),
+  ("vocab", "tensor"),
+  ("nodes", "nodes"),  # decentralized optimisation: one node per device
+  ("ensemble", None),
+  ("layers", None),
 )
 
 Rules = Sequence[tuple[str, Any]]
@@ -36,8 +36,12 @@ def _as_tuple(x) -> tuple:
   return (x,) if isinstance(x, str) else tuple(x)
 
 
-def logical_to_spec(names: Sequence[str | None] | None, rules: Rules | None = None,
-                    mesh: Mesh | None = None, shape: Sequence[int] | None = None) -> P:
+def logical_to_spec(
+  names: Sequence[str | None] | None,
+  rules: Rules | None = None,
+  mesh: Mesh | None = None,
+  shape: Sequence[int] | None = None,
+) -> P:
   """Maps logical dimension names to a `PartitionSpec`.
 
   Mesh axes absent from ``mesh`` (when given) are dropped, a mesh axis is used at most once per
@@ -55,8 +59,9 @@ def logical_to_spec(names: Sequence[str | None] | None, rules: Rules | None = No
       continue
     if name not in table:
       raise KeyError(f"logical axis {name!r} has no rule; known: {sorted(table)}")
-    axes = [a for a in _as_tuple(table[name])
-            if a not in used and (mesh is None or a in mesh.axis_names)]
+    axes = [
+      a for a in _as_tuple(table[name]) if a not in used and (mesh is None or a in mesh.axis_names)
+    ]
     if shape is not None and mesh is not None:
       dim, kept = shape[len(out)], []
       for a in axes:
@@ -75,8 +80,12 @@ def _prod(xs) -> int:
   return out
 
 
-def named_sharding(mesh: Mesh, names: Sequence[str | None] | None,
-                   rules: Rules | None = None, shape: Sequence[int] | None = None) -> NamedSharding:
+def named_sharding(
+  mesh: Mesh,
+  names: Sequence[str | None] | None,
+  rules: Rules | None = None,
+  shape: Sequence[int] | None = None,
+) -> NamedSharding:
   return NamedSharding(mesh, logical_to_spec(names, rules, mesh, shape))
 
 
@@ -90,11 +99,14 @@ def batch_sharding(mesh: Mesh, rules: Rules | None = None) -> NamedSharding:
 
 
 def _is_names(x) -> bool:
-  return x is None or (isinstance(x, (tuple, P)) and all(isinstance(n, (str, type(None))) for n in x))
+  return x is None or (
+    isinstance(x, (tuple, P)) and all(isinstance(n, (str, type(None))) for n in x)
+  )
 
 
-def tree_shardings(logical_tree: Any, mesh: Mesh, rules: Rules | None = None,
-                   like: Any = None) -> Any:
+def tree_shardings(
+  logical_tree: Any, mesh: Mesh, rules: Rules | None = None, like: Any = None
+) -> Any:
   """Logical-name tuples (or flax ``LogicallyPartitioned`` boxes) -> NamedShardings.
 
   With ``like`` (a pytree of arrays of the same structure), axes that do not divide the
@@ -105,19 +117,27 @@ def tree_shardings(logical_tree: Any, mesh: Mesh, rules: Rules | None = None,
     return jax.tree.map(lambda n: named_sharding(mesh, n, rules), names, is_leaf=_is_names)
   flat_names, treedef = jax.tree.flatten(names, is_leaf=_is_names)
   flat_like = treedef.flatten_up_to(like)
-  return treedef.unflatten([named_sharding(mesh, n, rules, getattr(x, "shape", None))
-                            for n, x in zip(flat_names, flat_like)])
+  return treedef.unflatten(
+    [
+      named_sharding(mesh, n, rules, getattr(x, "shape", None))
+      for n, x in zip(flat_names, flat_like)
+    ]
+  )
 
 
 def _unbox_names(tree):
   """Turns flax `nn.LogicallyPartitioned` leaves into their name tuples; other leaves -> None."""
+
   def f(x):
     if isinstance(x, nn.LogicallyPartitioned):
       return tuple(x.names)
     if _is_names(x):
       return x
     return None
-  return jax.tree.map(f, tree, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned) or _is_names(x))
+
+  return jax.tree.map(
+    f, tree, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned) or _is_names(x)
+  )
 
 
 def shard_pytree(tree: Any, logical_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
@@ -131,8 +151,9 @@ def shard_boxed(boxed_tree: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
   return jax.device_put(params, tree_shardings(boxed_tree, mesh, rules, like=params))
 
 
-def constrain(x: jax.Array, names: Sequence[str | None], mesh: Mesh | None = None,
-              rules: Rules | None = None) -> jax.Array:
+def constrain(
+  x: jax.Array, names: Sequence[str | None], mesh: Mesh | None = None, rules: Rules | None = None
+) -> jax.Array:
   """``with_sharding_constraint`` by logical names; a no-op without a mesh."""
   if mesh is None:
     return x
@@ -155,6 +176,8 @@ def data_parallel(sample_fn, mesh: Mesh | None, rules: Rules | None = None):
 
   def sharded(data, key):
     batch = sample_fn(data, key)
-    return jax.tree.map(lambda v: constrain(v, ("batch",) + (None,) * (v.ndim - 1), mesh, rules),
-                        batch)
+    return jax.tree.map(
+      lambda v: constrain(v, ("batch",) + (None,) * (v.ndim - 1), mesh, rules), batch
+    )
+
   return sharded

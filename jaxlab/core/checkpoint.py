@@ -1,0 +1,102 @@
+"""Checkpoints of a run: orbax manager under ``<workdir>/checkpoints``, restore, SIGTERM handling.
+
+Saves are synchronous and atomic (orbax writes a tmp dir, then renames), so a kill at any moment
+leaves the previous checkpoint intact. On SIGTERM the loop finishes its chunk, saves, and raises
+:class:`Preempted` (exit 143) so schedulers requeue the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import signal
+import threading
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from absl import logging
+
+from jaxlab.core.errors import ConfigError
+
+PyTree = Any
+CKPT_DIR = "checkpoints"
+SIGTERM_EXIT_CODE = 143
+
+
+class Preempted(SystemExit):
+  """Raised after a SIGTERM-triggered checkpoint; the exit code (143) tells schedulers to requeue."""
+
+  def __init__(self, step: int):
+    super().__init__(SIGTERM_EXIT_CODE)
+    self.step = step
+
+
+def manager(workdir: str | os.PathLike, keep: int = 3) -> ocp.CheckpointManager:
+  """Orbax manager under ``<workdir>/checkpoints``; saves are atomic (tmp dir, then rename)."""
+  path = pathlib.Path(workdir).absolute() / CKPT_DIR
+  opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                      enable_async_checkpointing=False)
+  return ocp.CheckpointManager(path, options=opts)
+
+
+def _abstract(tree: PyTree) -> PyTree:
+  return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+def restore_with(mngr: ocp.CheckpointManager, like: PyTree, step: int) -> PyTree:
+  """Checkpoint ``step`` in the structure/shardings of ``like``; a mismatch is one clear error."""
+  try:
+    restored = mngr.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(_abstract(like))))
+  except Exception as e:  # orbax raises many types, with very long messages
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    raise ConfigError("workdir", f"checkpoint at step {step} in {mngr.directory} cannot be "
+                      f"restored into this run's state ({type(e).__name__}: {first})") from e
+  return restored["state"]
+
+
+def save(mngr: ocp.CheckpointManager, step: int, state: PyTree) -> None:
+  mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), force=True)
+  mngr.wait_until_finished()
+
+
+def restore(workdir: str | os.PathLike, like: PyTree,
+            step: int | None = None) -> tuple[PyTree, int] | None:
+  """A checkpoint of ``workdir`` (the latest, or ``step``) in the structure/shardings of ``like``.
+
+  Returns ``(state, step)``, or None when the workdir has no checkpoint.
+  """
+  mngr = manager(workdir, keep=1_000_000)  # reading must never prune
+  try:
+    if step is None:
+      step = mngr.latest_step()
+    elif step not in mngr.all_steps():
+      raise ConfigError("step", f"no checkpoint at step {step} in {workdir}; "
+                        f"have {list(mngr.all_steps())}")
+    if step is None:
+      return None
+    return restore_with(mngr, like, step), int(step)
+  finally:
+    mngr.close()
+
+
+@contextlib.contextmanager
+def sigterm_flag():
+  """Yields ``flag`` whose ``flag['set']`` turns true on SIGTERM, so the loop can save first."""
+  flag = {"set": False}
+  if threading.current_thread() is not threading.main_thread():
+    yield flag
+    return
+
+  def handler(signum, frame):
+    del signum, frame
+    flag["set"] = True
+    logging.warning("SIGTERM received: saving a checkpoint after the current chunk")
+
+  old = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield flag
+  finally:
+    signal.signal(signal.SIGTERM, old)

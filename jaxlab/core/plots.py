@@ -1,0 +1,126 @@
+"""Every PNG jaxlab writes: learning curves, comparison lines, histograms. Axes a person can read.
+
+A constant series is drawn on a unit-wide axis around its value (not matplotlib's ±4 % of zero), and a
+metric whose name says it is a rate (``success``) gets the [0, 1] axis.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+def _pyplot():
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  return plt
+
+
+def _readable_ylim(ax, name: str, ys: np.ndarray) -> None:
+  finite = ys[np.isfinite(ys)]
+  if "success" in name and finite.size and finite.min() >= 0 and finite.max() <= 1:
+    ax.set_ylim(-0.03, 1.03)
+  elif finite.size and np.ptp(finite) <= 1e-12 * max(1.0, abs(float(finite[0]))):
+    v = float(finite[0])
+    half = max(0.5, 0.5 * abs(v))
+    ax.set_ylim(v - half, v + half)
+    ax.text(0.5, 0.5, f"constant {v:.4g}", transform=ax.transAxes, ha="center", fontsize=8,
+            color="gray")
+
+
+def _save(fig, path: str | pathlib.Path) -> pathlib.Path:
+  path = pathlib.Path(path)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  _pyplot().close(fig)
+  return path
+
+
+def panels(path: str | pathlib.Path,
+           series: Sequence[tuple[str, np.ndarray, np.ndarray]]) -> pathlib.Path | None:
+  """One small panel per ``(title, x, y)``: a run's learning curves."""
+  if not series:
+    return None
+  plt = _pyplot()
+  n = len(series)
+  ncol = min(4, n)
+  nrow = math.ceil(n / ncol)
+  fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 2.6 * nrow), squeeze=False)
+  for ax, (title, x, y) in zip(axes.flat, series):
+    x, y = np.asarray(x), np.asarray(y, dtype=float)
+    ax.plot(x, y, marker="." if len(x) < 30 else None)
+    _readable_ylim(ax, title, y)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("step", fontsize=8)
+    ax.tick_params(labelsize=7)
+  for ax in list(axes.flat)[n:]:
+    ax.axis("off")
+  return _save(fig, path)
+
+
+def lines(path: str | pathlib.Path, curves: Mapping[str, tuple], xlabel: str, ylabel: str,
+          logx: bool = False, logy: bool = False, title: str = "") -> pathlib.Path:
+  """Line plot of ``{label: (xs, ys)}`` or ``{label: (xs, ys, lo, hi)}`` (with a band)."""
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for label, c in curves.items():
+    xs, ys = np.asarray(c[0]), np.asarray(c[1], dtype=float)
+    (line,) = ax.plot(xs, ys, label=label, marker="." if len(xs) < 30 else None)
+    if len(c) == 4:
+      ax.fill_between(xs, np.asarray(c[2]), np.asarray(c[3]), color=line.get_color(), alpha=0.2)
+  if logx:
+    ax.set_xscale("log")
+  if logy:
+    ax.set_yscale("log")
+  else:
+    all_y = np.concatenate([np.asarray(c[1], dtype=float).ravel() for c in curves.values()] or
+                           [np.zeros(0)])
+    _readable_ylim(ax, ylabel, all_y)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  if title:
+    ax.set_title(title)
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=8)
+  return _save(fig, path)
+
+
+def histograms(path: str | pathlib.Path, samples: Mapping[str, np.ndarray], xlabel: str,
+               title: str = "", bins: int | np.ndarray = 40) -> pathlib.Path:
+  """Overlaid density histograms of ``{label: values}`` on shared bins."""
+  plt = _pyplot()
+  arrays = {k: np.asarray(v, dtype=float).ravel() for k, v in samples.items()}
+  if isinstance(bins, int):
+    allv = np.concatenate([a[np.isfinite(a)] for a in arrays.values()])
+    bins = np.histogram_bin_edges(allv, bins=bins)
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for label, a in arrays.items():
+    ax.hist(a[np.isfinite(a)], bins=bins, density=True, alpha=0.5, label=label)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel("density")
+  if title:
+    ax.set_title(title)
+  ax.legend(fontsize=8)
+  return _save(fig, path)
+
+
+def learning_curves(workdir: str | pathlib.Path, out: str = "curves.png",
+                    skip: Sequence[str] = ("steps_per_sec",)) -> pathlib.Path | None:
+  """``curves.png`` of a workdir: one panel per column of ``metrics.csv`` and ``eval.csv``."""
+  from jaxlab.core.metrics import read_csv
+
+  workdir = pathlib.Path(workdir)
+  series = []
+  for name in ("metrics", "eval"):
+    path = workdir / f"{name}.csv"
+    if path.exists():
+      cols = read_csv(path)
+      series += [(f"{name}/{k}", cols["step"], v) for k, v in cols.items()
+                 if k != "step" and k not in skip]
+  return panels(workdir / out, series)

@@ -1,0 +1,102 @@
+"""A run's directory: one writer at a time, and a resume only with the config it was started with.
+
+``session(workdir, config)`` creates the directory, takes an exclusive ``flock`` on
+``<workdir>/.lock`` (released on exit, and by the kernel when the process dies, so a dead run never
+leaves a stale lock), compares ``config`` with the ``config.json`` already there, and only then
+writes ``config.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pathlib
+from typing import Any, Iterator
+
+import jax
+
+from jaxlab.core import metrics
+from jaxlab.core.errors import ConfigError
+
+LOCK = ".lock"
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+  if isinstance(d, dict):
+    out = {}
+    for k, v in d.items():
+      out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+  return {prefix: d}
+
+
+def config_diff(old: Any, new: Any) -> list[str]:
+  """Human-readable ``field: old -> new`` lines between two JSON-able configs."""
+  a, b = _flatten(old), _flatten(new)
+  return [f"{k}: {a.get(k, '<absent>')} -> {b.get(k, '<absent>')}"
+          for k in sorted(set(a) | set(b)) if a.get(k, "<absent>") != b.get(k, "<absent>")]
+
+
+def check_config(path: pathlib.Path, config: Any) -> None:
+  """Raises ``ConfigError('workdir', ...)`` when ``path/config.json`` records another config."""
+  cfg_path = path / "config.json"
+  if config is None or not cfg_path.exists():
+    return
+  try:
+    old = json.loads(cfg_path.read_text())
+  except (OSError, ValueError) as e:
+    raise ConfigError("workdir", f"{cfg_path} is unreadable ({e}); use a new --workdir") from e
+  # Compare as JSON would store it (tuples -> lists, NaN -> null).
+  diff = config_diff(old, json.loads(json.dumps(metrics.jsonable(config))))
+  if diff:
+    shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+    raise ConfigError("workdir", f"{path} holds a run with another config ({shown}); resume it "
+                      "with the same settings or choose a new --workdir")
+
+
+def _lock(path: pathlib.Path):
+  f = open(path / LOCK, "a+")
+  try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    f.seek(0)
+    owner = f.read().strip() or "another process"
+    f.close()
+    raise ConfigError("workdir", f"{path} is in use by pid {owner}; wait for it, or choose "
+                      "another --workdir") from None
+  f.seek(0)
+  f.truncate()
+  f.write(str(os.getpid()))
+  f.flush()
+  return f
+
+
+def create(path: pathlib.Path) -> None:
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ConfigError("workdir", f"cannot create {path}: {e.strerror or e}") from e
+  if not os.access(path, os.W_OK):
+    raise ConfigError("workdir", f"{path} is not writable")
+
+
+@contextlib.contextmanager
+def session(path: pathlib.Path | None, config: Any = None) -> Iterator[pathlib.Path | None]:
+  """Creates, locks and records ``path`` for one run (process 0 locks and writes)."""
+  if path is None:
+    yield None
+    return
+  main = jax.process_index() == 0
+  create(path)
+  lock = _lock(path) if main else None
+  try:
+    check_config(path, config)
+    if main and config is not None:
+      metrics.write_json(path / "config.json", config)
+    yield path
+  finally:
+    if lock is not None:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+      lock.close()

@@ -19,11 +19,11 @@ from jaxlab.core.train_state import TrainState
 def get_config() -> ml_collections.ConfigDict:
   """Least-squares template. Runtime: ~10 s on a laptop CPU for 500 steps."""
   c = ml_collections.ConfigDict()
-  c.dim = 16           # parameter dimension d of w in y = X w + noise
-  c.num_examples = 512 # rows of the synthetic design matrix X
-  c.batch_size = 32    # examples per update (sharded over the mesh's batch axes)
-  c.lr = 1e-2          # Adam learning rate
-  c.noise = 0.1        # std of the label noise
+  c.dim = 16  # parameter dimension d of w in y = X w + noise
+  c.num_examples = 512  # rows of the synthetic design matrix X
+  c.batch_size = 32  # examples per update (sharded over the mesh's batch axes)
+  c.lr = 1e-2  # Adam learning rate
+  c.noise = 0.1  # std of the label noise
   return c
 
 
@@ -62,8 +62,16 @@ def main(argv):
   del argv
   run = experiment.common("example", default_steps=500)
   config = _CONFIG.value
-  experiment.check_config(config, {"dim": "positive", "num_examples": "positive",
-                                   "batch_size": "positive", "lr": "positive", "noise": "nonneg"})
+  experiment.check_config(
+    config,
+    {
+      "dim": "positive",
+      "num_examples": "positive",
+      "batch_size": "positive",
+      "lr": "positive",
+      "noise": "nonneg",
+    },
+  )
   run.check_batch("config.batch_size", config.batch_size)
 
   key = jax.random.key_data(jax.random.key(run.seed))
@@ -74,12 +82,23 @@ def main(argv):
     return {"w_err": float(jnp.linalg.norm(state.params["w"] - w_true))}
 
   sample_fn = sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh)
-  _, result = runtime.train(create(config), update, run.loop(), key=key, workdir=run.workdir,
-                            data=data, sample_fn=sample_fn, eval_fn=eval_fn, mesh=run.mesh,
-                            config=config)
+  _, result = runtime.train(
+    create(config),
+    update,
+    run.loop(),
+    key=key,
+    workdir=run.workdir,
+    data=data,
+    sample_fn=sample_fn,
+    eval_fn=eval_fn,
+    mesh=run.mesh,
+    config=config,
+  )
   s = result.summary
-  print(f"final loss {s['train/loss']:.4g}, |w - w*| {s['eval/w_err']:.4g} "
-        f"-> {run.workdir}/summary.json")
+  print(
+    f"final loss {s['train/loss']:.4g}, |w - w*| {s['eval/w_err']:.4g} "
+    f"-> {run.workdir}/summary.json"
+  )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,11 @@ def _run(args, cwd):
     (["--config.nope=1"], "--config.nope"),
     (["--config.lr=-1"], "--config.lr"),
     (["--config.lr=abc"], "config.lr"),
+    (["--config.lr=nan"], "--config.lr"),
+    (["--config.noise=inf"], "--config.noise"),
+    (["--keep=0"], "--keep"),
+    (["--mesh=data:1,data:1"], "--mesh"),
+    (["--config.batch_size=30", "--mesh=data:8"], "--config.batch_size"),
     (["--not_a_flag=1"], "not_a_flag"),
     (["positional"], "positional"),
     (["--coordinator_address=h:1"], "--coordinator_address"),
@@ -63,7 +68,33 @@ def test_example_runs_and_resumes(tmp_path):
   summary = json.loads((workdir / "summary.json").read_text())
   assert summary["step"] == 200 and summary["eval/w_err"] < 0.5
   assert (workdir / "curves.png").stat().st_size > 1000
-  r = _run([f"--workdir={workdir}", "--steps=300", "--log_every=50"], tmp_path)
+  r = _run([f"--workdir={workdir}", "--steps=300", "--log_every=50", "--config.lr=0.5"], tmp_path)
+  assert r.returncode == 2 and "config.json" not in r.stderr and "lr: 0.01 -> 0.5" in r.stderr
+  r = _run(
+    [f"--workdir={workdir}", "--steps=300", "--log_every=50", "--config.batch_size=64"], tmp_path
+  )
   assert r.returncode == 0, r.stderr[-2000:]
   assert "resuming from checkpoint at step 200" in r.stderr + r.stdout
   assert json.loads((workdir / "summary.json").read_text())["step"] == 300
+
+
+def test_unwritable_workdir_is_one_line(tmp_path):
+  ro = tmp_path / "ro"
+  ro.mkdir()
+  ro.chmod(0o500)
+  try:
+    if os.access(ro, os.W_OK):
+      pytest.skip("running as a user that ignores permissions")
+    r = _run([f"--workdir={ro}", "--steps=10"], tmp_path)
+  finally:
+    ro.chmod(0o700)
+  assert r.returncode == 2 and "Traceback" not in r.stderr
+  assert "--workdir" in r.stderr.strip().splitlines()[-1]
+
+
+def test_nothing_is_written_to_the_current_directory(tmp_path):
+  cwd = tmp_path / "cwd"
+  cwd.mkdir()
+  r = _run([f"--workdir={tmp_path / 'run'}", "--steps=20"], cwd)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert list(cwd.iterdir()) == []

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.sharding import AxisType, PartitionSpec as P
+from jax.sharding import AxisType
+from jax.sharding import PartitionSpec as P
 
 from jaxlab.core import mesh as mesh_lib
 from jaxlab.core import sharding

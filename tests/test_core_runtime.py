@@ -48,18 +48,25 @@ def data():
   return {"x": x, "y": x @ jnp.arange(1.0, 5.0)}
 
 
-def _train(tmp, data, steps, **kw):
-  kw = {"log_every": 10, "ckpt_every": 20, "progress": False, **kw}
-  return runtime.train(
-    _init(),
+_LOOP_ARGS = {f.name for f in __import__("dataclasses").fields(runtime.Loop)}
+
+
+def _train(tmp, data, steps, state=None, **kw):
+  """The test run: loop fields and train() keywords in one call."""
+  loop_kw = {"log_every": 10, "ckpt_every": 20, "progress": False}
+  loop_kw.update({k: v for k, v in kw.items() if k in _LOOP_ARGS})
+  train_kw = {k: v for k, v in kw.items() if k not in _LOOP_ARGS}
+  state, result = runtime.train(
+    _init() if state is None else state,
     _update,
-    num_steps=steps,
+    runtime.Loop(num_steps=steps, **loop_kw),
     workdir=tmp,
     key=jax.random.key_data(jax.random.key(3)),
     data=data,
     sample_fn=_sample,
-    **kw,
+    **train_kw,
   )
+  return state, result.summary
 
 
 def test_chunk_boundaries():
@@ -97,11 +104,22 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path, data):
   assert list(cols["step"]) == [10, 20, 30, 35, 40, 50, 60]
 
 
-def test_finished_run_is_not_redone(tmp_path, data):
-  s1, _ = _train(tmp_path, data, 20)
-  s2, summary = _train(tmp_path, data, 20)
-  assert summary["resumed_from"] == 20
+def test_finished_run_is_not_redone_and_keeps_its_record(tmp_path, data):
+  s1, first = _train(tmp_path, data, 20, eval_fn=lambda s, k: {"n": 1.0})
+  on_disk = (tmp_path / "summary.json").read_bytes()
+  s2, again = _train(tmp_path, data, 20, eval_fn=lambda s, k: {"n": 1.0})
   np.testing.assert_array_equal(s1.w, s2.w)
+  assert again["train/loss"] == first["train/loss"] and again["eval/n"] == 1.0
+  assert (tmp_path / "summary.json").read_bytes() == on_disk  # re-run: record unchanged
+  _, fewer = _train(tmp_path, data, 10)  # --steps below the last checkpoint: same record
+  assert fewer["train/loss"] == first["train/loss"]
+
+
+def test_summary_rebuilt_when_killed_before_it_was_written(tmp_path, data):
+  _, first = _train(tmp_path, data, 20)
+  (tmp_path / "summary.json").unlink()  # a kill between the final checkpoint and the summary
+  _, again = _train(tmp_path, data, 20)
+  assert again["train/loss"] == pytest.approx(first["train/loss"])
 
 
 _SCRIPT = textwrap.dedent("""
@@ -171,7 +189,8 @@ def test_sigkill_resumes_from_last_checkpoint_bitwise(tmp_path, reference_w):
 
 
 def test_sharded_runtime_equals_single_device(tmp_path, data):
-  from jaxlab.core import mesh as mesh_lib, sharding
+  from jaxlab.core import mesh as mesh_lib
+  from jaxlab.core import sharding
 
   m = mesh_lib.make_mesh("data:8")
   ref, _ = _train(tmp_path / "one", data, 20)
@@ -183,15 +202,119 @@ def test_sharded_runtime_equals_single_device(tmp_path, data):
   state, _ = runtime.train(
     _init(),
     _update,
-    num_steps=20,
+    runtime.Loop(num_steps=20, log_every=10, ckpt_every=20, progress=False),
     workdir=tmp_path / "mesh",
     key=jax.random.key_data(jax.random.key(3)),
     data=data,
     sample_fn=sample,
-    log_every=10,
-    ckpt_every=20,
-    progress=False,
     mesh=m,
     state_sharding=sharding.replicated(m),
   )
   np.testing.assert_allclose(np.asarray(state.w), np.asarray(ref.w), rtol=1e-5, atol=1e-6)
+
+
+def test_in_memory_run_keeps_every_step_and_writes_nothing(tmp_path, data, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  state, result = runtime.train(
+    _init(),
+    _update,
+    runtime.Loop(num_steps=25, log_every=10, history=True, progress=False),
+    key=jax.random.key_data(jax.random.key(3)),
+    data=data,
+    sample_fn=_sample,
+  )
+  assert result.history["loss"].shape == (25,)
+  assert result.summary["train/loss"] == pytest.approx(result.history["loss"][20:].mean())
+  assert list(tmp_path.iterdir()) == []
+  ref, _ = _train(tmp_path / "disk", data, 25)  # same keys with and without a workdir
+  np.testing.assert_array_equal(np.asarray(state.w), np.asarray(ref.w))
+
+
+def test_resume_with_another_config_is_refused_naming_the_field(tmp_path, data):
+  from jaxlab.core.errors import ConfigError
+
+  _train(tmp_path, data, 20, config={"lr": 0.1, "seed": 0})
+  before = (tmp_path / "config.json").read_text()
+  with pytest.raises(ConfigError, match=r"lr: 0.1 -> 0.2") as e:
+    _train(tmp_path, data, 40, config={"lr": 0.2, "seed": 0})
+  assert e.value.field == "workdir"
+  assert (tmp_path / "config.json").read_text() == before  # the record is not overwritten
+  _, s = _train(tmp_path, data, 40, config={"lr": 0.1, "seed": 0})  # same config: resumes
+  assert s["resumed_from"] == 20
+
+
+def test_second_process_on_a_workdir_is_refused(tmp_path, data):
+  from jaxlab.core import workdir
+  from jaxlab.core.errors import ConfigError
+
+  with workdir.session(tmp_path):
+    with pytest.raises(ConfigError, match="in use by pid"):
+      _train(tmp_path, data, 10)
+  _train(tmp_path, data, 10)  # released on exit
+
+
+def test_stale_lock_of_a_dead_process_is_ignored(tmp_path, data):
+  code = (
+    f"from jaxlab.core import workdir; import pathlib, os\n"
+    f"with workdir.session(pathlib.Path({str(tmp_path)!r})): os._exit(9)"
+  )
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+  assert r.returncode == 9 and (tmp_path / ".lock").exists()
+  _train(tmp_path, data, 10)  # flock died with its process
+
+
+def test_metrics_csv_rewrite_on_resume_is_atomic(tmp_path, data, monkeypatch):
+  _train(tmp_path, data, 40, ckpt_every=20)
+  import shutil
+
+  shutil.rmtree(tmp_path / "checkpoints" / "40")  # resume at 20; rows 30, 40 must go
+  opened = []
+  real_open = open
+
+  def spy(path, mode="r", *a, **k):
+    opened.append((str(path), mode))
+    return real_open(path, mode, *a, **k)
+
+  monkeypatch.setattr("builtins.open", spy)
+  _train(tmp_path, data, 40, ckpt_every=20)
+  writes = [(p, m) for p, m in opened if p.endswith("metrics.csv") and "w" in m]
+  assert writes == []  # the live file is never truncated: new file, then rename
+  cols = runtime.read_csv(tmp_path / "metrics.csv")
+  assert list(cols["step"]) == [10, 20, 30, 40]
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, data):
+  def update(state, batch, key):
+    state, m = _update(state, batch, key)
+    blow = jnp.where(state.opt_state[0].count > 25, jnp.nan, 0.0)
+    return state, {"loss": m["loss"] + blow}
+
+  with pytest.raises(runtime.NonFiniteError, match="non-finite loss"):
+    runtime.train(
+      _init(),
+      update,
+      runtime.Loop(num_steps=60, log_every=10, ckpt_every=10, progress=False),
+      workdir=tmp_path,
+      key=jax.random.key_data(jax.random.key(3)),
+      data=data,
+      sample_fn=_sample,
+    )
+  ckpts = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+  assert ckpts[-1] == 20 and not (tmp_path / "summary.json").exists()
+
+
+def test_summary_is_strict_json_with_provenance(tmp_path, data):
+  _train(tmp_path, data, 10)
+  s = json.loads((tmp_path / "summary.json").read_text(), parse_constant=lambda c: 1 / 0)
+  p = s["provenance"]
+  assert p["versions"]["jax"] == jax.__version__ and p["process_count"] == 1
+  assert p["device_count"] == jax.device_count() and "git_commit" in p
+
+
+def test_profile_writes_a_trace(tmp_path, data):
+  _train(tmp_path, data, 30, profile=True)
+  assert any(
+    f.suffix in (".pb", ".gz") or f.name.endswith(".xplane.pb")
+    for f in (tmp_path / "profile").rglob("*")
+    if f.is_file()
+  )

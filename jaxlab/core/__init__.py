@@ -1,7 +1,29 @@
-"""jaxlab's foundation: one mesh vocabulary, logical sharding, multi-host start, training runtime.
+"""jaxlab's foundation, one concern per module.
+
+- ``mesh``: named axes and ``make_mesh("data:2,fsdp:-1")``; ``sharding``: logical-axis rules.
+- ``distributed``: multi-host start (TPU pods, SLURM, explicit coordinator).
+- ``train_state``: the one ``TrainState`` (optimizer step, EMA/target params, module-bound call).
+- ``runtime``: the chunked training loop; ``checkpoint`` (orbax, resume, SIGTERM), ``metrics``
+  (CSV, TensorBoard, JSON), ``plots`` (every PNG), ``workdir`` (lock, config check),
+  ``provenance`` (commit, versions, devices).
+- ``errors``: ``ConfigError``, the typed validation error every library raises.
 
 ``experiment`` (absl flags) is not imported here so that notebooks can use the core without flags.
 """
 
-from jaxlab.core import distributed, mesh, runtime, sharding  # noqa: F401
+from jaxlab.core import (  # noqa: F401
+  checkpoint,
+  distributed,
+  errors,
+  mesh,
+  metrics,
+  plots,
+  provenance,
+  runtime,
+  sharding,
+  train_state,
+  workdir,
+)
+from jaxlab.core.errors import ConfigError  # noqa: F401
 from jaxlab.core.mesh import make_mesh  # noqa: F401
+from jaxlab.core.train_state import TrainState  # noqa: F401

@@ -26,7 +26,7 @@ SIGTERM_EXIT_CODE = 143
 
 
 class Preempted(SystemExit):
-  """Raised after a SIGTERM-triggered checkpoint; the exit code (143) tells schedulers to requeue."""
+  """Raised after a SIGTERM-triggered checkpoint; exit code 143 tells schedulers to requeue."""
 
   def __init__(self, step: int):
     super().__init__(SIGTERM_EXIT_CODE)
@@ -36,8 +36,9 @@ class Preempted(SystemExit):
 def manager(workdir: str | os.PathLike, keep: int = 3) -> ocp.CheckpointManager:
   """Orbax manager under ``<workdir>/checkpoints``; saves are atomic (tmp dir, then rename)."""
   path = pathlib.Path(workdir).absolute() / CKPT_DIR
-  opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                      enable_async_checkpointing=False)
+  opts = ocp.CheckpointManagerOptions(
+    max_to_keep=keep, create=True, enable_async_checkpointing=False
+  )
   return ocp.CheckpointManager(path, options=opts)
 
 
@@ -48,12 +49,16 @@ def _abstract(tree: PyTree) -> PyTree:
 def restore_with(mngr: ocp.CheckpointManager, like: PyTree, step: int) -> PyTree:
   """Checkpoint ``step`` in the structure/shardings of ``like``; a mismatch is one clear error."""
   try:
-    restored = mngr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(_abstract(like))))
+    restored = mngr.restore(
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(like)))
+    )
   except Exception as e:  # orbax raises many types, with very long messages
     first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-    raise ConfigError("workdir", f"checkpoint at step {step} in {mngr.directory} cannot be "
-                      f"restored into this run's state ({type(e).__name__}: {first})") from e
+    raise ConfigError(
+      "workdir",
+      f"checkpoint at step {step} in {mngr.directory} cannot be "
+      f"restored into this run's state ({type(e).__name__}: {first})",
+    ) from e
   return restored["state"]
 
 
@@ -62,8 +67,9 @@ def save(mngr: ocp.CheckpointManager, step: int, state: PyTree) -> None:
   mngr.wait_until_finished()
 
 
-def restore(workdir: str | os.PathLike, like: PyTree,
-            step: int | None = None) -> tuple[PyTree, int] | None:
+def restore(
+  workdir: str | os.PathLike, like: PyTree, step: int | None = None
+) -> tuple[PyTree, int] | None:
   """A checkpoint of ``workdir`` (the latest, or ``step``) in the structure/shardings of ``like``.
 
   Returns ``(state, step)``, or None when the workdir has no checkpoint.
@@ -73,8 +79,9 @@ def restore(workdir: str | os.PathLike, like: PyTree,
     if step is None:
       step = mngr.latest_step()
     elif step not in mngr.all_steps():
-      raise ConfigError("step", f"no checkpoint at step {step} in {workdir}; "
-                        f"have {list(mngr.all_steps())}")
+      raise ConfigError(
+        "step", f"no checkpoint at step {step} in {workdir}; have {list(mngr.all_steps())}"
+      )
     if step is None:
       return None
     return restore_with(mngr, like, step), int(step)

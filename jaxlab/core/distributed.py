@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 from absl import logging
@@ -80,8 +80,3 @@ def initialize(
   jax.distributed.initialize(**kwargs)
   _initialized = True
   return True
-
-
-def is_main_process() -> bool:
-  """True on the host that writes logs, plots and summaries (process 0)."""
-  return jax.process_index() == 0

@@ -1,14 +1,16 @@
 """One validation path for jaxlab: a typed error that carries the field it is about.
 
-Libraries raise :class:`ConfigError` naming the field (``"config.lr"``, ``"--steps"``, ``"operator"``);
-``jaxlab.core.experiment.run`` turns it into one line ``error: --<field>: <message>`` and exit 2, so
-no experiment ever parses a field name out of message text. In a notebook it is a plain ``ValueError``.
+Libraries raise :class:`ConfigError` naming the field (``"config.lr"``, ``"steps"``,
+``"operator"``); ``jaxlab.core.experiment.run`` turns it into one line
+``error: --<field>: <message>`` and exit 2, so no experiment ever parses a field name out of message
+text. In a notebook it is a plain ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -63,10 +65,10 @@ def check_finite_fields(config, prefix: str = "config") -> None:
 
 
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "positive": (lambda v: v > 0, "must be > 0"),
-    "nonneg": (lambda v: v >= 0, "must be >= 0"),
-    "prob": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-    "open_prob": (lambda v: 0 < v < 1, "must be in (0, 1)"),
+  "positive": (lambda v: v > 0, "must be > 0"),
+  "nonneg": (lambda v: v >= 0, "must be >= 0"),
+  "prob": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+  "open_prob": (lambda v: 0 < v < 1, "must be in (0, 1)"),
 }
 
 

@@ -27,7 +27,8 @@ import math
 import pathlib
 import re
 import sys
-from typing import Any, Iterable, Mapping, NoReturn, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NoReturn
 
 from absl import app, flags
 
@@ -40,23 +41,36 @@ from jaxlab.core.runtime import Loop, NonFiniteError
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("workdir", None, "Run directory (default: runs/<experiment>). An existing "
-                    "workdir with checkpoints is resumed.")
+flags.DEFINE_string(
+  "workdir",
+  None,
+  "Run directory (default: runs/<experiment>). An existing workdir with checkpoints is resumed.",
+)
 flags.DEFINE_integer("seed", 0, "Base PRNG seed.")
-flags.DEFINE_string("mesh", "", "Device mesh, e.g. 'data:2,fsdp:-1' (-1 = the rest). Empty: no "
-                    "mesh (single device).")
+flags.DEFINE_string(
+  "mesh", "", "Device mesh, e.g. 'data:2,fsdp:-1' (-1 = the rest). Empty: no mesh (single device)."
+)
 flags.DEFINE_integer("steps", None, "Number of training steps (default: the experiment's).")
-flags.DEFINE_integer("log_every", None, "Steps per jitted chunk / metrics row (default: the "
-                     "experiment's).")
+flags.DEFINE_integer(
+  "log_every", None, "Steps per jitted chunk / metrics row (default: the experiment's)."
+)
 flags.DEFINE_integer("keep", 3, "Checkpoints kept in the workdir (older ones are deleted).")
-flags.DEFINE_string("coordinator_address", None, "Multi-host GPU: host:port of process 0 "
-                    "(TPU pods and SLURM jobs are detected without it).")
+flags.DEFINE_string(
+  "coordinator_address",
+  None,
+  "Multi-host GPU: host:port of process 0 (TPU pods and SLURM jobs are detected without it).",
+)
 flags.DEFINE_integer("num_processes", None, "Multi-host GPU: number of processes.")
 flags.DEFINE_integer("process_id", None, "Multi-host GPU: this process's index.")
-flags.DEFINE_bool("profile", False, "Write a jax.profiler trace of one chunk (after compilation) "
-                  "to <workdir>/profile (TensorBoard's profile tab or Perfetto).")
-flags.DEFINE_integer("ckpt_every", None, "Steps between checkpoints (0 = only at the end; default: "
-                     "the experiment's).")
+flags.DEFINE_bool(
+  "profile",
+  False,
+  "Write a jax.profiler trace of one chunk (after compilation) "
+  "to <workdir>/profile (TensorBoard's profile tab or Perfetto).",
+)
+flags.DEFINE_integer(
+  "ckpt_every", None, "Steps between checkpoints (0 = only at the end; default: the experiment's)."
+)
 
 
 ExperimentError = ConfigError  # one typed error for flags, config fields and library arguments
@@ -88,10 +102,11 @@ def check_positive(flag: str, value: float, allow_zero: bool = False) -> float:
 @dataclasses.dataclass(frozen=True)
 class Common:
   """The validated shared flags of a run."""
+
   name: str
   workdir: pathlib.Path
   seed: int
-  mesh: Any            # jax.sharding.Mesh or None
+  mesh: Any  # jax.sharding.Mesh or None
   mesh_spec: dict
   steps: int
   log_every: int
@@ -101,8 +116,13 @@ class Common:
 
   def loop(self, **overrides) -> Loop:
     """The runtime schedule these flags ask for (``eval_every`` etc. as overrides)."""
-    kw = dict(num_steps=self.steps, log_every=self.log_every, ckpt_every=self.ckpt_every,
-              keep=self.keep, profile=self.profile)
+    kw = dict(
+      num_steps=self.steps,
+      log_every=self.log_every,
+      ckpt_every=self.ckpt_every,
+      keep=self.keep,
+      profile=self.profile,
+    )
     return Loop(**{**kw, **overrides})
 
   def check_batch(self, field: str, batch_size: int) -> None:
@@ -110,8 +130,12 @@ class Common:
     if self.mesh is None:
       return
     n = sharding.named_sharding(self.mesh, ("batch",)).num_devices
-    require(batch_size % n == 0, field, f"{batch_size} is not divisible by the {n} devices of "
-            f"the mesh's batch axes (--mesh={mesh_lib.format_mesh(self.mesh_spec)})")
+    require(
+      batch_size % n == 0,
+      field,
+      f"{batch_size} is not divisible by the {n} devices of "
+      f"the mesh's batch axes (--mesh={mesh_lib.format_mesh(self.mesh_spec)})",
+    )
 
 
 def default_workdir(name: str, *variant: Any) -> pathlib.Path:
@@ -128,46 +152,76 @@ def _mesh(name: str, mesh_axes: Sequence[str] | None):
   if not FLAGS.mesh:
     return None, {}
   import jax
+
   try:
     spec = mesh_lib.parse_mesh(FLAGS.mesh)
     unknown = [a for a in spec if mesh_axes is not None and a not in mesh_axes]
     if unknown:
-      raise ConfigError("mesh", f"axis {unknown[0]!r} is not used by {name}; allowed axes: "
-                        f"{', '.join(mesh_axes)}")
+      raise ConfigError(
+        "mesh", f"axis {unknown[0]!r} is not used by {name}; allowed axes: {', '.join(mesh_axes)}"
+      )
     mesh = mesh_lib.make_mesh(spec)
   except mesh_lib.MeshError as e:
-    raise ConfigError("mesh", f"{e} ({jax.device_count()} devices: "
-                      f"{jax.devices()[0].platform})") from None
+    raise ConfigError(
+      "mesh", f"{e} ({jax.device_count()} devices: {jax.devices()[0].platform})"
+    ) from None
   return mesh, dict(mesh.shape)
 
 
-def common(name: str, default_steps: int = 1000, default_log_every: int | None = None,
-           default_ckpt_every: int | None = None, variant: Sequence[Any] = (),
-           mesh_axes: Sequence[str] | None = None) -> Common:
+def common(
+  name: str,
+  default_steps: int = 1000,
+  default_log_every: int | None = None,
+  default_ckpt_every: int | None = None,
+  variant: Sequence[Any] = (),
+  mesh_axes: Sequence[str] | None = None,
+  unused: Sequence[str] = (),
+) -> Common:
   """Validates the shared flags (raises ``ConfigError`` naming the flag) without touching the disk.
 
   Args:
     variant: what makes this run distinct (agent, task, preset...): the default workdir is
       ``runs/<name>/<variant...>``.
     mesh_axes: axis names this experiment understands; others are rejected.
+    unused: shared flags this experiment does not honour (e.g. ``("keep", "mesh")``): setting one
+      is an error instead of being silently ignored.
   """
+  for name_ in unused:
+    if FLAGS[name_].present:
+      raise ConfigError(name_, f"is not used by {name}; remove it")
   steps = default_steps if FLAGS.steps is None else FLAGS.steps
   require(steps >= 1, "steps", f"must be >= 1, got {steps}")
-  log_every = FLAGS.log_every if FLAGS.log_every is not None else (
-      default_log_every or max(1, min(100, steps // 20 or 1)))
+  log_every = (
+    FLAGS.log_every
+    if FLAGS.log_every is not None
+    else (default_log_every or max(1, min(100, steps // 20 or 1)))
+  )
   require(log_every >= 1, "log_every", f"must be >= 1, got {log_every}")
-  ckpt_every = FLAGS.ckpt_every if FLAGS.ckpt_every is not None else (
-      default_ckpt_every if default_ckpt_every is not None else max(log_every, steps // 4))
+  ckpt_every = (
+    FLAGS.ckpt_every
+    if FLAGS.ckpt_every is not None
+    else (default_ckpt_every if default_ckpt_every is not None else max(log_every, steps // 4))
+  )
   require(ckpt_every >= 0, "ckpt_every", f"must be >= 0 (0 = only at the end), got {ckpt_every}")
   require(FLAGS.seed >= 0, "seed", f"must be >= 0, got {FLAGS.seed}")
   require(FLAGS.keep >= 1, "keep", f"must be >= 1, got {FLAGS.keep}")
   mesh, spec = _mesh(name, mesh_axes)
   workdir = pathlib.Path(FLAGS.workdir) if FLAGS.workdir else default_workdir(name, *variant)
-  require(not workdir.exists() or workdir.is_dir(), "workdir",
-          f"{workdir} exists and is not a directory")
-  return Common(name=name, workdir=workdir, seed=FLAGS.seed, mesh=mesh, mesh_spec=spec,
-                steps=steps, log_every=log_every, ckpt_every=ckpt_every, keep=FLAGS.keep,
-                profile=FLAGS.profile)
+  require(
+    not workdir.exists() or workdir.is_dir(), "workdir", f"{workdir} exists and is not a directory"
+  )
+  return Common(
+    name=name,
+    workdir=workdir,
+    seed=FLAGS.seed,
+    mesh=mesh,
+    mesh_spec=spec,
+    steps=steps,
+    log_every=log_every,
+    ckpt_every=ckpt_every,
+    keep=FLAGS.keep,
+    profile=FLAGS.profile,
+  )
 
 
 def prepare_workdir(path: str | pathlib.Path) -> pathlib.Path:
@@ -180,6 +234,7 @@ def prepare_workdir(path: str | pathlib.Path) -> pathlib.Path:
 def write_summary(workdir: str | pathlib.Path, summary: Mapping[str, Any]) -> pathlib.Path:
   """``summary.json`` for experiments that do not go through the runtime (with provenance)."""
   from jaxlab.core import provenance
+
   path = pathlib.Path(workdir) / "summary.json"
   write_json(path, {**dict(summary), "provenance": provenance.collect()})
   return path
@@ -192,13 +247,14 @@ def define_config(default_config, name: str = "config"):
   an unknown field would otherwise surface as a traceback.
   """
   from ml_collections import config_flags
+
   try:
     return config_flags.DEFINE_config_dict(name, default_config)
   except (AttributeError, KeyError, ValueError, TypeError, flags.Error) as e:
     prefix = f"--{name}."
     for arg in sys.argv[1:]:
       if arg.startswith(prefix):
-        path = arg[len(prefix):].split("=", 1)[0]
+        path = arg[len(prefix) :].split("=", 1)[0]
         node = default_config
         for part in path.split("."):
           if not hasattr(node, "keys") or part not in node.keys():
@@ -212,6 +268,7 @@ def define_config_file(default_path: str, name: str = "config"):
   """``config_flags.DEFINE_config_file`` (big_vision style: ``--config=path.py:arg``); overrides
   ``--config.x=...`` apply at flag parsing, where a bad one exits 2 with one line."""
   from ml_collections import config_flags
+
   return config_flags.DEFINE_config_file(name, default=default_path, lock_config=True)
 
 
@@ -226,12 +283,15 @@ def _flags_parser(argv: list[str]) -> list[str]:
 
 def run(main) -> None:
   """``absl.app.run`` with jaxlab's flag-error convention (exit 2, one clear line)."""
+
   def _main(argv):
     if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
       # orbax and absl log every checkpoint at INFO; a run's console is the bar and results.
       from absl import logging
+
       logging.set_verbosity(logging.WARNING)
     from jaxlab.core import distributed
+
     if len(argv) > 1:
       fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
     try:
@@ -248,7 +308,12 @@ def run(main) -> None:
     except OSError as e:
       if e.errno != errno.ENOSPC:
         raise
-      print(f"error: disk full writing {e.filename or 'the workdir'}; the last complete "
-            "checkpoint is kept", file=sys.stderr, flush=True)
+      print(
+        f"error: disk full writing {e.filename or 'the workdir'}; the last complete "
+        "checkpoint is kept",
+        file=sys.stderr,
+        flush=True,
+      )
       sys.exit(1)
+
   app.run(_main, flags_parser=_flags_parser)

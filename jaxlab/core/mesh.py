@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -43,12 +43,12 @@ def parse_mesh(spec: str | Mapping[str, int] | None) -> dict[str, int]:
         raise MeshError(f"mesh entry {part!r} is not of the form name:size (e.g. data:2,fsdp:-1)")
       name, size = part.split(":", 1)
       name = name.strip()
+      if name in shape:
+        raise MeshError(f"mesh axis {name!r} given twice")
       try:
         shape[name] = int(size)
       except ValueError:
         raise MeshError(f"mesh axis {name!r} has size {size!r}; sizes are integers or -1") from None
-      if list(shape).count(name) > 1:
-        raise MeshError(f"mesh axis {name!r} given twice")
   for name, size in shape.items():
     if not _NAME_RE.match(name):
       raise MeshError(f"mesh axis name {name!r} is not an identifier")
@@ -108,11 +108,6 @@ def make_mesh(
   except Exception:  # irregular device sets (e.g. a subset of a TPU slice): plain reshape
     arr = np.asarray(devices, dtype=object).reshape(sizes)
   return Mesh(arr, names, axis_types=(AxisType.Auto,) * len(names))
-
-
-def single_device_mesh(names: Sequence[str] = ("data",)) -> Mesh:
-  """A mesh of size 1 on every axis: the reference for sharded-equals-unsharded tests."""
-  return make_mesh({n: 1 for n in names}, devices=jax.devices()[:1])
 
 
 def axis_size(mesh: Mesh | None, axis: str | Sequence[str] | None) -> int:

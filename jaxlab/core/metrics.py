@@ -11,7 +11,8 @@ import json
 import math
 import os
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -34,6 +35,7 @@ class MetricsWriter:
     if use_tensorboard:
       try:
         from tensorboardX import SummaryWriter
+
         self._tb = SummaryWriter(str(self.workdir / "tb"), purge_step=resume_step or None)
       except Exception as e:  # TensorBoard is a convenience; never fail a run for it
         logging.warning("TensorBoard disabled: %s", e)
@@ -78,8 +80,10 @@ def read_csv(path: str | os.PathLike) -> dict[str, np.ndarray]:
   rows = _read_rows(pathlib.Path(path))
   if not rows:
     return {}
-  return {k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows])
-          for k in rows[0]}
+  return {
+    k: np.array([float(r[k]) if r.get(k) not in (None, "") else np.nan for r in rows])
+    for k in rows[0]
+  }
 
 
 def to_floats(tree: Mapping[str, Any]) -> dict[str, float]:

@@ -1,14 +1,14 @@
 """Every PNG jaxlab writes: learning curves, comparison lines, histograms. Axes a person can read.
 
-A constant series is drawn on a unit-wide axis around its value (not matplotlib's ±4 % of zero), and a
-metric whose name says it is a rate (``success``) gets the [0, 1] axis.
+A constant series is drawn on a unit-wide axis around its value (not matplotlib's ±4 % of zero),
+and a metric whose name says it is a rate (``success``) gets the [0, 1] axis.
 """
 
 from __future__ import annotations
 
 import math
 import pathlib
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -30,8 +30,9 @@ def _readable_ylim(ax, name: str, ys: np.ndarray) -> None:
     v = float(finite[0])
     half = max(0.5, 0.5 * abs(v))
     ax.set_ylim(v - half, v + half)
-    ax.text(0.5, 0.5, f"constant {v:.4g}", transform=ax.transAxes, ha="center", fontsize=8,
-            color="gray")
+    ax.text(
+      0.5, 0.5, f"constant {v:.4g}", transform=ax.transAxes, ha="center", fontsize=8, color="gray"
+    )
 
 
 def _save(fig, path: str | pathlib.Path) -> pathlib.Path:
@@ -42,8 +43,9 @@ def _save(fig, path: str | pathlib.Path) -> pathlib.Path:
   return path
 
 
-def panels(path: str | pathlib.Path,
-           series: Sequence[tuple[str, np.ndarray, np.ndarray]]) -> pathlib.Path | None:
+def panels(
+  path: str | pathlib.Path, series: Sequence[tuple[str, np.ndarray, np.ndarray]]
+) -> pathlib.Path | None:
   """One small panel per ``(title, x, y)``: a run's learning curves."""
   if not series:
     return None
@@ -64,8 +66,15 @@ def panels(path: str | pathlib.Path,
   return _save(fig, path)
 
 
-def lines(path: str | pathlib.Path, curves: Mapping[str, tuple], xlabel: str, ylabel: str,
-          logx: bool = False, logy: bool = False, title: str = "") -> pathlib.Path:
+def lines(
+  path: str | pathlib.Path,
+  curves: Mapping[str, tuple],
+  xlabel: str,
+  ylabel: str,
+  logx: bool = False,
+  logy: bool = False,
+  title: str = "",
+) -> pathlib.Path:
   """Line plot of ``{label: (xs, ys)}`` or ``{label: (xs, ys, lo, hi)}`` (with a band)."""
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6, 4))
@@ -79,8 +88,9 @@ def lines(path: str | pathlib.Path, curves: Mapping[str, tuple], xlabel: str, yl
   if logy:
     ax.set_yscale("log")
   else:
-    all_y = np.concatenate([np.asarray(c[1], dtype=float).ravel() for c in curves.values()] or
-                           [np.zeros(0)])
+    all_y = np.concatenate(
+      [np.asarray(c[1], dtype=float).ravel() for c in curves.values()] or [np.zeros(0)]
+    )
     _readable_ylim(ax, ylabel, all_y)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
@@ -91,8 +101,13 @@ def lines(path: str | pathlib.Path, curves: Mapping[str, tuple], xlabel: str, yl
   return _save(fig, path)
 
 
-def histograms(path: str | pathlib.Path, samples: Mapping[str, np.ndarray], xlabel: str,
-               title: str = "", bins: int | np.ndarray = 40) -> pathlib.Path:
+def histograms(
+  path: str | pathlib.Path,
+  samples: Mapping[str, np.ndarray],
+  xlabel: str,
+  title: str = "",
+  bins: int | np.ndarray = 40,
+) -> pathlib.Path:
   """Overlaid density histograms of ``{label: values}`` on shared bins."""
   plt = _pyplot()
   arrays = {k: np.asarray(v, dtype=float).ravel() for k, v in samples.items()}
@@ -110,8 +125,9 @@ def histograms(path: str | pathlib.Path, samples: Mapping[str, np.ndarray], xlab
   return _save(fig, path)
 
 
-def learning_curves(workdir: str | pathlib.Path, out: str = "curves.png",
-                    skip: Sequence[str] = ("steps_per_sec",)) -> pathlib.Path | None:
+def learning_curves(
+  workdir: str | pathlib.Path, out: str = "curves.png", skip: Sequence[str] = ("steps_per_sec",)
+) -> pathlib.Path | None:
   """``curves.png`` of a workdir: one panel per column of ``metrics.csv`` and ``eval.csv``."""
   from jaxlab.core.metrics import read_csv
 
@@ -121,6 +137,7 @@ def learning_curves(workdir: str | pathlib.Path, out: str = "curves.png",
     path = workdir / f"{name}.csv"
     if path.exists():
       cols = read_csv(path)
-      series += [(f"{name}/{k}", cols["step"], v) for k, v in cols.items()
-                 if k != "step" and k not in skip]
+      series += [
+        (f"{name}/{k}", cols["step"], v) for k, v in cols.items() if k != "step" and k not in skip
+      ]
   return panels(workdir / out, series)

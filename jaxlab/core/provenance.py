@@ -15,8 +15,9 @@ _PACKAGES = ("jaxlab", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "nu
 def _git(*args: str) -> str | None:
   root = pathlib.Path(__file__).resolve().parents[2]
   try:
-    out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                         timeout=5, check=True)
+    out = subprocess.run(
+      ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=True
+    )
   except (OSError, subprocess.SubprocessError):
     return None
   return out.stdout.strip()
@@ -38,16 +39,26 @@ def _static() -> dict:
 def collect() -> dict:
   """A JSON-able record of the code, libraries and devices of this process."""
   devices = jax.devices()
-  return {**_static(), "platform": devices[0].platform, "device_kind": devices[0].device_kind,
-          "device_count": jax.device_count(), "local_device_count": jax.local_device_count(),
-          "process_count": jax.process_count(), "process_index": jax.process_index()}
+  return {
+    **_static(),
+    "platform": devices[0].platform,
+    "device_kind": devices[0].device_kind,
+    "device_count": jax.device_count(),
+    "local_device_count": jax.local_device_count(),
+    "process_count": jax.process_count(),
+    "process_index": jax.process_index(),
+  }
 
 
 def describe(mesh=None) -> str:
   """One start-up line: devices, processes, mesh, commit."""
   p = collect()
-  mesh_txt = ",".join(f"{k}:{v}" for k, v in dict(mesh.shape).items()) if mesh is not None else "none"
+  mesh_txt = (
+    ",".join(f"{k}:{v}" for k, v in dict(mesh.shape).items()) if mesh is not None else "none"
+  )
   commit = (p["git_commit"] or "unknown")[:10] + ("+dirty" if p["git_dirty"] else "")
-  return (f"[jaxlab] {p['device_count']} {p['platform']} device(s) ({p['device_kind']}), "
-          f"{p['process_count']} process(es), mesh {mesh_txt}, jax {p['versions']['jax']}, "
-          f"commit {commit}")
+  return (
+    f"[jaxlab] {p['device_count']} {p['platform']} device(s) ({p['device_kind']}), "
+    f"{p['process_count']} process(es), mesh {mesh_txt}, jax {p['versions']['jax']}, "
+    f"commit {commit}"
+  )

@@ -21,14 +21,16 @@ import math
 import os
 import pathlib
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from jaxlab.core import checkpoint, metrics, plots, provenance, workdir as workdir_lib
+from jaxlab.core import checkpoint, metrics, plots, provenance
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.checkpoint import CKPT_DIR, SIGTERM_EXIT_CODE, Preempted, restore  # noqa: F401
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.metrics import read_csv, write_json  # noqa: F401  (public re-exports)
@@ -41,8 +43,10 @@ class NonFiniteError(RuntimeError):
   """Training produced NaN/inf metrics; the last good checkpoint is kept, nothing newer saved."""
 
   def __init__(self, step: int, names: list[str]):
-    super().__init__(f"non-finite {', '.join(names)} in the chunk ending at step {step}; "
-                     f"stopped, the last good checkpoint is kept")
+    super().__init__(
+      f"non-finite {', '.join(names)} in the chunk ending at step {step}; "
+      f"stopped, the last good checkpoint is kept"
+    )
     self.step = step
 
 
@@ -86,15 +90,16 @@ class Loop:
 
 @dataclasses.dataclass
 class Result:
-  """What a run returns: the summary (also ``summary.json``), evaluations by step, per-step metrics."""
+  """What a run returns: summary (also ``summary.json``), evaluations by step, per-step metrics."""
 
   summary: dict
   evals: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
   history: dict[str, np.ndarray] | None = None
 
 
-def make_chunk_fn(update_fn: UpdateFn, sample_fn: Callable | None = None,
-                  state_sharding: PyTree | None = None) -> Callable:
+def make_chunk_fn(
+  update_fn: UpdateFn, sample_fn: Callable | None = None, state_sharding: PyTree | None = None
+) -> Callable:
   """Returns ``chunk(state, data, key, start, length) -> (state, per_step_metrics)`` (jitted)."""
 
   def chunk(state, data, key, start, length):
@@ -114,7 +119,7 @@ def make_chunk_fn(update_fn: UpdateFn, sample_fn: Callable | None = None,
 
 
 def chunk_boundaries(start: int, num_steps: int, *everies: int) -> list[int]:
-  """Chunk end points after ``start``: every multiple of each positive ``every`` plus ``num_steps``."""
+  """Chunk ends after ``start``: every multiple of each positive ``every``, and ``num_steps``."""
   ends = {num_steps}
   for every in everies:
     if every and every > 0:
@@ -128,13 +133,22 @@ class _Host:
   def __init__(self, loop: Loop, workdir: pathlib.Path | None, start: int):
     main = jax.process_index() == 0
     self.loop, self.workdir = loop, workdir
-    self.writer = (metrics.MetricsWriter(workdir, start, loop.tensorboard)
-                   if workdir is not None and main else None)
+    self.writer = (
+      metrics.MetricsWriter(workdir, start, loop.tensorboard)
+      if workdir is not None and main
+      else None
+    )
     self.bar = None
     if loop.progress and main:
       from tqdm.auto import tqdm
-      self.bar = tqdm(total=loop.num_steps, initial=start, unit="step", dynamic_ncols=True,
-                      desc=workdir.name if workdir is not None else "train")
+
+      self.bar = tqdm(
+        total=loop.num_steps,
+        initial=start,
+        unit="step",
+        dynamic_ncols=True,
+        desc=workdir.name if workdir is not None else "train",
+      )
 
   def log(self, step: int, mean: dict[str, float], sps: float) -> None:
     loop = self.loop
@@ -188,12 +202,16 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       if loop.history:
         hist.append(per_step)
       host.log(step, mean, sps)
-      if eval_fn is not None and ((loop.eval_every and step % loop.eval_every == 0)
-                                  or step == loop.num_steps):
+      if eval_fn is not None and (
+        (loop.eval_every and step % loop.eval_every == 0) or step == loop.num_steps
+      ):
         evals[step] = {k: float(v) for k, v in eval_fn(state, step).items()}
         host.log_eval(step, evals[step])
-      if mngr is not None and ((loop.ckpt_every and step % loop.ckpt_every == 0)
-                               or step == loop.num_steps or sigterm["set"]):
+      if mngr is not None and (
+        (loop.ckpt_every and step % loop.ckpt_every == 0)
+        or step == loop.num_steps
+        or sigterm["set"]
+      ):
         checkpoint.save(mngr, step, state)
       if sigterm["set"] and step < loop.num_steps:
         raise Preempted(step)
@@ -215,8 +233,13 @@ def _recorded_summary(workdir: pathlib.Path) -> dict:
   for name, prefix in (("metrics", "train/"), ("eval", "eval/")):
     if (workdir / f"{name}.csv").exists():
       cols = read_csv(workdir / f"{name}.csv")
-      summary.update({f"{prefix}{k}": float(v[-1]) for k, v in cols.items()
-                      if k not in ("step", "steps_per_sec") and len(v)})
+      summary.update(
+        {
+          f"{prefix}{k}": float(v[-1])
+          for k, v in cols.items()
+          if k not in ("step", "steps_per_sec") and len(v)
+        }
+      )
   return summary
 
 
@@ -224,8 +247,13 @@ def _summary(workdir, start, step, loop, mean, evals, sps, wall) -> dict:
   if step == start and workdir is not None and start > 0:  # nothing ran: report the record
     return _recorded_summary(workdir)
   last_eval = evals[max(evals)] if evals else {}
-  summary = {"step": step, "num_steps": loop.num_steps, "wall_s": wall, "steps_per_sec": sps,
-             "resumed_from": start}
+  summary = {
+    "step": step,
+    "num_steps": loop.num_steps,
+    "wall_s": wall,
+    "steps_per_sec": sps,
+    "resumed_from": start,
+  }
   summary.update({f"train/{k}": v for k, v in mean.items()})
   summary.update({f"eval/{k}": v for k, v in last_eval.items()})
   return summary
@@ -250,12 +278,21 @@ def _resume(state, mngr, workdir: pathlib.Path, loop: Loop):
   return state, int(latest)
 
 
-def train(state: PyTree, update_fn: UpdateFn, loop: Loop, *, key: jax.Array,
-          workdir: str | os.PathLike | None = None, data: PyTree = None,
-          sample_fn: Callable[[PyTree, jax.Array], PyTree] | None = None,
-          eval_fn: Callable[[PyTree, int], Mapping[str, float]] | None = None,
-          mesh: jax.sharding.Mesh | None = None, state_sharding: PyTree | None = None,
-          data_sharding: PyTree | None = None, config: Any = None) -> tuple[PyTree, Result]:
+def train(
+  state: PyTree,
+  update_fn: UpdateFn,
+  loop: Loop,
+  *,
+  key: jax.Array,
+  workdir: str | os.PathLike | None = None,
+  data: PyTree = None,
+  sample_fn: Callable[[PyTree, jax.Array], PyTree] | None = None,
+  eval_fn: Callable[[PyTree, int], Mapping[str, float]] | None = None,
+  mesh: jax.sharding.Mesh | None = None,
+  state_sharding: PyTree | None = None,
+  data_sharding: PyTree | None = None,
+  config: Any = None,
+) -> tuple[PyTree, Result]:
   """Runs ``loop.num_steps`` updates in jitted chunks; see the module docstring.
 
   ``update_fn(state, batch, key) -> (state, metrics)``; ``sample_fn(data, key) -> batch`` runs

@@ -6,11 +6,13 @@ Changing parallelism is changing the table or the mesh, never the model.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 # logical name -> mesh axis (or tuple of axes, or None = replicated).
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
@@ -158,11 +160,6 @@ def constrain(
   if mesh is None:
     return x
   return jax.lax.with_sharding_constraint(x, named_sharding(mesh, names, rules))
-
-
-def flax_rules(rules: Rules | None = None) -> tuple[tuple[str, Any], ...]:
-  """The table in the form `flax.linen.logical_axis_rules` expects."""
-  return tuple(DEFAULT_RULES if rules is None else rules)
 
 
 def data_parallel(sample_fn, mesh: Mesh | None, rules: Rules | None = None):

@@ -1,8 +1,8 @@
 """The one train-state of jaxlab: a network held with its parameters, optimizer and target copy.
 
 Built on ``flax.training.train_state.TrainState`` (``step``, ``apply_fn``, ``params``, ``tx``,
-``opt_state``), in the spirit of OGBench's ``TrainState``: the module travels with its parameters, so
-code calls ``state(x)`` instead of rebuilding networks, and every optimizer step in jaxlab is
+``opt_state``), in the spirit of OGBench's ``TrainState``: the module travels with its parameters,
+so code calls ``state(x)`` instead of rebuilding networks, and every optimizer step in jaxlab is
 :meth:`TrainState.apply_gradients` (optionally gated) followed, where an algorithm keeps one, by
 :meth:`TrainState.update_target` (Polyak/EMA average)::
 
@@ -15,7 +15,8 @@ code calls ``state(x)`` instead of rebuilding networks, and every optimizer step
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -42,17 +43,27 @@ class TrainState(train_state.TrainState):
   model_def: nn.Module | None = struct.field(pytree_node=False, default=None)
 
   @classmethod
-  def create(cls, model_def: nn.Module | Callable, params: PyTree,
-             tx: optax.GradientTransformation, target: bool = False, **kwargs) -> "TrainState":
+  def create(
+    cls,
+    model_def: nn.Module | Callable,
+    params: PyTree,
+    tx: optax.GradientTransformation,
+    target: bool = False,
+    **kwargs,
+  ) -> TrainState:
     """``model_def`` is a linen module (its ``apply`` is used) or a plain ``apply_fn``."""
     is_module = isinstance(model_def, nn.Module)
     apply_fn = model_def.apply if is_module else model_def
-    return super().create(apply_fn=apply_fn, params=params, tx=tx,
-                          target_params=jax.tree.map(jnp.copy, params) if target else None,
-                          model_def=model_def if is_module else None, **kwargs)
+    return super().create(
+      apply_fn=apply_fn,
+      params=params,
+      tx=tx,
+      target_params=jax.tree.map(jnp.copy, params) if target else None,
+      model_def=model_def if is_module else None,
+      **kwargs,
+    )
 
-  def __call__(self, *args, params: PyTree = None, method: str | Callable | None = None,
-               **kwargs):
+  def __call__(self, *args, params: PyTree = None, method: str | Callable | None = None, **kwargs):
     variables = {"params": self.params if params is None else params}
     if method is None:  # plain apply functions need not accept ``method``
       return self.apply_fn(variables, *args, **kwargs)
@@ -60,17 +71,19 @@ class TrainState(train_state.TrainState):
       method = getattr(self.model_def, method)
     return self.apply_fn(variables, *args, method=method, **kwargs)
 
-  def apply_gradients(self, *, grads: PyTree, enabled: Any = True, **kwargs) -> "TrainState":
+  def apply_gradients(self, *, grads: PyTree, enabled: Any = True, **kwargs) -> TrainState:
     """One optimizer step. ``enabled`` may be a traced bool: when false the state is unchanged
     (params, optimizer state and step), e.g. for delayed actor updates inside ``lax.scan``."""
     new = super().apply_gradients(grads=grads, **kwargs)
     if enabled is True:
       return new
-    return new.replace(params=_select(enabled, new.params, self.params),
-                       opt_state=_select(enabled, new.opt_state, self.opt_state),
-                       step=jnp.where(enabled, new.step, self.step))
+    return new.replace(
+      params=_select(enabled, new.params, self.params),
+      opt_state=_select(enabled, new.opt_state, self.opt_state),
+      step=jnp.where(enabled, new.step, self.step),
+    )
 
-  def update_target(self, tau: float, enabled: Any = True) -> "TrainState":
+  def update_target(self, tau: float, enabled: Any = True) -> TrainState:
     """``target <- tau * params + (1 - tau) * target`` (Polyak averaging; ``tau=1`` copies)."""
     if self.target_params is None:
       raise ValueError("this TrainState has no target copy; create it with target=True")
@@ -79,7 +92,7 @@ class TrainState(train_state.TrainState):
       new = _select(enabled, new, self.target_params)
     return self.replace(target_params=new)
 
-  def apply_loss(self, loss_fn: Callable, *args, **kwargs) -> tuple["TrainState", Any]:
+  def apply_loss(self, loss_fn: Callable, *args, **kwargs) -> tuple[TrainState, Any]:
     """``loss_fn(params, *args) -> (loss, aux)``; one gradient step on it. Returns (state, aux)."""
     (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(self.params, *args)
     return self.apply_gradients(grads=grads, **kwargs), aux

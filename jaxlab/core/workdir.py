@@ -13,7 +13,8 @@ import fcntl
 import json
 import os
 import pathlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 
@@ -35,8 +36,11 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 def config_diff(old: Any, new: Any) -> list[str]:
   """Human-readable ``field: old -> new`` lines between two JSON-able configs."""
   a, b = _flatten(old), _flatten(new)
-  return [f"{k}: {a.get(k, '<absent>')} -> {b.get(k, '<absent>')}"
-          for k in sorted(set(a) | set(b)) if a.get(k, "<absent>") != b.get(k, "<absent>")]
+  return [
+    f"{k}: {a.get(k, '<absent>')} -> {b.get(k, '<absent>')}"
+    for k in sorted(set(a) | set(b))
+    if a.get(k, "<absent>") != b.get(k, "<absent>")
+  ]
 
 
 def check_config(path: pathlib.Path, config: Any) -> None:
@@ -52,8 +56,11 @@ def check_config(path: pathlib.Path, config: Any) -> None:
   diff = config_diff(old, json.loads(json.dumps(metrics.jsonable(config))))
   if diff:
     shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
-    raise ConfigError("workdir", f"{path} holds a run with another config ({shown}); resume it "
-                      "with the same settings or choose a new --workdir")
+    raise ConfigError(
+      "workdir",
+      f"{path} holds a run with another config ({shown}); resume it "
+      "with the same settings or choose a new --workdir",
+    )
 
 
 def _lock(path: pathlib.Path):
@@ -64,8 +71,9 @@ def _lock(path: pathlib.Path):
     f.seek(0)
     owner = f.read().strip() or "another process"
     f.close()
-    raise ConfigError("workdir", f"{path} is in use by pid {owner}; wait for it, or choose "
-                      "another --workdir") from None
+    raise ConfigError(
+      "workdir", f"{path} is in use by pid {owner}; wait for it, or choose another --workdir"
+    ) from None
   f.seek(0)
   f.truncate()
   f.write(str(os.getpid()))

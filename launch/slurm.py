@@ -7,7 +7,8 @@
 writes ``<script_dir>/<job_name>.sbatch`` (default ``~/.jaxlab/slurm``; ``--dry_run`` prints it and
 writes nothing) and submits it with ``sbatch``. Everything after ``--`` is the command, passed
 literally. Inside the job, ``srun`` starts one task per node and
-``jaxlab.core.distributed.initialize()`` reads SLURM_NTASKS / SLURM_PROCID / SLURM_JOB_NODELIST.
+``jaxlab.core.distributed.initialize()`` reads SLURM_STEP_NUM_TASKS / SLURM_PROCID /
+SLURM_JOB_NODELIST (inside the srun step only).
 
 Preemption and time limits: SLURM sends SIGTERM 120 s ahead (``--signal=TERM@120``), jaxlab saves a
 checkpoint and exits 143, and the script then requeues the job (``scontrol requeue``, at most

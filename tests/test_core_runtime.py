@@ -318,3 +318,15 @@ def test_profile_writes_a_trace(tmp_path, data):
     for f in (tmp_path / "profile").rglob("*")
     if f.is_file()
   )
+
+
+def test_corrupted_checkpoint_is_one_clear_error(tmp_path, data):
+  from jaxlab.core.errors import ConfigError
+
+  _train(tmp_path, data, 20)
+  for f in (tmp_path / "checkpoints" / "20").rglob("*"):
+    if f.is_file() and f.stat().st_size > 0 and "metadata" not in f.name:
+      f.write_bytes(b"garbage")
+  with pytest.raises(ConfigError, match="cannot be restored") as e:
+    _train(tmp_path, data, 40)
+  assert e.value.field == "workdir" and len(str(e.value)) < 400

@@ -397,13 +397,17 @@ def test_distributed_plan_slurm():
   env = {
     "SLURM_JOB_ID": "7",
     "SLURM_NTASKS": "4",
+    "SLURM_STEP_NUM_TASKS": "4",
     "SLURM_PROCID": "2",
     "SLURM_JOB_NODELIST": "gpu[003-006]",
   }
   assert distributed.plan(env=env) == dict(
     coordinator_address="gpu003:12355", num_processes=4, process_id=2
   )
-  assert distributed.plan(env={**env, "SLURM_NTASKS": "1"}) is None
+  assert distributed.plan(env={**env, "SLURM_STEP_NUM_TASKS": "1"}) is None
+  # a multi-task allocation's own shell (salloc -N2, the batch script) is not an srun step: no wait
+  no_step = {k: v for k, v in env.items() if k != "SLURM_STEP_NUM_TASKS"}
+  assert distributed.plan(env=no_step) is None
 
 
 def test_distributed_plan_tpu_and_flags():

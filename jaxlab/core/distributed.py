@@ -47,7 +47,9 @@ def plan(
     )
   if env.get("JAXLAB_TPU_POD") or "," in env.get("TPU_WORKER_HOSTNAMES", ""):
     return {}  # TPU pod slice: jax reads the topology from the TPU metadata server
-  ntasks = int(env.get("SLURM_NTASKS", "1") or 1)
+  # Only inside an `srun` step: SLURM_STEP_NUM_TASKS is set per step, whereas SLURM_NTASKS is also
+  # set on the login/batch shell of a multi-task allocation, where waiting for peers would hang.
+  ntasks = int(env.get("SLURM_STEP_NUM_TASKS", "1") or 1)
   if "SLURM_JOB_ID" in env and ntasks > 1:
     host = env.get("JAXLAB_COORDINATOR_HOST") or first_host(
       env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")

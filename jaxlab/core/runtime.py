@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxlab.core import checkpoint, metrics, plots, provenance
 from jaxlab.core import workdir as workdir_lib
@@ -259,12 +260,16 @@ def _summary(workdir, start, step, loop, mean, evals, sps, wall) -> dict:
   return summary
 
 
-def _place(state, data, state_sharding, data_sharding):
+def _place(state, data, mesh, state_sharding, data_sharding):
+  if mesh is not None and state_sharding is None:
+    # Replicated by default: a restored checkpoint is then placed on the mesh (all processes),
+    # not committed to one device.
+    state_sharding = jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), state)
   if state_sharding is not None:
     state = jax.device_put(state, state_sharding)
   if data is not None and data_sharding is not None:
     data = jax.device_put(data, data_sharding)
-  return state, data
+  return state, data, state_sharding
 
 
 def _resume(state, mngr, workdir: pathlib.Path, loop: Loop):
@@ -303,7 +308,7 @@ def train(
   """
   wd = None if workdir is None else pathlib.Path(workdir).absolute()
   with workdir_lib.session(wd, config) as wd:
-    state, data = _place(state, data, state_sharding, data_sharding)
+    state, data, state_sharding = _place(state, data, mesh, state_sharding, data_sharding)
     mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
     host = None
     try:

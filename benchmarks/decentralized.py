@@ -2,49 +2,73 @@
 
   python -m benchmarks.decentralized [--nodes=8] [--steps=2000] [--dim=1000] [--topology=ring]
 
-On CPU it forces ``--nodes`` simulated host devices. Prints steps/s of the dense simulation and of the
-`shard_map` run with ``ppermute`` and ``all_gather`` mixing, and each ratio to dense (compile excluded).
-On simulated CPU devices the collectives are memcpys, so this measures overhead, not a network.
+On CPU with fewer than ``--nodes`` devices it re-executes itself with that many simulated host
+devices. Prints steps/s of the dense simulation and of the `shard_map` run with ``ppermute`` and
+``all_gather`` mixing, and each ratio to dense (compile excluded). On simulated CPU devices the
+collectives are memcpys, so this measures overhead, not a network.
 """
 
-import argparse
 import os
+import sys
 import time
 
+import jax
+import numpy as np
+from absl import flags
 
-def main():
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--nodes", type=int, default=8)
-  ap.add_argument("--steps", type=int, default=2000)
-  ap.add_argument("--dim", type=int, default=1000)
-  ap.add_argument("--topology", default="ring")
-  args = ap.parse_args()
-  if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-      os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.nodes}"
-    )
-  import jax
-  import numpy as np
+from jaxlab.core import experiment
+from jaxlab.core.mesh import make_mesh
+from jaxlab.optim import decentralized as dec
 
-  from jaxlab.core.mesh import make_mesh
-  from jaxlab.optim import decentralized as dec
+_NODES = flags.DEFINE_integer("nodes", 8, "Nodes = devices along the mesh axis `nodes`.")
+_DIM = flags.DEFINE_integer("dim", 1000, "Least-squares parameter dimension.")
+_TOPOLOGY = flags.DEFINE_string("topology", "ring", f"Graph: {', '.join(dec.TOPOLOGIES)}.")
+# The benchmark builds its own one-node-per-device mesh and writes nothing.
+UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile")
+_FORCE = "xla_force_host_platform_device_count"
 
-  n = args.nodes
-  g = dec.make_graph(args.topology, n, p=0.4)
-  prob = dec.least_squares(n, d=args.dim, m=32, batch_size=8)
+
+def _ensure_devices(n: int) -> None:
+  """Simulated CPU devices must be requested before jax starts: re-execute once with them."""
+  if jax.device_count() >= n:
+    return
+  xla_flags = os.environ.get("XLA_FLAGS", "")
+  experiment.require(
+    jax.default_backend() == "cpu" and _FORCE not in xla_flags,
+    "nodes",
+    f"needs {n} devices, found {jax.device_count()} {jax.default_backend()} device(s)",
+  )
+  env = {**os.environ, "XLA_FLAGS": f"{xla_flags} --{_FORCE}={n}".strip()}
+  sys.stdout.flush()
+  os.execve(sys.executable, sys.orig_argv, env)
+
+
+def main(argv):
+  del argv
+  run = experiment.common("decentralized_benchmark", default_steps=2000, unused=UNUSED_FLAGS)
+  n, steps = _NODES.value, run.steps
+  experiment.require(n >= 2, "nodes", f"must be >= 2, got {n}")
+  experiment.require(_DIM.value >= 1, "dim", f"must be >= 1, got {_DIM.value}")
+  msg = dec.topology_error(_TOPOLOGY.value, n, p=0.4, seed=run.seed)
+  experiment.require(msg is None, "topology", msg)
+  _ensure_devices(n)
+
+  g = dec.make_graph(_TOPOLOGY.value, n, p=0.4, seed=run.seed)
+  prob = dec.least_squares(n, d=_DIM.value, m=32, batch_size=8, seed=run.seed)
   lam = dec.make_lambda("degree", g)
   lr = dec.default_lr(prob, lam)
   mesh = make_mesh({"nodes": n}, devices=jax.devices()[:n])
-  key = jax.random.key(0)
+  key = jax.random.key(run.seed)
+  strategy = "I" if g.directed else "II"  # no λ-reversible A on a directed graph
 
   def timed(**kw):
-    dec.run("II", g, lam, prob, args.steps, lr, key=key, f_star=0.0, **kw)  # compile
+    dec.run(strategy, g, lam, prob, steps, lr, key=key, f_star=0.0, **kw)  # compile
     t = time.perf_counter()
-    r = dec.run("II", g, lam, prob, args.steps, lr, key=key, f_star=0.0, **kw)
-    return args.steps / (time.perf_counter() - t), r
+    r = dec.run(strategy, g, lam, prob, steps, lr, key=key, f_star=0.0, **kw)
+    return steps / (time.perf_counter() - t), r
 
   base, ref = timed()
-  print(f"dense      : {base:9.1f} steps/s   ({n} nodes, d={args.dim}, {args.topology})")
+  print(f"dense      : {base:9.1f} steps/s   ({n} nodes, d={_DIM.value}, {_TOPOLOGY.value})")
   for comm in ("ppermute", "all_gather"):
     sps, r = timed(mesh=mesh, comm=comm)
     err = float(np.max(np.abs(np.asarray(r.x) - np.asarray(ref.x))))
@@ -52,4 +76,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  experiment.run(main)

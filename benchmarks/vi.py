@@ -1,6 +1,6 @@
 """Throughput of the VI solvers: 1024 random instances in one vmapped jit vs a plain NumPy loop.
 
-  python -m benchmarks.vi [--instances=1024] [--n=20] [--iters=1000] [--method=goma]
+  python -m benchmarks.vi [--instances=1024] [--n=20] [--steps=1000] [--method=goma] [--seed=0]
 
 Both sides run the same method with the same step sizes on the same 1024 bilinear games (n x n,
 s ~ U[0.1, 1]) and record ||F(z_k)||^2 every iteration. The NumPy reference loops over iterations
@@ -9,16 +9,22 @@ would be ~100x slower still). Prints instance-iterations/s of both, the ratio (j
 means the jitted scan wins), and the largest relative difference of the final residuals.
 """
 
-import argparse
 import math
+import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
-from jaxlab.optim import problems as P
-from jaxlab.optim import vi
+from jaxlab.core import experiment
+from jaxlab.optim import problems, vi
+
+_INSTANCES = flags.DEFINE_integer("instances", 1024, "Random bilinear games solved in one vmap.")
+_N = flags.DEFINE_integer("n", 20, "Size of each player (the iterate has dimension 2n).")
+_METHOD = flags.DEFINE_string("method", "goma", "Method: goma or eg (both have a NumPy twin).")
+# The benchmark writes nothing and runs on one device: these shared flags would be ignored.
+UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile")
 
 
 def numpy_goma(m_bxdxd, z0_bxd, iters, eta, gamma_ratio=1.0, beta_offset=2.0):
@@ -51,38 +57,42 @@ def numpy_eg(m_bxdxd, z0_bxd, iters, eta):
   return z, res
 
 
-def main():
-  p = argparse.ArgumentParser()
-  p.add_argument("--instances", type=int, default=1024)
-  p.add_argument("--n", type=int, default=20)
-  p.add_argument("--iters", type=int, default=1000)
-  p.add_argument("--method", default="goma", choices=("goma", "eg"))
-  a = p.parse_args()
-
-  keys = jax.random.split(jax.random.PRNGKey(0), a.instances)
-  games = jax.vmap(lambda k: P.bilinear(k, a.n, 0.1, 1.0, "uniform"))(keys)
-  z0s = jax.vmap(P.sample_start)(jax.random.split(jax.random.PRNGKey(1), a.instances), games)
-  lips = jax.vmap(lambda g: g.lipschitz)(games)
-  eta_scale = vi.default_hparams(a.method)["eta"]  # eta = c / L per instance
-
-  solve = jax.jit(jax.vmap(lambda g, z, L: vi.run(a.method, g, z, a.iters, L=L)))
+def _solve_jax(games, z0s, lips, method, iters):
+  solve = jax.jit(jax.vmap(lambda g, z, L: vi.run(method, g, z, iters, L=L)))
   jax.block_until_ready(solve(games, z0s, lips))  # compile
   t0 = time.perf_counter()
   tr = jax.block_until_ready(solve(games, z0s, lips))
-  t_jax = time.perf_counter() - t0
+  return tr, time.perf_counter() - t0
+
+
+def main(argv):
+  del argv
+  run = experiment.common("vi_benchmark", default_steps=1000, unused=UNUSED_FLAGS)
+  method = experiment.check_choice("method", _METHOD.value, ("goma", "eg"))
+  experiment.require(_INSTANCES.value >= 1, "instances", f"must be >= 1, got {_INSTANCES.value}")
+  experiment.require(_N.value >= 1, "n", f"must be >= 1, got {_N.value}")
+  instances, n, iters = _INSTANCES.value, _N.value, run.steps
+
+  k_games, k_starts = jax.random.split(jax.random.PRNGKey(run.seed))
+  games = jax.vmap(lambda k: problems.bilinear(k, n, 0.1, 1.0, "uniform"))(
+    jax.random.split(k_games, instances)
+  )
+  z0s = jax.vmap(problems.sample_start)(jax.random.split(k_starts, instances), games)
+  lips = jax.vmap(lambda g: g.lipschitz)(games)
+  tr, t_jax = _solve_jax(games, z0s, lips, method, iters)
 
   m_np, z_np, l_np = (np.asarray(x, np.float32) for x in (games.M, z0s, lips))
-  eta = (eta_scale / l_np).astype(np.float32)
-  ref = numpy_goma if a.method == "goma" else numpy_eg
+  eta = (vi.default_hparams(method)["eta"] / l_np).astype(np.float32)  # eta = c / L per instance
+  ref = numpy_goma if method == "goma" else numpy_eg
   t0 = time.perf_counter()
-  _, res_np = ref(m_np, z_np, a.iters, eta)
+  _, res_np = ref(m_np, z_np, iters, eta)
   t_np = time.perf_counter() - t0
 
-  work = a.instances * a.iters
+  work = instances * iters
   r_jax, r_np = np.asarray(tr.residual_sq[:, -1]), res_np[-1]
   diff = float(np.max(np.abs(r_jax - r_np) / np.maximum(np.abs(r_np), 1e-30)))
   print(
-    f"{a.method}: {a.instances} instances x {a.iters} iters, dim {2 * a.n}, "
+    f"{method}: {instances} instances x {iters} iters, dim {2 * n}, "
     f"{jax.device_count()} {jax.devices()[0].platform} device(s)"
   )
   print(f"  jax  vmap(jit(scan)): {t_jax:7.3f} s  {work / t_jax:12,.0f} instance-iters/s")
@@ -92,8 +102,9 @@ def main():
     f"{diff:.1e}; median final ||F||^2 {np.median(r_np):.2e})"
   )
   if not math.isfinite(diff) or diff > 1e-2:
-    raise SystemExit("jax and numpy results disagree")
+    print("error: jax and numpy results disagree", file=sys.stderr, flush=True)
+    raise SystemExit(1)
 
 
 if __name__ == "__main__":
-  main()
+  experiment.run(main)

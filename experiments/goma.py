@@ -1,19 +1,24 @@
-"""GOMA and the monotone-VI baselines: last-iterate ||F(z_k)||^2 against oracle calls (brief §1.5).
+"""GOMA and the monotone-VI baselines: last-iterate ||F(z_k)||^2 against oracle calls.
 
-  python -m experiments.goma --problem=bilinear --methods=eg,popov,eag_v,feg,apv,goma --iters=10000
-      brief T1 (n = 40 bilinear, s log-spaced in [1e-3, 1]), 5 seeds; ~20-40 s on 2 CPU cores.
+Test problems T1-T3 and the reconstruction of GOMA (arXiv 2606.21528) are described in
+docs/goma.md.
+
+  python -m experiments.goma --problem=bilinear --methods=eg,popov,eag_v,feg,apv,goma --steps=10000
+      T1 (n = 40 bilinear, s log-spaced in [1e-3, 1]), 5 seeds; ~20-40 s on 2 CPU cores.
   python -m experiments.goma --problem=stochastic_bilinear --noise=multiplicative
-      brief T2 (DSEG bilinear d = 50, additive sigma = 0.5 + matrix noise sigma_C = 0.1, i.e.
+      T2 (DSEG bilinear d = 50, additive sigma = 0.5 + matrix noise sigma_C = 0.1, i.e.
       variance growing with ||z - z*||^2); default methods goma_stochastic, dseg,
       popov_anchored_1step (single decaying step size), apv; ~30 s.
   python -m experiments.goma --problem=quadratic | --problem=rotation
 
-Writes into --workdir (default runs/goma): curves.png (log-log; the curve is the geometric mean over
-seeds for deterministic problems and the arithmetic mean, i.e. E||F(z_k)||^2, for stochastic ones;
-the band is min..max over seeds), metrics.csv (log-spaced iterations) and summary.json (per method:
-slope of the curve over iterations config.fit_lo..fit_hi, the constant k^2 ||F(z_k)||^2 / (L^2 R^2)
-at the last iteration, final residual and oracle calls). ||F|| is measured at the update sequence
-z_k with the exact operator. GOMA here is a reconstruction: see `jaxlab.optim.vi.run`.
+--steps is the number of iterations of every method. Writes into --workdir (default
+runs/goma/<problem>): curves.png (log-log; the curve is the geometric mean over seeds for
+deterministic problems and the arithmetic mean, i.e. E||F(z_k)||^2, for stochastic ones; the band is
+min..max over seeds), metrics.csv (log-spaced iterations) and summary.json (per method: slope of the
+curve over iterations config.fit_lo..fit_hi, for deterministic problems the constant
+k^2 ||F(z_k)||^2 / (L^2 R^2) at the last iteration, final residual and oracle calls). ||F|| is
+measured at the update sequence z_k with the exact operator. GOMA here is a reconstruction: see
+`jaxlab.optim.vi.run`. Deterministic GOMA is anchored Popov with a constant 0.4/L step.
 """
 
 from __future__ import annotations
@@ -27,16 +32,15 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment
-from jaxlab.optim import problems as P
-from jaxlab.optim import vi
+from jaxlab.core import experiment, plots
+from jaxlab.optim import problems, vi
 
 PROBLEMS = ("bilinear", "stochastic_bilinear", "quadratic", "rotation")
 NOISES = ("additive", "multiplicative")
 # Experiment-level variants (a vi method plus fixed hparams, step sizes in units of 1/L).
 VARIANTS = {
   # Anchored Popov with one decaying step size eta_k = 0.4/(L sqrt(k+1)), gamma_k = (1-b_k) eta_k:
-  # the single-time-scale baseline that stalls at a noise floor (brief §1.4 table).
+  # the single-time-scale baseline that stalls at a noise floor (docs/goma.md, problem T2).
   "popov_anchored_1step": ("goma", {"eta_schedule": "power", "eta": 0.4, "r_eta": 0.5}),
 }
 DEFAULT_METHODS = {
@@ -45,15 +49,22 @@ DEFAULT_METHODS = {
   "rotation": "gda,eg,popov,eag_v,feg,apv,goma",
   "stochastic_bilinear": "goma_stochastic,dseg,popov_anchored_1step,apv",
 }
+CSV_COLUMNS = (
+  "method",
+  "iteration",
+  "oracle_calls",
+  "residual_sq_center",
+  "residual_sq_min",
+  "residual_sq_max",
+)
+# Shared flags this experiment has no use for: one vmapped solve per method, no checkpoints.
+UNUSED_FLAGS = ("ckpt_every", "keep", "mesh", "log_every", "profile")
 
 _PROBLEM = flags.DEFINE_string("problem", "bilinear", f"Test problem: {', '.join(PROBLEMS)}.")
 _METHODS = flags.DEFINE_string(
   "methods",
   None,
   f"Comma-separated methods: {', '.join(vi.METHODS + tuple(VARIANTS))} (default: per problem).",
-)
-_ITERS = flags.DEFINE_integer(
-  "iters", None, "Iterations per run (overrides --steps; default 10000)."
 )
 _NOISE = flags.DEFINE_string(
   "noise", "multiplicative", f"Oracle noise for stochastic_bilinear: {', '.join(NOISES)}."
@@ -63,11 +74,11 @@ _NOISE = flags.DEFINE_string(
 def get_config() -> ml_collections.ConfigDict:
   """Problem sizes, noise and fit range. ~20-40 s per command on 2 CPU cores (5 seeds, 10^4 iters).
 
-  python -m experiments.goma --problem=bilinear --methods=eg,popov,eag_v,feg,apv,goma --iters=10000
+  python -m experiments.goma --problem=bilinear --methods=eg,popov,eag_v,feg,apv,goma --steps=10000
   """
   c = ml_collections.ConfigDict()
   c.num_seeds = 5  # independent instances + starts (+ noise streams), vmapped in one jit
-  c.n = 40  # bilinear/quadratic: size of each player (brief T1: 40)
+  c.n = 40  # bilinear/quadratic: size of each player (T1: 40)
   c.smin = 1e-3  # bilinear: smallest singular value (log-spaced spectrum)
   c.smax = 1.0  # bilinear: largest singular value (= L)
   c.rank = 0  # bilinear: >0 zeroes all but the `rank` largest singular values
@@ -76,7 +87,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.sigma_mult = 0.1  # stochastic_bilinear, --noise=multiplicative: matrix noise std sigma_C
   c.omega = 0.5  # quadratic: ||A|| = ||B|| = omega
   c.fit_lo = 100  # slope fit range start (iterations)
-  c.fit_hi = 10000  # slope fit range end (clipped to --iters)
+  c.fit_hi = 10000  # slope fit range end (clipped to --steps)
   c.plot_points = 400  # log-spaced iterations kept in the plot and the CSV
   return c
 
@@ -84,53 +95,14 @@ def get_config() -> ml_collections.ConfigDict:
 _CONFIG = experiment.define_config(get_config())
 
 
-def _build(problem, cfg, noise, key):
-  """(operator or oracle, z0, stochastic?) for one seed."""
-  k_game, k_z = jax.random.split(key)
-  if problem == "bilinear":
-    game = P.bilinear(k_game, cfg.n, cfg.smin, cfg.smax, "log", cfg.rank or None)
-    return game, P.sample_start(k_z, game)
-  if problem == "quadratic":
-    game = P.quadratic_game(k_game, cfg.n, omega=cfg.omega)
-    return game, P.sample_start(k_z, game)
-  if problem == "rotation":
-    game = P.rotation()
-    return game, P.sample_start(k_z, game)
-  game = P.dseg_bilinear(k_game, cfg.d)
-  oracle = P.stochastic(game, cfg.sigma, cfg.sigma_mult if noise == "multiplicative" else 0.0)
-  z0 = jnp.zeros(2 * cfg.d).at[0].set(1.0).at[cfg.d].set(1.0)  # DSEG start: e_1 for both
-  return oracle, z0
-
-
-def _solve(problem, cfg, noise, method, iters, keys):
-  base, hp = VARIANTS.get(method, (method, {}))
-  stochastic = problem.startswith("stochastic")
-
-  def one(key):
-    k_build, k_noise = jax.random.split(key)
-    op, z0 = _build(problem, cfg, noise, k_build)
-    L = op.lipschitz
-    hps = {k: (v / L if k in ("eta", "gamma") else v) for k, v in hp.items()}
-    tr = vi.run(base, op, z0, iters, key=k_noise if stochastic else None, L=L, **hps)
-    game = op.game if stochastic else op
-    r2 = jnp.sum((z0 - game.project_solution(z0)) ** 2)
-    return tr.residual_sq, tr.oracle_calls, L, r2
-
-  return jax.jit(jax.vmap(one))(keys)
-
-
-def main(argv):
-  del argv
-  cfg = _CONFIG.value
-  run = experiment.common("goma", default_steps=10_000)
+def _validate(cfg):
+  """(problem, noise, methods, run); every check before anything is written."""
   problem = experiment.check_choice("problem", _PROBLEM.value, PROBLEMS)
   noise = experiment.check_choice("noise", _NOISE.value, NOISES)
-  methods = experiment.check_list(
-    "methods", _METHODS.value or DEFAULT_METHODS[problem], vi.METHODS + tuple(VARIANTS)
-  )
-  iters = run.steps if _ITERS.value is None else _ITERS.value
-  if iters < 2:
-    experiment.fail("iters", f"must be >= 2, got {iters}")
+  spec = DEFAULT_METHODS[problem] if _METHODS.value is None else _METHODS.value
+  methods = experiment.check_list("methods", spec, vi.METHODS + tuple(VARIANTS))
+  run = experiment.common("goma", default_steps=10_000, variant=(problem,), unused=UNUSED_FLAGS)
+  experiment.require(run.steps >= 2, "steps", f"must be >= 2, got {run.steps}")
   experiment.check_config(
     cfg,
     {
@@ -148,75 +120,125 @@ def main(argv):
       "plot_points": "positive",
     },
   )
+  return problem, noise, methods, run
+
+
+def _build(problem, cfg, noise, key):
+  """(operator or oracle, z0) for one seed."""
+  k_game, k_z = jax.random.split(key)
+  if problem == "bilinear":
+    game = problems.bilinear(k_game, cfg.n, cfg.smin, cfg.smax, "log", cfg.rank or None)
+    return game, problems.sample_start(k_z, game)
+  if problem == "quadratic":
+    game = problems.quadratic_game(k_game, cfg.n, omega=cfg.omega)
+    return game, problems.sample_start(k_z, game)
+  if problem == "rotation":
+    game = problems.rotation()
+    return game, problems.sample_start(k_z, game)
+  game = problems.dseg_bilinear(k_game, cfg.d)
+  oracle = problems.stochastic(
+    game, cfg.sigma, cfg.sigma_mult if noise == "multiplicative" else 0.0
+  )
+  z0 = jnp.zeros(2 * cfg.d).at[0].set(1.0).at[cfg.d].set(1.0)  # DSEG start: e_1 for both
+  return oracle, z0
+
+
+def _solve(problem, cfg, noise, method, iters, keys):
+  """Residuals, oracle calls, L and R^2 = ||z0 - P_Sol(z0)||^2 of every seed (one vmapped jit)."""
+  base, hp = VARIANTS.get(method, (method, {}))
+  stochastic = problem.startswith("stochastic")
+
+  def one(key):
+    k_build, k_noise = jax.random.split(key)
+    op, z0 = _build(problem, cfg, noise, k_build)
+    L = op.lipschitz
+    hps = {k: (v / L if k in ("eta", "gamma") else v) for k, v in hp.items()}
+    tr = vi.run(base, op, z0, iters, key=k_noise if stochastic else None, L=L, **hps)
+    game = op.game if stochastic else op
+    return tr.residual_sq, tr.oracle_calls, L, game.distance_to_solution(z0) ** 2
+
+  return jax.jit(jax.vmap(one))(keys)
+
+
+def _hparams(method) -> dict:
+  base, extra = VARIANTS.get(method, (method, {}))
+  out = {k: (v if isinstance(v, str) else float(v)) for k, v in vi.default_hparams(base).items()}
+  return out | extra
+
+
+def _method_result(method, out, secs, stochastic, fit):
+  """Summary entry and the (center, lo, hi) curves of one method's vmapped runs."""
+  res, calls, lips, r2 = (np.asarray(x, np.float64) for x in out)
+  calls = calls[0].astype(np.int64)
+  iters = res.shape[1] - 1
+  center = res.mean(0) if stochastic else np.exp(np.log(np.maximum(res, 1e-300)).mean(0))
+  slope = lsq = None
+  if np.all(np.isfinite(center)) and fit[0] < fit[1]:
+    ks = np.arange(iters + 1)
+    slope = float(vi.fit_slope(ks, center, *fit))
+    lsq = float(vi.fit_slope(ks, center, *fit, method="lsq"))
+  entry = {
+    "slope": slope,
+    "slope_lsq": lsq,
+    "residual_sq_final": float(center[-1]),
+    "oracle_calls_final": int(calls[-1]),
+    "oracle_calls_per_iter": float((calls[-1] - calls[1]) / max(iters - 1, 1)),
+    "seconds": round(secs, 2),
+    "hparams": _hparams(method),
+  }
+  if not stochastic:  # k^2 ||F||^2 / (L^2 R^2) is the O(1/k^2) constant; noise makes it moot
+    const = iters**2 * res[:, -1] / (lips**2 * r2)
+    entry["constant"] = float(np.exp(np.log(np.maximum(const, 1e-300)).mean()))
+    entry["constant_max"] = float(const.max())
+  return entry, (calls, center, res.min(0), res.max(0))
+
+
+def _print_line(method, entry, fit):
+  parts = [f"{method:22s}"]
+  if entry["slope"] is not None:
+    parts.append(f"slope[{fit[0]}..{fit[1]}] {entry['slope']:+.3f}")
+  if "constant" in entry:
+    parts.append(f"k^2|F|^2/(L^2R^2) {entry['constant']:.3g}")
+  parts.append(f"|F(z_K)|^2 {entry['residual_sq_final']:.3g}")
+  parts.append(f"calls {entry['oracle_calls_final']}  ({entry['seconds']:.1f}s)")
+  print("  ".join(parts), flush=True)
+
+
+def _write_csv(path, curves, pts):
+  with open(path, "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(CSV_COLUMNS)
+    for m, (calls, center, lo, hi) in curves.items():
+      w.writerows([m, int(i), int(calls[i]), center[i], lo[i], hi[i]] for i in pts)
+
+
+def main(argv):
+  del argv
+  cfg = _CONFIG.value
+  problem, noise, methods, run = _validate(cfg)
   workdir = experiment.prepare_workdir(run.workdir)
 
   stochastic = problem.startswith("stochastic")
+  iters = run.steps
   keys = jax.random.split(jax.random.PRNGKey(run.seed), cfg.num_seeds)
-  ks = np.arange(iters + 1)
-  pts = np.unique(np.concatenate([[0], np.round(np.geomspace(1, iters, cfg.plot_points))]))
-  pts = pts.astype(np.int64)
-  fit_hi = min(cfg.fit_hi, iters)
-  curves, rows, per_method = {}, [], {}
+  fit = (cfg.fit_lo, min(cfg.fit_hi, iters))
+  if fit[0] >= fit[1]:
+    print(f"(no slopes: --steps={iters} leaves no fit range above config.fit_lo={fit[0]})")
+  per_method, curves = {}, {}
   for m in methods:
     t0 = time.perf_counter()
-    res, calls, lips, r2 = jax.block_until_ready(_solve(problem, cfg, noise, m, iters, keys))
-    secs = time.perf_counter() - t0
-    res, calls = np.asarray(res, np.float64), np.asarray(calls[0])
-    lips, r2 = np.asarray(lips, np.float64), np.asarray(r2, np.float64)
-    logs = np.log(np.maximum(res, 1e-300))
-    center = res.mean(0) if stochastic else np.exp(logs.mean(0))
-    lo, hi = res.min(0), res.max(0)
-    const = iters**2 * res[:, -1] / (lips**2 * r2)
-    slope = lsq = None
-    if np.all(np.isfinite(center)) and cfg.fit_lo < fit_hi:
-      slope = float(vi.fit_slope(ks, center, cfg.fit_lo, fit_hi))
-      lsq = float(vi.fit_slope(ks, center, cfg.fit_lo, fit_hi, method="lsq"))
-    per_method[m] = {
-      "slope": slope,
-      "slope_lsq": lsq,
-      "constant": float(
-        const.mean() if stochastic else np.exp(np.log(np.maximum(const, 1e-300)).mean())
-      ),
-      "constant_max": float(const.max()),
-      "residual_sq_final": float(center[-1]),
-      "oracle_calls_final": int(calls[-1]),
-      "oracle_calls_per_iter": float((calls[-1] - calls[1]) / max(iters - 1, 1)),
-      "seconds": round(secs, 2),
-      "hparams": {
-        k: (v if isinstance(v, str) else float(v))
-        for k, v in vi.default_hparams(VARIANTS.get(m, (m,))[0]).items()
-      }
-      | {k: v for k, v in VARIANTS.get(m, (m, {}))[1].items()},
-    }
-    s = "n/a" if slope is None else f"{slope:+.3f}"
-    print(
-      f"{m:22s} slope[{cfg.fit_lo}..{fit_hi}] {s}  k^2|F|^2/(L^2R^2) "
-      f"{per_method[m]['constant']:.3g}  |F(z_K)|^2 {center[-1]:.3g}  "
-      f"calls {calls[-1]}  ({secs:.1f}s)",
-      flush=True,
-    )
-    keep = pts[pts >= 1]
-    curves[m] = (calls[keep], center[keep], lo[keep], hi[keep])
-    for i in pts:
-      rows.append([m, int(i), int(calls[i]), center[i], lo[i], hi[i]])
+    out = jax.block_until_ready(_solve(problem, cfg, noise, m, iters, keys))
+    per_method[m], curves[m] = _method_result(m, out, time.perf_counter() - t0, stochastic, fit)
+    _print_line(m, per_method[m], fit)
 
-  with open(workdir / "metrics.csv", "w", newline="") as f:
-    w = csv.writer(f)
-    w.writerow(
-      [
-        "method",
-        "iteration",
-        "oracle_calls",
-        "residual_sq_center",
-        "residual_sq_min",
-        "residual_sq_max",
-      ]
-    )
-    w.writerows(rows)
+  pts = np.unique(np.concatenate([[0], np.round(np.geomspace(1, iters, cfg.plot_points))]))
+  pts = pts.astype(np.int64)
+  _write_csv(workdir / "metrics.csv", curves, pts)
+  keep = pts[pts >= 1]
   what = "E||F(z_k)||^2 (mean)" if stochastic else "||F(z_k)||^2 (geometric mean)"
-  experiment.plot_curves(
+  plots.lines(
     workdir / "curves.png",
-    curves,
+    {m: tuple(c[keep] for c in curve) for m, curve in curves.items()},
     xlabel="oracle calls",
     ylabel=f"{what}, band min..max",
     logx=True,
@@ -229,11 +251,13 @@ def main(argv):
     "iters": iters,
     "num_seeds": cfg.num_seeds,
     "seed": run.seed,
-    "fit_range": [cfg.fit_lo, fit_hi],
+    "fit_range": list(fit),
     "center": "mean" if stochastic else "geometric_mean",
     "slope_method": "endpoints (vi.fit_slope); slope_lsq: least squares on log-spaced points",
-    "constant": "k^2 ||F(z_k)||^2 / (L^2 ||z_0 - P_Sol(z_0)||^2) at k = iters",
-    "goma": "reconstruction (template of brief §1.4); see jaxlab.optim.vi.run docstring",
+    "constant": None
+    if stochastic
+    else "k^2 ||F(z_k)||^2 / (L^2 ||z_0 - P_Sol(z_0)||^2), k = iters",
+    "goma": "reconstruction (docs/goma.md); see jaxlab.optim.vi.run docstring",
     "config": cfg.to_dict(),
     "methods": per_method,
   }

@@ -2,17 +2,20 @@
 
 Goal: min_x f(x) = Σ_i λ_i f_i(x) over a graph of n nodes. Two strategies:
   (I)  weighted local losses n λ_i f_i, doubly stochastic W (Metropolis);
-  (II) original losses f_i, row-stochastic A with λᵀA = λᵀ and ΛA symmetric (self-adjoint in L²(λ)).
+  (II) original losses f_i, row-stochastic A with λᵀA = λᵀ and ΛA symmetric (self-adjoint in
+       L²(λ)).
 
-**What is the paper's and what is a substitute.** Only the paper's abstract was public. The *problem*,
-the two *strategies* and the L²(λ) *geometry* (inner product, adjoint Λ⁻¹BᵀΛ, λ-consensus error) are as
-the abstract states them. The update rules are the standard DSGD forms (ATC/CTA, no gradient tracking);
-the λ-induced matrix is the standard λ-Metropolis–Hastings (or degree averaging when λ ∝ degree+1), a
-**substitute** for the paper's unpublished construction; the Rayleigh/Loewner diagnostic in `diagnose`
-is **a reconstruction**; the least-squares heterogeneity model, the digits problems and the λ samplers
-are this codebase's choices (brief `shared/research/optimization.md` §2).
+**What is the paper's and what is a substitute** (docs/decentralized.md). Only the paper's abstract
+was public. The *problem*, the two *strategies* and the L²(λ) *geometry* (inner product, adjoint
+Λ⁻¹BᵀΛ, λ-consensus error) are as the abstract states them. The update rules are the standard DSGD
+forms (ATC/CTA, no gradient tracking); the λ-induced matrix is the standard λ-Metropolis–Hastings
+(or degree averaging when λ ∝ degree+1), a **substitute** for the paper's unpublished
+construction; the Rayleigh/Loewner diagnostic in `diagnose` is **a reconstruction**; the
+least-squares heterogeneity model, the digits problems and the λ samplers are this codebase's
+choices.
 
-Usage::
+Usage (argument formats: a topology name and n; λ a positive (n,) array summing to 1; strategy
+"I" or "II")::
 
     from jaxlab.optim import decentralized as dec
     g = dec.make_graph("erdos_renyi", 16, p=0.25, seed=0)
@@ -20,8 +23,10 @@ Usage::
     prob = dec.make_problem("least_squares", 16)
     res = dec.run("II", g, lam, prob, steps=2000, lr=0.01, key=jax.random.key(0))
     res.gap, res.consensus, res.x   # (steps,), (steps,), node iterates (n, d)
+    res.diverged_at                 # None, or the first step whose metrics are NaN/inf
 
 Distributed: ``run(..., mesh=make_mesh({"nodes": n}))`` puts node i on device i (`jax.shard_map`).
+Bad arguments raise :class:`jaxlab.core.errors.ConfigError` naming the argument.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxlab.core.errors import ConfigError, require
 from jaxlab.optim.dec.algorithms import (
   COMMS,
   ORDERS,
@@ -79,6 +85,7 @@ from jaxlab.optim.dec.graphs import (
   row_stochastic_residuals,
   scaled_kernel,
   star,
+  topology_error,
   torus,
 )
 from jaxlab.optim.dec.problems import (
@@ -148,13 +155,15 @@ __all__ = [
   "simulate_sharded",
   "spectral_gap",
   "step_with_grads",
+  "topology_error",
   "update",
 ]
 
 
 @dataclasses.dataclass
 class RunResult:
-  """Per-step metrics (after each step) and the final node iterates."""
+  """Per-step metrics (after each step) and the final node iterates. ``diverged_at``: the first
+  step (1-based) whose gap or consensus is NaN/inf, None when the run stayed finite."""
 
   gap: np.ndarray  # (steps,) f(x̄_λ) − f*
   consensus: np.ndarray  # (steps,) Σ λ_i ‖x_i − x̄_λ‖²
@@ -163,13 +172,31 @@ class RunResult:
   mixing: np.ndarray  # the B used
   f_star: float
   comm: str  # "dense", "ppermute" or "all_gather"
+  diverged_at: int | None = None
 
 
 def default_lr(problem: Problem, lam, factor: float = 0.3) -> float:
-  """γ = factor / (L_max · n · max λ): stable for Strategy (I), whose node i is n λ_i L_i smooth; the
-  same γ is then used for both strategies (brief §2.5)."""
+  """γ = factor / (L_max · n · max λ): stable for Strategy (I), whose node i is n λ_i L_i smooth;
+  the same γ is then used for both strategies (docs/decentralized.md, "Step size")."""
   lam = np.asarray(lam, np.float64)
   return float(factor / (problem.smoothness * problem.n * lam.max()))
+
+
+def _check_run_args(graph, lam, steps, lr):
+  """(lr as float, λ as float64); raises ConfigError naming the bad argument."""
+  ok = isinstance(steps, (int, np.integer)) and not isinstance(steps, bool) and steps >= 1
+  require(ok, "steps", f"must be an int >= 1, got {steps!r}")
+  try:
+    lr = float(lr)
+  except (TypeError, ValueError):
+    raise ConfigError("lr", f"must be a number, got {lr!r}") from None
+  require(np.isfinite(lr) and lr > 0, "lr", f"must be a finite number > 0, got {lr}")
+  require(isinstance(graph, Graph), "graph", f"must be a Graph (make_graph), got {graph!r}")
+  lam = np.asarray(lam, np.float64)
+  ok = lam.shape == (graph.n,) and np.all(np.isfinite(lam)) and np.all(lam > 0)
+  ok = ok and np.isclose(lam.sum(), 1.0, atol=1e-6)
+  require(bool(ok), "lam", f"must be {graph.n} finite positive weights summing to 1")
+  return lr, lam
 
 
 def run(
@@ -197,20 +224,15 @@ def run(
     steps, lr: iterations and constant step γ.
     key: PRNG key; step k, node i draws from fold_in(fold_in(key, k), i) in both execution modes.
     order: "atc" (adapt-then-combine) or "cta" (combine-then-adapt).
-    row_kind: λ-induced matrix for (II): "auto", "lambda_metropolis", "degree_average", "scaled_kernel".
+    row_kind: λ-induced matrix for (II): "auto", "lambda_metropolis", "degree_average",
+      "scaled_kernel".
     mixing: override B (checked for the strategy's properties).
     mesh: if given, run one node per device along its ``nodes`` axis via `jax.shard_map`.
     comm: distributed mixing: "auto", "ppermute" (neighbour exchange) or "all_gather".
     f_star: override the optimum (default: `problem.f_star(lam)`).
   """
   strategy = canonical_strategy(strategy)
-  if int(steps) < 1:
-    raise ValueError(f"steps must be >= 1, got {steps}")
-  if not np.isfinite(lr) or lr <= 0:
-    raise ValueError(f"lr must be a positive number, got {lr}")
-  lam = np.asarray(lam, np.float64)
-  if lam.shape != (graph.n,) or np.any(lam <= 0) or not np.isclose(lam.sum(), 1.0, atol=1e-6):
-    raise ValueError(f"lam must be {graph.n} positive weights summing to 1")
+  lr, lam = _check_run_args(graph, lam, steps, lr)
   state = init_state(
     strategy, graph, lam, problem, lr, order=order, row_kind=row_kind, mixing=mixing, f_star=f_star
   )
@@ -222,13 +244,15 @@ def run(
     used = "dense"
   else:
     final, ms, used = simulate_sharded(state, problem, key, int(steps), mesh, comm)
-  ms = jax.device_get(ms)
+  ms = {k: np.asarray(v) for k, v in jax.device_get(ms).items()}
+  bad = np.flatnonzero(~(np.isfinite(ms["gap"]) & np.isfinite(ms["consensus"])))
   return RunResult(
-    gap=np.asarray(ms["gap"]),
-    consensus=np.asarray(ms["consensus"]),
-    gap_tracked=np.asarray(ms["gap_tracked"]),
+    gap=ms["gap"],
+    consensus=ms["consensus"],
+    gap_tracked=ms["gap_tracked"],
     x=jax.device_get(final.x),
     mixing=b,
     f_star=float(state.f_star),
     comm=used,
+    diverged_at=int(bad[0]) + 1 if bad.size else None,
   )

@@ -7,20 +7,27 @@ the solution set shift + ker M, which Halpern-anchored methods converge to from 
 ``distance_to_solution(z)``.
 
 * ``bilinear``: min_x max_y x^T A y, A = U diag(s) V^T with a chosen spectrum, optional rank
-  deficiency. ``ill_conditioned_bilinear`` is brief T1 (n = 40, s log-spaced in [1e-3, 1]);
-  ``dseg_bilinear`` is the DSEG setup (d = 50, s ~ U[1, 2]).
+  deficiency. ``ill_conditioned_bilinear`` is problem T1 of docs/goma.md (n = 40, s log-spaced in
+  [1e-3, 1]); ``dseg_bilinear`` is the bilinear setup of DSEG (Hsieh et al. 2020,
+  arXiv 2003.10162; d = 50, s ~ U[1, 2]), problem T2.
 * ``quadratic_game``: 1/2 dx^T A dx + dx^T C dy - 1/2 dy^T B dy with PSD A, B scaled by omega.
 * ``rotation``: F(z) = (z_2, -z_1), where plain GDA spirals out.
 * ``stochastic``: unbiased oracles with additive Gaussian noise (bounded variance) and/or a
   multiplicative Gaussian perturbation of the game matrix (variance grows with ||z - z*||^2,
   i.e. unbounded), as in the DSEG code.
+
+Bad arguments raise :class:`jaxlab.core.errors.ConfigError` naming the argument.
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import struct
+
+from jaxlab.core.errors import check_choice, require
 
 
 class LinearGame(struct.PyTreeNode):
@@ -107,6 +114,10 @@ def _matrix_noise_times(key, d, n_x):
   return jnp.concatenate([ny * e_q, -nx * et_p])
 
 
+def _is_number(x) -> bool:
+  return isinstance(x, (int, float))
+
+
 def _orthonormal(key, n, r):
   q, _ = jnp.linalg.qr(jax.random.normal(key, (n, r)))
   return q
@@ -118,8 +129,7 @@ def bilinear_from_singular_values(key, s, n=None, m=None, shift=None) -> LinearG
   r = s.shape[0]
   n = r if n is None else n
   m = n if m is None else m
-  if r > min(n, m):
-    raise ValueError(f"s: {r} singular values do not fit an {n}x{m} matrix")
+  require(r <= min(n, m), "s", f"{r} singular values do not fit an {n}x{m} matrix")
   ku, kv = jax.random.split(key)
   a = _orthonormal(ku, n, r) @ jnp.diag(s) @ _orthonormal(kv, m, r).T
   mat = jnp.block([[jnp.zeros((n, n)), a], [-a.T, jnp.zeros((m, m))]])
@@ -139,16 +149,18 @@ def bilinear(
   """n x n bilinear game; ``spectrum`` "log" (log-spaced in [smin, smax]) or "uniform"
   (i.i.d. U[smin, smax]); ``rank`` < n zeroes the smallest singular values (a solution set of
   dimension 2 (n - rank)); ``shift`` moves the solution set off the origin."""
-  if spectrum not in ("log", "uniform"):
-    raise ValueError(f"spectrum: got {spectrum!r}; allowed: log, uniform")
+  check_choice("spectrum", spectrum, ("log", "uniform"))
+  require(isinstance(n, int) and n >= 1, "n", f"must be an int >= 1, got {n!r}")
+  if _is_number(smin) and _is_number(smax):  # traced values (vmapped spectra) are not checked
+    ok = math.isfinite(smin) and math.isfinite(smax) and 0 <= smin <= smax
+    require(ok, "smax", f"need finite 0 <= smin <= smax, got smin={smin}, smax={smax}")
   k_s, k_uv = jax.random.split(key)
   if spectrum == "log":
     s = jnp.geomspace(smax, smin, n)
   else:
     s = jnp.sort(jax.random.uniform(k_s, (n,), minval=smin, maxval=smax))[::-1]
   if rank is not None:
-    if not 0 <= rank <= n:
-      raise ValueError(f"rank: must be in [0, {n}], got {rank}")
+    require(0 <= rank <= n, "rank", f"must be in [0, {n}], got {rank}")
     s = jnp.where(jnp.arange(n) < rank, s, 0.0)
   return bilinear_from_singular_values(k_uv, s, n, n, shift)
 
@@ -156,12 +168,12 @@ def bilinear(
 def ill_conditioned_bilinear(
   key, n: int = 40, smin: float = 1e-3, smax: float = 1.0, rank: int | None = None
 ) -> LinearGame:
-  """Brief §1.5 T1: s log-spaced in [1e-3, 1] (L = 1, z* = 0)."""
+  """Problem T1 of docs/goma.md: s log-spaced in [1e-3, 1] (L = 1, z* = 0)."""
   return bilinear(key, n, smin, smax, "log", rank)
 
 
 def dseg_bilinear(key, d: int = 50) -> LinearGame:
-  """Brief §1.5 T2 / DSEG code: s ~ U[1, 2] (mu = 1, L <= 2)."""
+  """Problem T2 of docs/goma.md, the DSEG bilinear game: s ~ U[1, 2] (mu = 1, L <= 2)."""
   return bilinear(key, d, 1.0, 2.0, "uniform")
 
 
@@ -169,6 +181,7 @@ def quadratic_game(key, n: int, m: int | None = None, omega: float = 0.5) -> Lin
   """1/2 (x-x*)^T A (x-x*) + (x-x*)^T C (y-y*) - 1/2 (y-y*)^T B (y-y*), A, B PSD with
   ||A|| = ||B|| = omega, C Gaussian / sqrt(n + m); solution (x*, y*) ~ N(0, I)."""
   m = n if m is None else m
+  require(math.isfinite(omega) and omega >= 0, "omega", f"must be finite and >= 0, got {omega}")
   ka, kb, kc, ks = jax.random.split(key, 4)
 
   def psd(k, d):
@@ -189,8 +202,8 @@ def rotation() -> LinearGame:
 def stochastic(game: LinearGame, sigma: float = 0.0, sigma_mult: float = 0.0) -> StochasticOracle:
   """Additive N(0, sigma^2 I) noise plus (if sigma_mult > 0) a multiplicative Gaussian
   perturbation of the game matrix, whose variance grows with ||z - z*||^2 (unbounded)."""
-  if sigma < 0 or sigma_mult < 0:
-    raise ValueError(f"sigma, sigma_mult: must be >= 0, got {sigma}, {sigma_mult}")
+  for name, v in (("sigma", sigma), ("sigma_mult", sigma_mult)):
+    require(math.isfinite(v) and v >= 0, name, f"must be finite and >= 0, got {v}")
   return StochasticOracle(
     game=game,
     sigma=jnp.float32(sigma),
@@ -200,5 +213,5 @@ def stochastic(game: LinearGame, sigma: float = 0.0, sigma_mult: float = 0.0) ->
 
 
 def sample_start(key, game: LinearGame, scale: float = 1.0):
-  """z0 ~ N(0, scale^2 I) (brief T1 start)."""
+  """z0 ~ N(0, scale^2 I) (the start of problem T1)."""
   return scale * jax.random.normal(key, (game.dim,))

@@ -2,22 +2,33 @@
 
 One entry point::
 
-    trace = run(method, operator, z0, num_iters, *, key=None, exact=None, **hparams)
+    trace = run(method, operator, z0, num_iters, *, key=None, exact=None, L=None, **hparams)
 
 * ``operator(z) -> F(z)`` (deterministic) or, when ``key`` is given, ``operator(z, key)`` an
-  unbiased stochastic oracle. ``z0`` is any pytree of float arrays; ``operator`` maps pytrees of
-  that structure to the same structure (internally everything is raveled to one vector).
+  unbiased stochastic oracle. ``z0`` is a float array or a pytree of float arrays (dict, tuple, a
+  list of arrays); ``operator`` maps that structure to itself (internally everything is raveled to
+  one vector). A Python list of numbers, an int or an integer array is rejected: pass
+  ``jnp.asarray(z0, jnp.float32)``.
+* ``L``: the Lipschitz constant the default step sizes are scaled by (``eta = c / L``). Given, it
+  is used as is; omitted, it is ``operator.lipschitz`` (``exact.lipschitz`` for a stochastic
+  oracle) when the operator has one, else it is **estimated** by power iteration on J^T J, J the
+  Jacobian of the exact operator at z0, times a safety factor 1.1 (see
+  :func:`estimate_lipschitz`). ``Trace.lipschitz`` and ``Trace.lipschitz_source`` say which.
+  For a nonlinear F the estimate is local to z0: pass ``L`` when a global bound is known.
 * ``Trace.residual_sq[k] = ||F(z_k)||^2`` for k = 0..num_iters, measured with the *exact* operator
   at the update sequence z_k (never at the extrapolated points y_k). The record is not counted as
   oracle calls. With a stochastic oracle the exact F comes from ``exact=`` or ``operator.exact``.
 * ``Trace.oracle_calls[k]``: oracle calls spent to produce z_k (cumulative, ``[0] == 0``). They are
   counted by instrumenting the oracle while the update is traced, so they measure the code, not a
   table.
-* ``L`` (every method): the Lipschitz constant that the default step sizes are scaled by; it
-  defaults to ``operator.lipschitz`` when the operator has one, else 1.0.
+
+Bad arguments raise :class:`jaxlab.core.errors.ConfigError` naming the argument (``method``,
+``operator``, ``z0``, ``num_iters``, ``key``, ``exact``, ``L`` or the hparam).
 
 Everything is one ``lax.scan`` inside ``jax.jit``; ``run`` is vmappable over keys, starting points,
-problem instances (operators that are pytrees, see ``jaxlab.optim.problems``) and hparams.
+problem instances (operators that are pytrees, see ``jaxlab.optim.problems``) and hparams. It keeps
+its own scan rather than going through ``jaxlab.core.runtime.train`` because it must stay
+vmappable (the runtime's loop is host-driven).
 
 Methods (k = 0, 1, ... is the iteration, a = z0 the anchor, g = one oracle call):
 
@@ -28,15 +39,18 @@ name                  update                                                    
 ``eg``                y = z - eta_k F(z);  z+ = z - eta_k F(y)                       2
 ``popov``             y = z - eta_k F(y_prev);  z+ = z - eta_k F(y)   (optimistic GD) 1 (+1 at k=0)
 ``dseg``              EG/OG form with gamma_t = gamma/(t+b)^r_gamma (explore),       2 / 1
-                      eta_t = eta/(t+b)^r_eta (update)   (Hsieh et al. 2020)
+                      eta_t = eta/(t+b)^r_eta (update)   (Hsieh et al. 2020,
+                      arXiv 2003.10162)
 ``eag_c``             y = z + b_k(a-z) - alpha F(z); z+ = z + b_k(a-z) - alpha F(y)  2
-                      b_k = 1/(k+2), alpha = 1/(8L)  (Yoon & Ryu 2021)
+                      b_k = 1/(k+2), alpha = 1/(8L)  (Yoon & Ryu 2021, arXiv 2102.07922)
 ``eag_v``             as eag_c with the EAG-V alpha_k recurrence, alpha_0 = 0.618/L  2
 ``feg``               y = z + b_k(a-z) - (1-b_k) alpha F(z); z+ = z + b_k(a-z)       2
-                      - alpha F(y); b_k = 1/(k+1), alpha = 1/L  (Lee & Kim 2021)
-``apv``               anchored Popov of Tran-Dinh & Luo (2021), see ``_apv_step``    1 (+1 at k=0)
-``goma``              GOMA reconstruction, see ``_goma_step`` (deterministic         1 (+1 at k=0)
-                      defaults)
+                      - alpha F(y); b_k = 1/(k+1), alpha = 1/L  (Lee & Kim 2021,
+                      arXiv 2106.02326)
+``apv``               anchored Popov of Tran-Dinh & Luo (2021, arXiv 2110.08150),    1 (+1 at k=0)
+                      see ``_apv_step``
+``goma``              GOMA reconstruction (arXiv 2606.21528; docs/goma.md), see      1 (+1 at k=0)
+                      ``_goma_step``: anchored Popov with a constant 0.4/L step
 ``goma_stochastic``   the same update with two polynomial step-size schedules        1 (+1 at k=0)
 ====================  ============================================================  ===========
 """
@@ -46,7 +60,8 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -55,16 +70,23 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 from jax.tree_util import Partial
 
+from jaxlab.core.errors import ConfigError, check_choice, require
+
 METHODS = ("gda", "eg", "popov", "dseg", "eag_c", "eag_v", "feg", "apv", "goma", "goma_stochastic")
-ANCHORED = ("eag_c", "eag_v", "feg", "apv", "goma", "goma_stochastic")
+LIPSCHITZ_SAFETY = 1.1  # power iteration approaches ||J||_2 from below
+POWER_ITERS = 100
 
 
 class Trace(struct.PyTreeNode):
-  """Result of ``run``: last iterate (pytree like z0), ||F(z_k)||^2 and cumulative oracle calls."""
+  """Result of ``run``: last iterate (pytree like z0), ||F(z_k)||^2, cumulative oracle calls, and
+  the Lipschitz constant the step sizes used with where it came from (``"given"``,
+  ``"operator.lipschitz"``, ``"exact.lipschitz"`` or ``"estimated"``)."""
 
   z: Any
   residual_sq: jax.Array  # [num_iters + 1]
   oracle_calls: jax.Array  # [num_iters + 1] int32
+  lipschitz: jax.Array  # scalar
+  lipschitz_source: str = struct.field(pytree_node=False, default="given")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,8 +155,11 @@ def default_hparams(method: str, L: float = 1.0) -> dict[str, Any]:
 
 
 def _check_method(method):
-  if method not in _HPARAMS:
-    raise ValueError(f"method: unknown VI method {method!r}; allowed: {', '.join(METHODS)}")
+  require(
+    isinstance(method, str) and method in _HPARAMS,
+    "method",
+    f"unknown VI method {method!r}; allowed: {', '.join(METHODS)}",
+  )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,12 +269,16 @@ def _eag_v_init(z0, F, hp):
   return {"z": z0, "alpha": hp["alpha"]}
 
 
+def _eag_v_alpha_next(alpha, k, L):
+  """Yoon & Ryu's EAG-V step recurrence (arXiv 2102.07922), in an algebraically equal form:
+  alpha_{k+1} = alpha_k (1 - q / ((k+1)(k+3)(1-q))), q = (alpha_k L)^2."""
+  q = (alpha * L) ** 2
+  return alpha * (1.0 - q / ((k + 1.0) * (k + 3.0) * (1.0 - q)))
+
+
 def _eag_v_step(s, k, a, F, hp):
   alpha = s["alpha"]
-  q = (alpha * hp["L"]) ** 2
-  # Yoon & Ryu's EAG-V recurrence, in the algebraically equal form of the reference code.
-  alpha_next = alpha * (1.0 - q / ((k + 1.0) * (k + 3.0) * (1.0 - q)))
-  return {"z": _eag_step(s, k, a, F, hp, alpha), "alpha": alpha_next}
+  return {"z": _eag_step(s, k, a, F, hp, alpha), "alpha": _eag_v_alpha_next(alpha, k, hp["L"])}
 
 
 def _feg_step(s, k, a, F, hp):
@@ -351,12 +380,17 @@ def run(
   *,
   key: jax.Array | None = None,
   exact: Callable | None = None,
+  L: Any = None,
   **hparams,
 ) -> Trace:
   """Runs ``method`` for ``num_iters`` iterations from ``z0`` (also the anchor). See module doc.
 
-  ``goma`` / ``goma_stochastic`` are **a reconstruction** of GOMA (Generalized Optimistic Methods
-  with Anchoring, ICML 2026) from the abstract: the anchored two-time-scale single-call template
+  ``L=None`` takes ``operator.lipschitz`` (or ``exact.lipschitz``) when there is one and otherwise
+  estimates it at z0 (:func:`estimate_lipschitz`); the returned ``Trace.lipschitz_source`` says
+  which. Too small an L makes every default step too large and the iterates overflow to NaN.
+
+  ``goma`` / ``goma_stochastic`` are **a reconstruction** of GOMA (arXiv 2606.21528; only its
+  abstract is public, see docs/goma.md): the anchored two-time-scale single-call template
 
       y_k     = z_k + b_k (z_0 - z_k) - gamma_k g(y_{k-1}),      y_{-1} = z_0
       z_{k+1} = z_k + b_k (z_0 - z_k) - eta_k   g(y_k),          b_k = 1/(k + beta_offset)
@@ -365,43 +399,17 @@ def run(
     * Tran-Dinh & Luo's APV exactly: ``beta_offset=2, eta_schedule="apv", eta=1/(2 sqrt(3) L),
       gamma_schedule="ratio", gamma_ratio=1`` (gamma_k = (1 - b_k) eta_k).
     * ``goma`` default: ``beta_offset=2, eta_schedule="constant", eta=0.4/L, gamma_schedule="ratio",
-      gamma_ratio=1`` -- a constant update step larger than APV's limit 0.215/L.
+      gamma_ratio=1``, i.e. anchored Popov with a constant update step 0.4/L, larger than APV's
+      limit 0.215/L (it diverges at 0.6/L on the bilinear test problem). Its lead over APV is
+      that larger step, not a new mechanism.
     * ``goma_stochastic`` default (simplified single-call variant): ``eta_schedule="power",
       eta=0.6/L, r_eta=2/3, gamma_schedule="power", gamma=0.6/L, r_gamma=1/3`` (explore
       aggressively, update conservatively; one stochastic sample per iteration at y_k).
   Neither the schedules nor the constants are the paper's (not public).
   """
-  _check_method(method)
-  allowed = _HPARAMS[method]
-  unknown = sorted(set(hparams) - set(allowed) - {"L"})
-  if unknown:
-    raise ValueError(
-      f"{method}: unknown hparam {unknown[0]!r}; allowed: {', '.join(['L', *allowed])}"
-    )
-  if not isinstance(num_iters, (int, np.integer)) or num_iters < 0:
-    raise ValueError(f"num_iters: must be an int >= 0, got {num_iters!r}")
-  stochastic = key is not None
-  if stochastic and exact is None:
-    exact = getattr(operator, "exact", None)
-    if exact is None:
-      raise ValueError(
-        "exact: with key= the operator is a stochastic oracle operator(z, key); "
-        "pass exact=F (or give the operator an .exact method) for the record"
-      )
-  L = hparams.pop("L", None)
-  if L is None:
-    L = getattr(operator, "lipschitz", 1.0)
-  static, dynamic = {}, {"L": L}
-  for name, default in allowed.items():
-    v = hparams.get(name, default)
-    if isinstance(default, str):
-      if v not in _CHOICES[name]:
-        raise ValueError(f"{method}: hparam {name}={v!r}; allowed: {', '.join(_CHOICES[name])}")
-      static[name] = v
-    elif isinstance(v, tuple) and v[0] == _INV_L:
-      dynamic[name] = v[1] / jnp.asarray(L)
-    else:
-      dynamic[name] = v
+  exact = _check_args(method, operator, z0, num_iters, key, exact)
+  static, dynamic, scaled = _split_hparams(method, hparams)
+  lipschitz, source = _lipschitz(L, operator, exact if key is not None else None)
   return _run_jit(
     method,
     _as_pytree_callable(operator),
@@ -409,34 +417,155 @@ def run(
     num_iters,
     key,
     _as_pytree_callable(exact),
+    lipschitz,
     dynamic,
+    tuple(sorted(scaled.items())),
     tuple(sorted(static.items())),
+    source,
   )
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 7))
-def _run_jit(method, operator, z0, num_iters, key, exact, dynamic, static):
+def _check_args(method, operator, z0, num_iters, key, exact):
+  """Raises ConfigError naming the bad argument; returns the exact operator for the record."""
+  _check_method(method)
+  require(callable(operator), "operator", f"must be callable F(z) -> F(z), got {_kind(operator)}")
+  _check_z0(z0)
+  ok = isinstance(num_iters, (int, np.integer)) and not isinstance(num_iters, bool)
+  require(ok and num_iters >= 0, "num_iters", f"must be an int >= 0, got {num_iters!r}")
+  if key is not None:
+    require(
+      isinstance(key, jax.Array),
+      "key",
+      f"must be a PRNG key such as jax.random.key(0), got {_kind(key)}",
+    )
+    exact = getattr(operator, "exact", None) if exact is None else exact
+    require(
+      exact is not None,
+      "exact",
+      "with key= the operator is a stochastic oracle operator(z, key); pass exact=F (or give "
+      "the operator an .exact method) for the record",
+    )
+  if exact is not None:
+    require(callable(exact), "exact", f"must be callable F(z) -> F(z), got {_kind(exact)}")
+  return exact
+
+
+def _kind(x) -> str:
+  return f"{type(x).__name__} {x!r}" if isinstance(x, (int, float, str)) else type(x).__name__
+
+
+def _check_z0(z0) -> None:
+  """z0 must be float arrays: a list of numbers or an int would be raveled into nonsense."""
+  leaves = jax.tree.leaves(z0)
+  hint = "pass a float array such as jnp.asarray(z0, jnp.float32), or a dict/tuple of them"
+  require(bool(leaves), "z0", f"has no arrays (got {_kind(z0)}); {hint}")
+  for leaf in leaves:
+    what = _kind(z0) if leaf is z0 else f"{_kind(z0)} holding a {type(leaf).__name__}"
+    require(isinstance(leaf, (jax.Array, np.ndarray)), "z0", f"got {what}; {hint}")
+    require(
+      jnp.issubdtype(leaf.dtype, jnp.floating),
+      "z0",
+      f"has dtype {leaf.dtype}; the iterates need a real float dtype; {hint}",
+    )
+
+
+def _concrete(x) -> float | None:
+  """``float(x)`` when x is a concrete scalar; None under a transformation (vmapped hparams)."""
+  try:
+    return float(x)
+  except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+    return None
+
+
+def _split_hparams(method, hparams):
+  """(static choices, explicit numbers, defaults scaled by 1/L as {name: c})."""
+  allowed = _HPARAMS[method]
+  for name, v in hparams.items():
+    require(name in allowed, name, f"unknown hparam of {method}; allowed: L, {', '.join(allowed)}")
+    if not isinstance(allowed[name], str) and _concrete(v) is not None:
+      require(math.isfinite(_concrete(v)), name, f"must be a finite number, got {v}")
+  static, dynamic, scaled = {}, {}, {}
+  for name, default in allowed.items():
+    v = hparams.get(name, default)
+    if isinstance(default, str):
+      static[name] = check_choice(name, v, _CHOICES[name])
+    elif isinstance(v, tuple) and v[0] == _INV_L:
+      scaled[name] = v[1]
+    else:
+      dynamic[name] = v
+  return static, dynamic, scaled
+
+
+def _lipschitz(L, operator, exact):
+  """(L or None, where it comes from); None means: estimate it inside the jitted run."""
+  if L is not None:
+    value = _concrete(L)
+    if value is not None:
+      require(math.isfinite(value) and value > 0, "L", f"must be a finite number > 0, got {L}")
+    return L, "given"
+  if hasattr(operator, "lipschitz"):
+    return operator.lipschitz, "operator.lipschitz"
+  if exact is not None and hasattr(exact, "lipschitz"):
+    return exact.lipschitz, "exact.lipschitz"
+  return None, "estimated"
+
+
+def estimate_lipschitz(operator: Callable, z0: Any, iters: int = POWER_ITERS) -> jax.Array:
+  """``LIPSCHITZ_SAFETY * ||J_F(z0)||_2`` by ``iters`` power iterations on J^T J (jvp + vjp).
+
+  Exact up to the factor for a linear F once the iteration has converged (it approaches the
+  largest singular value from below); for a nonlinear F it is the local constant at z0, not a
+  global bound. Jittable and vmappable.
+  """
+  flat, unravel = ravel_pytree(z0)
+  return _power_iteration(lambda v: ravel_pytree(operator(unravel(v)))[0], flat, iters)
+
+
+def _power_iteration(f, z, iters):
+  _, jvp = jax.linearize(f, z)
+  vjp = jax.linear_transpose(jvp, z)
+  v = jax.random.normal(jax.random.key(0), z.shape, z.dtype)
+  v = v / jnp.linalg.norm(v)
+
+  def body(_, v):
+    w = vjp(jvp(v))[0]
+    return w / jnp.maximum(jnp.linalg.norm(w), jnp.finfo(z.dtype).tiny)
+
+  v = jax.lax.fori_loop(0, iters, body, v)
+  # A constant F has J = 0: floor L so that the steps stay finite (and z0 is then a solution).
+  return jnp.maximum(LIPSCHITZ_SAFETY * jnp.linalg.norm(jvp(v)), jnp.finfo(z.dtype).eps)
+
+
+def _flat_oracles(operator, exact, unravel, size, stochastic):
+  """(oracle(v, key), record(v)) on raveled vectors; checks that F maps z0's size to itself."""
+
+  def flat(fn, *args):
+    out = ravel_pytree(fn(*args))[0]
+    require(
+      out.shape == (size,),
+      "operator",
+      f"returned {out.size} values for a z0 of {size}; F must map z0's structure to itself",
+    )
+    return out
+
+  if not stochastic:
+    record = lambda v: flat(operator, unravel(v))
+    return (lambda v, _: record(v)), record
+  return (lambda v, sub: flat(operator, unravel(v), sub)), (lambda v: flat(exact, unravel(v)))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 8, 9, 10))
+def _run_jit(method, operator, z0, num_iters, key, exact, L, dynamic, scaled, static, source):
   z0_flat, unravel = ravel_pytree(z0)
   dtype = z0_flat.dtype
+  oracle, record = _flat_oracles(operator, exact, unravel, z0_flat.size, key is not None)
+  L = _power_iteration(record, z0_flat, POWER_ITERS) if L is None else jnp.asarray(L, dtype)
   hp = {k: jnp.asarray(v, dtype) for k, v in dynamic.items()}
-  hp.update(dict(static))
-
-  if key is None:
-
-    def oracle(v, _):
-      return ravel_pytree(operator(unravel(v)))[0]
-
-    record_fn = oracle
-  else:
-
-    def oracle(v, sub):
-      return ravel_pytree(operator(unravel(v), sub))[0]
-
-    def record_fn(v, _):
-      return ravel_pytree(exact(unravel(v)))[0]
+  hp.update({k: jnp.asarray(c, dtype) / L for k, c in scaled})
+  hp.update(dict(static), L=L)
 
   def residual(v):
-    r = record_fn(v, None)
+    r = record(v)
     return jnp.vdot(r, r).real
 
   init, step = _IMPL[method]
@@ -446,10 +575,9 @@ def _run_jit(method, operator, z0, num_iters, key, exact, dynamic, static):
   counts = {}
 
   def body(s, k):
-    kf = k.astype(dtype)
     sub = None if k_steps is None else jax.random.fold_in(k_steps, k)
     f = _Counted(oracle, sub)
-    s = step(s, kf, z0_flat, f, hp)
+    s = step(s, k.astype(dtype), z0_flat, f, hp)
     counts["per_iter"] = f.calls
     return s, residual(s["z"])
 
@@ -458,7 +586,9 @@ def _run_jit(method, operator, z0, num_iters, key, exact, dynamic, static):
   calls = init_oracle.calls + per_iter * jnp.arange(1, num_iters + 1, dtype=jnp.int32)
   calls = jnp.concatenate([jnp.zeros((1,), jnp.int32), calls.astype(jnp.int32)])
   res = jnp.concatenate([residual(z0_flat)[None], res])
-  return Trace(z=unravel(state["z"]), residual_sq=res, oracle_calls=calls)
+  return Trace(
+    z=unravel(state["z"]), residual_sq=res, oracle_calls=calls, lipschitz=L, lipschitz_source=source
+  )
 
 
 def fit_slope(iters, values, lo=1e2, hi=1e4, method="endpoints", window=0.1, num=50):
@@ -475,8 +605,7 @@ def fit_slope(iters, values, lo=1e2, hi=1e4, method="endpoints", window=0.1, num
   iters = np.asarray(iters, np.float64)
   values = np.asarray(values, np.float64)
   hi = min(hi, iters.max())
-  if not 0 < lo < hi:
-    raise ValueError(f"fit range: need 0 < lo < hi <= last iteration, got lo={lo}, hi={hi}")
+  require(0 < lo < hi, "lo", f"fit range: need 0 < lo < hi <= last iteration, got lo={lo}, hi={hi}")
 
   def at(pts):
     idx = np.searchsorted(iters, np.unique(np.round(pts)))
@@ -491,4 +620,4 @@ def fit_slope(iters, values, lo=1e2, hi=1e4, method="endpoints", window=0.1, num
     x, y = at(np.geomspace(lo, hi, num))
     x = x - x.mean()
     return ((y - y.mean(-1, keepdims=True)) * x).sum(-1) / (x * x).sum()
-  raise ValueError(f"method: got {method!r}; allowed: endpoints, lsq")
+  raise ConfigError("method", f"got {method!r}; allowed: endpoints, lsq")

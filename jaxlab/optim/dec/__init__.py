@@ -1,4 +1,6 @@
-"""Decentralized SGD with node weights λ (arXiv 2511.19513); public entry: `jaxlab.optim.decentralized`.
+"""Decentralized SGD with node weights λ (arXiv 2511.19513).
+
+Public entry: `jaxlab.optim.decentralized`; notes in docs/decentralized.md.
 
 Submodules: `graphs` (topologies, mixing matrices, property checks), `geometry` (L²(λ) and the
 diagnostic), `problems` (least squares, digits logistic regression / MLP, λ distributions),

@@ -4,15 +4,22 @@ With mixing matrix B, per-node gradient scale s_i and step γ (stochastic gradie
   ATC:  X⁺ = B (X − γ s ⊙ G)            CTA:  X⁺ = B X − γ s ⊙ G
   (I)   B = W doubly stochastic,   s_i = n λ_i  (weights embedded in the losses n λ_i f_i)
   (II)  B = A λ-reversible row-stochastic (λᵀA = λᵀ),  s_i = 1
-These are the standard forms in brief §2.2 (plain DSGD, no gradient tracking); the paper's exact
-experimental protocol is not public. In both cases the π-average (π = 1/n for W, λ for A, the left Perron
-vector) obeys x̄_π⁺ = x̄_π − γ Σ_j λ_j g_j exactly: the strategies share the expected descent direction.
+These are the standard plain-DSGD forms (no gradient tracking; CTA as in Lian et al. 2017,
+arXiv 1705.09056) that the abstract of arXiv 2511.19513 implies; its exact experimental protocol is
+not public (docs/decentralized.md, "Strategies"). In both cases the π-average (π = 1/n for W, λ for
+A, the left Perron vector) obeys x̄_π⁺ = x̄_π − γ Σ_j λ_j g_j exactly: the strategies share the
+expected descent direction.
 
 Two executions of the same update:
 * dense simulation — iterates stacked as (n, ...), gradients vmapped, mixing one n×n matmul;
-* truly distributed — `jax.shard_map` over mesh axis ``nodes`` with one node per device; mixing is a
-  sum of ``ppermute`` rounds (each a partial permutation of the directed edges) for sparse graphs, or an
-  ``all_gather`` + row product for dense ones. Metrics are `psum`s, so nothing is gathered to one host.
+* truly distributed — `jax.shard_map` over mesh axis ``nodes`` with one node per device; mixing is
+  a sum of ``ppermute`` rounds (each a partial permutation of the directed edges) for sparse
+  graphs, or an ``all_gather`` + row product for dense ones. Metrics are `psum`s, so nothing is
+  gathered to one host.
+
+Both keep their own jitted ``lax.scan`` instead of ``jaxlab.core.runtime.train``: a sweep runs
+dozens of short simulations through one compiled scan (the runtime compiles its chunk per call),
+and the distributed one scans inside ``shard_map`` so iterates never leave their device.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 from jax import lax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import PartitionSpec
 
-from jaxlab.optim.dec import graphs as G
+from jaxlab.core.errors import ConfigError, check_choice, require
+from jaxlab.optim.dec import graphs
 from jaxlab.optim.dec.problems import Problem
 
 STRATEGIES = ("I", "II")
@@ -51,19 +59,20 @@ _ALIASES = {
 def canonical_strategy(strategy: str) -> str:
   s = _ALIASES.get(str(strategy))
   if s is None:
-    raise ValueError(
-      f"unknown strategy {strategy!r}; allowed: I (weighted loss + doubly "
-      "stochastic W) or II (row-stochastic λ-reversible A)"
+    raise ConfigError(
+      "strategy",
+      f"unknown strategy {strategy!r}; allowed: I (weighted loss + doubly stochastic W) or II "
+      "(row-stochastic λ-reversible A)",
     )
   return s
 
 
-def mixing_and_scale(strategy: str, graph: G.Graph, lam, row_kind: str = "auto"):
+def mixing_and_scale(strategy: str, graph: graphs.Graph, lam, row_kind: str = "auto"):
   """(B, s): the mixing matrix and the per-node gradient scale of a strategy."""
   lam = np.asarray(lam, np.float64)
   if canonical_strategy(strategy) == "I":
-    return G.metropolis(graph), graph.n * lam
-  return G.row_stochastic(graph, lam, row_kind), np.ones(graph.n)
+    return graphs.metropolis(graph), graph.n * lam
+  return graphs.row_stochastic(graph, lam, row_kind), np.ones(graph.n)
 
 
 class DecState(struct.PyTreeNode):
@@ -81,7 +90,7 @@ class DecState(struct.PyTreeNode):
 
 def init_state(
   strategy: str,
-  graph: G.Graph,
+  graph: graphs.Graph,
   lam,
   problem: Problem,
   lr: float,
@@ -91,10 +100,8 @@ def init_state(
   mixing: np.ndarray | None = None,
   f_star: float | None = None,
 ) -> DecState:
-  if order not in ORDERS:
-    raise ValueError(f"unknown order {order!r}; allowed: {', '.join(ORDERS)}")
-  if graph.n != problem.n:
-    raise ValueError(f"graph has {graph.n} nodes but the problem has {problem.n}")
+  check_choice("order", order, ORDERS)
+  require(graph.n == problem.n, "problem", f"has {problem.n} nodes but the graph has {graph.n}")
   b, s = mixing_and_scale(strategy, graph, lam, row_kind)
   if mixing is not None:
     b = np.asarray(mixing, np.float64)
@@ -205,10 +212,10 @@ simulate.__doc__ = (
 
 
 def ppermute_rounds(b: np.ndarray, tol: float = 0.0) -> tuple[tuple[tuple[int, int], ...], ...]:
-  """Splits the off-diagonal support of B (edges j → i with b_ij ≠ 0) into rounds in which every node
-  sends at most once and receives at most once, i.e. valid `ppermute` permutations. First-fit greedy
-  over edges ordered by circular offset, so circulant graphs (ring, torus, exponential) get one round
-  per offset."""
+  """Splits the off-diagonal support of B (edges j → i with b_ij ≠ 0) into rounds in which every
+  node sends at most once and receives at most once, i.e. valid `ppermute` permutations. First-fit
+  greedy over edges ordered by circular offset, so circulant graphs (ring, torus, exponential) get
+  one round per offset."""
   n = b.shape[0]
   edges = [(j, i) for i in range(n) for j in range(n) if i != j and abs(b[i, j]) > tol]
   edges.sort(key=lambda e: ((e[1] - e[0]) % n, e[0]))
@@ -232,8 +239,7 @@ def ppermute_rounds(b: np.ndarray, tol: float = 0.0) -> tuple[tuple[tuple[int, i
 
 def choose_comm(b: np.ndarray, comm: str = "auto") -> str:
   """``auto``: ppermute when it needs fewer rounds than half the nodes (sparse), else all_gather."""
-  if comm not in COMMS:
-    raise ValueError(f"unknown comm {comm!r}; allowed: {', '.join(COMMS)}")
+  check_choice("comm", comm, COMMS)
   if comm != "auto":
     return comm
   return "ppermute" if len(ppermute_rounds(b)) <= b.shape[0] // 2 else "all_gather"
@@ -308,34 +314,35 @@ def simulate_sharded(state: DecState, problem: Problem, key, steps: int, mesh, c
   """Same as `simulate`, with node i on device i of ``mesh`` axis ``nodes`` (size must equal n)."""
   n = problem.n
   size = mesh.shape.get(AXIS) if AXIS in mesh.shape else None
-  if size != n:
-    raise ValueError(
-      f"distributed mode needs mesh axis {AXIS!r} of size n={n} (one node per "
-      f"device); mesh has {dict(mesh.shape)}"
-    )
+  require(
+    size == n,
+    "mesh",
+    f"distributed mode needs mesh axis {AXIS!r} of size n={n} (one node per device); mesh has "
+    f"{dict(mesh.shape)}",
+  )
   b = np.asarray(state.mix)
   comm = choose_comm(b, comm)
   rounds = ppermute_rounds(b) if comm == "ppermute" else ()
-  node = P(AXIS)
+  node = PartitionSpec(AXIS)
   st_spec = DecState(
     x=jax.tree.map(lambda _: node, state.x),
     mix=node,
     scale=node,
     lam=node,
-    lr=P(),
-    f_star=P(),
-    step=P(),
+    lr=PartitionSpec(),
+    f_star=PartitionSpec(),
+    step=PartitionSpec(),
     order=state.order,
   )
   problem = problem.replace(test=None)  # held-out data is not per node
   pr_spec = problem.replace(
-    inputs=node, targets=node, counts=node, x0=jax.tree.map(lambda _: P(), problem.x0)
+    inputs=node, targets=node, counts=node, x0=jax.tree.map(lambda _: PartitionSpec(), problem.x0)
   )
   fn = jax.shard_map(
     lambda s, p, k: _sharded_scan(s, p, k, steps, comm, rounds),
     mesh=mesh,
-    in_specs=(st_spec, pr_spec, P()),
-    out_specs=(jax.tree.map(lambda _: node, state.x), P()),
+    in_specs=(st_spec, pr_spec, PartitionSpec()),
+    out_specs=(jax.tree.map(lambda _: node, state.x), PartitionSpec()),
   )
   x, ms = jax.jit(fn)(state, problem, key)
   return state.replace(x=x, step=state.step + steps), ms, comm

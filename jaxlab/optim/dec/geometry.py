@@ -1,24 +1,26 @@
 """Geometry of L²(λ; R^d) for mixing matrices, and the diagnostic behind the (I) vs (II) comparison.
 
-Exact linear algebra (brief §2.3): ⟨U, V⟩_λ = Σ_i λ_i ⟨u_i, v_i⟩; the adjoint of B is B* = Λ⁻¹BᵀΛ; B is
-self-adjoint iff ΛB is symmetric. With D = Λ^{1/2}, the L²(λ) operator norm of B is ‖D B D⁻¹‖₂ and the
-λ-orthogonal complement of the consensus line 1 is the Euclidean complement of u = √λ.
+Exact linear algebra (docs/decentralized.md, "Geometry"): ⟨U, V⟩_λ = Σ_i λ_i ⟨u_i, v_i⟩; the
+adjoint of B is B* = Λ⁻¹BᵀΛ; B is self-adjoint iff ΛB is symmetric. With D = Λ^{1/2}, the L²(λ)
+operator norm of B is ‖D B D⁻¹‖₂ and the λ-orthogonal complement of the consensus line 1 is the
+Euclidean complement of u = √λ.
 
-The consensus error Σλ_i‖x_i − x̄_λ‖² = ‖(I − J_λ)X‖²_λ, J_λ = 1λᵀ, contracts under any row-stochastic B as
-(I − J_λ)B X = (I − J_λ)B(I − J_λ)X, so its one-step factor is ρ_λ(B) = ‖(I − J_λ)B(I − J_λ)‖_λ.
-For a λ-self-adjoint A this is the spectral radius on 1^⊥ (1 − spectral gap); for the doubly stochastic W,
-which is not λ-self-adjoint unless λ is uniform, the norm exceeds the spectral radius (the non-normal
-"penalty").
+The consensus error Σλ_i‖x_i − x̄_λ‖² = ‖(I − J_λ)X‖²_λ, J_λ = 1λᵀ, contracts under any
+row-stochastic B as (I − J_λ)B X = (I − J_λ)B(I − J_λ)X, so its one-step factor is
+ρ_λ(B) = ‖(I − J_λ)B(I − J_λ)‖_λ. For a λ-self-adjoint A this is the spectral radius on 1^⊥
+(1 − spectral gap); for the doubly stochastic W, which is not λ-self-adjoint unless λ is uniform,
+the norm exceeds the spectral radius (the non-normal "penalty" of arXiv 2511.19513's abstract).
 
-`diagnose` reports these together with two comparisons in the spirit of the paper's Rayleigh-quotient
-and Loewner-order conditions. **Their exact form in the paper is not public**; the quantities below are
-this codebase's reconstruction (all on the disagreement subspace 1^⊥ of L²(λ)):
+`diagnose` reports these together with two comparisons in the spirit of the paper's
+Rayleigh-quotient and Loewner-order conditions. **Their exact form in the paper is not public**;
+the quantities below are this codebase's reconstruction (all on the disagreement subspace 1^⊥ of
+L²(λ)):
 * ``loewner_min`` / ``loewner_max``: extreme eigenvalues of W̃*W̃ − Ã*Ã, B̃ = (I−J_λ)B(I−J_λ).
   loewner_min ≥ 0 iff Ã*Ã ⪯ W̃*W̃ (Loewner order): A shrinks every disagreement direction at least as
   much as W does in one step.
 * ``rayleigh_min`` / ``rayleigh_max``: extreme Rayleigh quotients ⟨x,(I−W)x⟩_λ / ⟨x,(I−A)x⟩_λ
-  (the denominator is positive definite on 1^⊥ for a connected λ-reversible A). rayleigh_max ≤ 1 iff
-  (I − A) ⪰ (I − W); rayleigh_min < 0 means W *expands* some disagreement direction in L²(λ).
+  (the denominator is positive definite on 1^⊥ for a connected λ-reversible A). rayleigh_max ≤ 1
+  iff (I − A) ⪰ (I − W); rayleigh_min < 0 means W *expands* some disagreement direction in L²(λ).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from jaxlab.optim.dec import graphs as G
+from jaxlab.core.errors import require
+from jaxlab.optim.dec import graphs
 
 
 def inner(u, v, lam) -> float:
@@ -73,8 +76,11 @@ def spectral_gap(b: np.ndarray, lam=None) -> float:
     return float(1.0 - mu[1])
   lam = np.asarray(lam, dtype=np.float64)
   la = lam[:, None] * b
-  if np.abs(la - la.T).max() > 1e-8:
-    raise ValueError("spectral_gap(lam=...): B is not self-adjoint in L²(λ); use consensus_factor")
+  require(
+    np.abs(la - la.T).max() <= 1e-8,
+    "lam",
+    "spectral_gap(lam=...): B is not self-adjoint in L²(λ); use consensus_factor",
+  )
   mu = np.linalg.eigvalsh(_on_complement(b, lam))
   return float(1.0 - np.abs(mu).max())
 
@@ -109,7 +115,7 @@ def comparison(a: np.ndarray, w: np.ndarray, lam) -> dict[str, float]:
 
 
 def diagnose(
-  graph: G.Graph,
+  graph: graphs.Graph,
   lam,
   w: np.ndarray | None = None,
   a: np.ndarray | None = None,
@@ -117,16 +123,16 @@ def diagnose(
 ) -> dict[str, float | str | bool]:
   """The quantities the (I) vs (II) comparison rests on, for one graph and λ.
 
-  Returns a flat dict: n·max λ (the factor that scales Strategy I's step-size limit), Euclidean gap of W,
-  ρ_λ of W and A, ‖W − W*‖_λ (non-self-adjointness penalty), gap_λ(A), and the Loewner/Rayleigh
-  comparison. ``predict_II`` is True when gap_λ(A) > gap(W): on least squares with the substitute
-  λ-MH matrix this called the decided winner in 19/20 cells of the experiment's sweep, while the
-  one-step L²(λ) factor comparison ρ_λ(A) < ρ_λ(W) called only 4/20 (W's non-normal transient makes
-  one-step norms pessimistic). The paper's sharper condition (II can win with a smaller gap) is not
-  public.
+  Returns a flat dict: n·max λ (the factor that scales Strategy I's step-size limit), Euclidean
+  gap of W, ρ_λ of W and A, ‖W − W*‖_λ (non-self-adjointness penalty), gap_λ(A), and the
+  Loewner/Rayleigh comparison. ``predict_II`` is True when gap_λ(A) > gap(W): on least squares
+  with the substitute λ-MH matrix this called the decided winner in 19/20 cells of the
+  experiment's sweep, while the one-step L²(λ) factor comparison ρ_λ(A) < ρ_λ(W) called only 4/20
+  (W's non-normal transient makes one-step norms pessimistic). The paper's sharper condition (II
+  can win with a smaller gap) is not public.
   """
   lam = np.asarray(lam, dtype=np.float64)
-  w = G.metropolis(graph) if w is None else w
+  w = graphs.metropolis(graph) if w is None else w
   out = {
     "graph": graph.name,
     "n": graph.n,
@@ -149,7 +155,7 @@ def diagnose(
       }
     )
     return out
-  a = G.row_stochastic(graph, lam, row_kind) if a is None else a
+  a = graphs.row_stochastic(graph, lam, row_kind) if a is None else a
   out.update(
     {
       "gap_lam_A": spectral_gap(a, lam),

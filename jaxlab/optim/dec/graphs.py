@@ -1,22 +1,25 @@
 """Communication graphs and mixing matrices for decentralized SGD.
 
-Everything here is host-side numpy (float64): matrices are built once per run and then handed to the
-jitted loop. Which constructions are the paper's (arXiv 2511.19513)?  **None is confirmed**: the paper's
-full text was not public. What is implemented are the standard, mathematically checked constructions of
-`shared/research/optimization.md` §2.4:
+Everything here is host-side numpy (float64): matrices are built once per run and then handed to
+the jitted loop. Which constructions are the paper's (arXiv 2511.19513)?  **None is confirmed**:
+the paper's full text was not public. What is implemented are standard, mathematically checked
+constructions (docs/decentralized.md, "Mixing matrices"):
 
-* `metropolis` — Metropolis–Hastings doubly stochastic W, w_ij = 1/(1 + max(d_i, d_j)) (standard;
-  Xiao & Boyd 2004). Strategy (I).
-* `lambda_metropolis` — λ-Metropolis–Hastings row-stochastic A, a_ij = min{1/(d_i+1), λ_j/(λ_i(d_j+1))},
-  reversible w.r.t. λ (standard MCMC construction; **a substitute** for the paper's unpublished λ-induced
-  matrix). Strategy (II).
-* `degree_average` — a_ij = 1/(d_i+1): λ-reversible exactly when λ ∝ degree+1 (the "degree-proportional"
-  guideline the paper's summary mentions).
-* `scaled_kernel` — a_ij = c·w_ij·λ_j (j≠i), another λ-reversible family (brief §2.4.2).
+* `metropolis` — Metropolis–Hastings doubly stochastic W, w_ij = 1/(1 + max(d_i, d_j))
+  (standard; Xiao & Boyd 2004). Strategy (I).
+* `lambda_metropolis` — λ-Metropolis–Hastings row-stochastic A,
+  a_ij = min{1/(d_i+1), λ_j/(λ_i(d_j+1))}, reversible w.r.t. λ (standard MCMC construction;
+  **a substitute** for the paper's unpublished λ-induced matrix). Strategy (II).
+* `degree_average` — a_ij = 1/(d_i+1): λ-reversible exactly when λ ∝ degree+1 (the
+  "degree-proportional" guideline the paper's summary mentions).
+* `scaled_kernel` — a_ij = c·w_ij·λ_j (j≠i), another λ-reversible family (λ_i a_ij = c w_ij λ_i λ_j
+  is symmetric).
 
-Directed static exponential graphs (Ying et al. 2021) have a doubly stochastic W but admit no
-λ-reversible A; `exponential` therefore defaults to the symmetrised graph, and the directed one is
-accepted only by Strategy (I).
+Directed static exponential graphs (Ying et al. 2021, arXiv 2110.13363) have a doubly stochastic W
+but admit no λ-reversible A; `exponential` therefore defaults to the symmetrised graph, and the
+directed one is accepted only by Strategy (I).
+
+Bad arguments raise :class:`jaxlab.core.errors.ConfigError` naming the argument.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import dataclasses
 import math
 
 import numpy as np
+
+from jaxlab.core.errors import ConfigError, require
 
 TOPOLOGIES = (
   "ring",
@@ -86,12 +91,15 @@ def ring(n: int) -> Graph:
   return _from_edges("ring", n, [(i, (i + 1) % n) for i in range(n)])
 
 
+def _torus_rows(n: int) -> int:
+  return max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+
+
 def torus(n: int) -> Graph:
   """2-D torus on an r×c grid with r·c = n and r the largest divisor ≤ √n (r ≥ 2 required)."""
-  r = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+  r = _torus_rows(n)
   c = n // r
-  if r < 2:
-    raise ValueError(f"torus needs n = r*c with r, c >= 2; n={n} is prime or too small")
+  require(r >= 2, "n", f"torus needs n = r*c with r, c >= 2; n={n} is prime or too small")
   idx = lambda a, b: (a % r) * c + (b % c)
   edges = [(idx(a, b), idx(a + 1, b)) for a in range(r) for b in range(c)]
   edges += [(idx(a, b), idx(a, b + 1)) for a in range(r) for b in range(c)]
@@ -107,14 +115,14 @@ def complete(n: int) -> Graph:
 
 
 def hypercube(n: int) -> Graph:
-  if n < 2 or n & (n - 1):
-    raise ValueError(f"hypercube needs n a power of two, got n={n}")
+  require(n >= 2 and not n & (n - 1), "n", f"hypercube needs n a power of two, got n={n}")
   k = n.bit_length() - 1
   return _from_edges("hypercube", n, [(i, i ^ (1 << b)) for i in range(n) for b in range(k)])
 
 
 def exponential(n: int, directed: bool = False) -> Graph:
-  """Static exponential graph: i receives from i − 2^k (mod n), k = 0..⌊log2(n−1)⌋ (Ying et al. 2021).
+  """Static exponential graph: i receives from i − 2^k (mod n), k = 0..⌊log2(n−1)⌋ (Ying et al.
+  2021).
 
   ``directed=False`` (default) symmetrises it so that a λ-reversible A exists.
   """
@@ -127,19 +135,53 @@ def exponential(n: int, directed: bool = False) -> Graph:
 
 def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Graph:
   """G(n, p), resampled (same seed stream) until connected."""
-  if not 0.0 < p <= 1.0:
-    raise ValueError(f"erdos_renyi: p must be in (0, 1], got {p}")
+  require(math.isfinite(p) and 0.0 < p <= 1.0, "p", f"erdos_renyi: must be in (0, 1], got {p}")
+  g = _connected_er(n, p, seed, max_tries)
+  require(
+    g is not None, "p", f"erdos_renyi: no connected G({n}, {p}) in {max_tries} tries; raise p"
+  )
+  return g
+
+
+def _connected_er(n, p, seed, max_tries=1000) -> Graph | None:
   rng = np.random.default_rng(seed)
   for _ in range(max_tries):
     upper = np.triu(rng.random((n, n)) < p, 1)
     g = Graph("erdos_renyi", upper | upper.T)
     if g.is_connected():
       return g
-  raise ValueError(f"erdos_renyi: no connected G({n}, {p}) in {max_tries} tries; raise p")
+  return None
+
+
+def _shape_error(name: str, n) -> str | None:
+  if name not in TOPOLOGIES:
+    return f"unknown topology {name!r}; allowed: {', '.join(TOPOLOGIES)}"
+  if not isinstance(n, (int, np.integer)) or n < 2:
+    return f"{name} needs an int n >= 2 nodes, got n={n!r}"
+  if name == "hypercube" and n & (n - 1):
+    return f"hypercube needs n a power of two, got n={n}"
+  if name == "torus" and _torus_rows(n) < 2:
+    return f"torus needs n = r*c with r, c >= 2; n={n} is prime or too small"
+  return None
+
+
+def topology_error(name: str, n: int, *, p: float = 0.25, seed: int = 0) -> str | None:
+  """Why ``make_graph(name, n, p=p, seed=seed)`` cannot build its graph, or None when it can (a
+  validation predicate for configs: hypercube needs 2^k nodes, torus a composite n, ...)."""
+  msg = _shape_error(name, n)
+  if msg is None and name == "erdos_renyi":
+    if not (math.isfinite(p) and 0.0 < p <= 1.0):
+      return f"erdos_renyi: p must be in (0, 1], got {p}"
+    if _connected_er(n, p, seed) is None:
+      return f"erdos_renyi: no connected G({n}, {p}) in 1000 tries; raise p"
+  return msg
 
 
 def make_graph(name: str, n: int, *, p: float = 0.25, seed: int = 0) -> Graph:
-  """Builds a topology by name (one of `TOPOLOGIES`)."""
+  """Builds a topology by name (one of `TOPOLOGIES`); see `topology_error` for what is allowed.
+  Raises ConfigError("topology", ...) (or "p" for an Erdős–Rényi probability)."""
+  msg = _shape_error(name, n)
+  require(msg is None, "topology", msg)
   builders = {
     "ring": lambda: ring(n),
     "torus": lambda: torus(n),
@@ -150,10 +192,6 @@ def make_graph(name: str, n: int, *, p: float = 0.25, seed: int = 0) -> Graph:
     "exponential_directed": lambda: exponential(n, directed=True),
     "erdos_renyi": lambda: erdos_renyi(n, p, seed),
   }
-  if name not in builders:
-    raise ValueError(f"unknown topology {name!r}; allowed: {', '.join(TOPOLOGIES)}")
-  if n < 2:
-    raise ValueError(f"need at least 2 nodes, got n={n}")
   return builders[name]()
 
 
@@ -163,10 +201,9 @@ def make_graph(name: str, n: int, *, p: float = 0.25, seed: int = 0) -> Graph:
 
 def _check_lam(lam, n: int) -> np.ndarray:
   lam = np.asarray(lam, dtype=np.float64)
-  if lam.shape != (n,):
-    raise ValueError(f"lam must have shape ({n},), got {lam.shape}")
-  if np.any(lam <= 0) or not np.isclose(lam.sum(), 1.0, atol=1e-6):
-    raise ValueError("lam must be positive and sum to 1")
+  require(lam.shape == (n,), "lam", f"must have shape ({n},), got {lam.shape}")
+  ok = np.all(np.isfinite(lam)) and np.all(lam > 0) and np.isclose(lam.sum(), 1.0, atol=1e-6)
+  require(bool(ok), "lam", f"must be {n} finite positive weights summing to 1")
   return lam / lam.sum()
 
 
@@ -176,22 +213,21 @@ def metropolis(graph: Graph) -> np.ndarray:
   adj, d = graph.adj, graph.degrees
   if graph.directed:
     out_d = adj.sum(0)
-    if not (np.all(d == d[0]) and np.all(out_d == d[0])):
-      raise ValueError(
-        f"{graph.name}: directed graph is not regular; no simple doubly stochastic W"
-      )
+    regular = np.all(d == d[0]) and np.all(out_d == d[0])
+    msg = f"{graph.name}: directed graph is not regular; no simple doubly stochastic W"
+    require(bool(regular), "graph", msg)
     return (adj + np.eye(graph.n)) / (d[0] + 1.0)
   w = np.where(adj, 1.0 / (1.0 + np.maximum(d[:, None], d[None, :])), 0.0)
   return w + np.diag(1.0 - w.sum(1))
 
 
 def _require_undirected(graph: Graph, what: str):
-  if graph.directed:
-    raise ValueError(
-      f"{what}: graph {graph.name!r} is directed; a λ-reversible row-stochastic "
-      "matrix needs an undirected graph (use topology 'exponential', the "
-      "symmetrised one, for Strategy II)"
-    )
+  require(
+    not graph.directed,
+    "graph",
+    f"{what}: graph {graph.name!r} is directed; a λ-reversible row-stochastic matrix needs an "
+    "undirected graph (use topology 'exponential', the symmetrised one, for Strategy II)",
+  )
 
 
 def lambda_metropolis(graph: Graph, lam) -> np.ndarray:
@@ -244,15 +280,16 @@ def row_stochastic(graph: Graph, lam, kind: str = "auto") -> np.ndarray:
     return lambda_metropolis(graph, lam)
   if kind == "degree_average":
     a = degree_average(graph)
-    if not np.allclose(lam @ a, lam, atol=1e-9):
-      raise ValueError(
-        "degree_average is λ-reversible only for λ ∝ degree+1; use "
-        "lambda_metropolis or scaled_kernel for this λ"
-      )
+    require(
+      np.allclose(lam @ a, lam, atol=1e-9),
+      "row_kind",
+      "degree_average is λ-reversible only for λ ∝ degree+1; use lambda_metropolis or "
+      "scaled_kernel for this λ",
+    )
     return a
   if kind == "scaled_kernel":
     return scaled_kernel(graph, lam)
-  raise ValueError(f"unknown row-stochastic mixing {kind!r}; allowed: {', '.join(ROW_MIXINGS)}")
+  raise ConfigError("row_kind", f"got {kind!r}; allowed: {', '.join(ROW_MIXINGS)}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,8 +322,8 @@ def row_stochastic_residuals(a: np.ndarray, graph: Graph, lam) -> dict[str, floa
 
 
 def check_mixing(b: np.ndarray, graph: Graph, lam=None, atol: float = 1e-10) -> None:
-  """Raises ValueError naming the violated property (doubly stochastic if lam is None, else λ-reversible
-  row-stochastic)."""
+  """Raises ConfigError("mixing", ...) naming the violated property (doubly stochastic if lam is
+  None, else λ-reversible row-stochastic)."""
   res = (
     doubly_stochastic_residuals(b, graph)
     if lam is None
@@ -295,4 +332,4 @@ def check_mixing(b: np.ndarray, graph: Graph, lam=None, atol: float = 1e-10) -> 
   bad = {k: v for k, v in res.items() if (v < -atol if k == "min_entry" else v > atol)}
   if bad:
     kind = "doubly stochastic" if lam is None else "λ-reversible row-stochastic"
-    raise ValueError(f"mixing matrix is not {kind}: {bad}")
+    raise ConfigError("mixing", f"is not {kind}: {bad}")

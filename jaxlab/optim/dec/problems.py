@@ -3,23 +3,29 @@
 Every problem stores node i's local data padded to a common length with a sample count, so one
 vmapped/shard_mapped loss serves every node:
   f_i(x) = (1/m_i) Σ_{r < m_i} ℓ(x; a_r, y_r) + (reg/2)‖x‖²,
-and a stochastic gradient uses ``batch_size`` indices drawn uniformly (with replacement) from node i's
-own m_i samples (``batch_size=0``: full local gradient).
+and a stochastic gradient uses ``batch_size`` indices drawn uniformly (with replacement) from node
+i's own m_i samples (``batch_size=0``: full local gradient).
 
-* `least_squares` — the paper's synthetic task as described in its summary (f_i = 1/(2m)‖B_i x − b_i‖²);
-  the heterogeneity model (per-node row scales and per-node solutions) is this codebase's choice.
-* `digits_logistic`, `digits_mlp` — multinomial logistic regression / a 64-32-10 tanh MLP on scikit-learn's
-  bundled ``load_digits`` (1797 8×8 images, no network), split non-IID by a per-class Dirichlet(α)
-  partition (the standard Hsu et al. 2019 recipe). Needs scikit-learn.
+* `least_squares` — the paper's synthetic task as described in its summary
+  (f_i = 1/(2m)‖B_i x − b_i‖²); the heterogeneity model (per-node row scales and per-node
+  solutions) is this codebase's choice.
+* `digits_logistic`, `digits_mlp` — multinomial logistic regression / a 64-32-10 tanh MLP on
+  scikit-learn's bundled ``load_digits`` (1797 8×8 images, no network), split non-IID by a
+  per-class Dirichlet(α) partition (the standard recipe of Hsu et al. 2019, arXiv 1909.06335).
+  Needs scikit-learn.
 
-f* is exact for least squares (weighted normal equations, float64), the optimum of a long full-batch
-L-BFGS run for the (strongly convex, L2-regularised) logistic regression, and 0 for the MLP (non-convex:
-the "gap" reported there is f(x̄_λ) itself).
+f* is exact for least squares (weighted normal equations, float64), the lowest value of a long
+full-batch L-BFGS run for the (strongly convex, L2-regularised) logistic regression, and 0 for the
+MLP (non-convex: the "gap" reported there is f(x̄_λ) itself).
+
+Bad arguments raise :class:`jaxlab.core.errors.ConfigError` naming the argument.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -28,7 +34,9 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxlab.optim.dec import graphs as G
+from jaxlab.core.errors import ConfigError, check_choice, require
+from jaxlab.core.train_state import TrainState
+from jaxlab.optim.dec import graphs
 
 PROBLEMS = ("least_squares", "logistic", "mlp")
 LAMBDAS = ("uniform", "dirichlet", "degree", "data")
@@ -129,8 +137,9 @@ def least_squares(
   noise: float = 0.1,
   batch_size: int = 5,
 ) -> Problem:
-  """Heterogeneous least squares: node i has B_i = s_i·N(0, 1) (m×d), s_i log-normal (spread of L_i),
-  and b_i = B_i(x* + hetero·δ_i) + noise·ε, so local minimisers differ (data heterogeneity)."""
+  """Heterogeneous least squares: node i has B_i = s_i·N(0, 1) (m×d), s_i log-normal (spread of
+  L_i), and b_i = B_i(x* + hetero·δ_i) + noise·ε, so local minimisers differ (data
+  heterogeneity)."""
   rng = np.random.default_rng(seed)
   scale = np.exp(0.5 * rng.standard_normal(n))
   b_mat = scale[:, None, None] * rng.standard_normal((n, m, d))
@@ -171,6 +180,7 @@ def dirichlet_split(
 ) -> list[np.ndarray]:
   """Per-class Dirichlet(α) partition of sample indices over n nodes (smaller α = more non-IID).
   Resamples until every node has at least ``min_size`` samples."""
+  require(math.isfinite(alpha) and alpha > 0, "alpha", f"must be finite and > 0, got {alpha}")
   rng = np.random.default_rng(seed)
   for _ in range(1000):
     parts = [[] for _ in range(n)]
@@ -181,9 +191,8 @@ def dirichlet_split(
         parts[i].extend(chunk.tolist())
     if min(len(p) for p in parts) >= min_size:
       return [np.sort(np.asarray(p, np.int64)) for p in parts]
-  raise ValueError(
-    f"dirichlet_split: could not give every one of {n} nodes {min_size} samples; "
-    f"raise alpha (got {alpha})"
+  raise ConfigError(
+    "alpha", f"dirichlet_split: could not give every one of {n} nodes {min_size} samples; raise it"
   )
 
 
@@ -300,36 +309,40 @@ def digits_mlp(
 
 
 def _lbfgs_fstar(p: Problem, lam, iters: int = 500) -> float:
+  """The lowest f seen in ``iters`` L-BFGS steps from x0 (unit step without line search: f is
+  smooth and strongly convex, and the minimum over the run guards against a late blow-up)."""
   lam = jnp.asarray(lam, jnp.float32)
   f = lambda x: p.global_loss(x, lam)
-  opt = optax.lbfgs()
+  state = TrainState.create(lambda variables: None, p.x0, optax.lbfgs(linesearch=None))
 
   @jax.jit
-  def solve(x):
+  def solve(state):
     def body(carry, _):
-      x, s = carry
-      val, g = optax.value_and_grad_from_state(f)(x, state=s)
-      u, s = opt.update(g, s, x, value=val, grad=g, value_fn=f)
-      return (optax.apply_updates(x, u), s), None
+      state, best = carry
+      value, grads = jax.value_and_grad(f)(state.params)
+      best = jnp.where(value < best, value, best)  # NaN never replaces a finite best
+      return (state.apply_gradients(grads=grads), best), None
 
-    (x, _), _ = jax.lax.scan(body, (x, opt.init(x)), None, length=iters)
-    return f(x)
+    (state, best), _ = jax.lax.scan(body, (state, jnp.float32(jnp.inf)), None, length=iters)
+    last = f(state.params)
+    return jnp.where(last < best, last, best)
 
-  return float(solve(p.x0))
+  return float(solve(state))
 
 
 def make_problem(
   name: str, n: int, *, seed: int = 0, alpha: float = 0.5, batch_size: int | None = None, **kw
 ) -> Problem:
-  """Builds a problem by name (one of `PROBLEMS`); ``batch_size=None`` keeps the problem's default."""
+  """Builds a problem by name (one of `PROBLEMS`); ``batch_size=None`` keeps the problem's
+  default."""
+  check_choice("problem", name, PROBLEMS)
+  require(batch_size is None or batch_size >= 0, "batch_size", f"must be >= 0, got {batch_size}")
   extra = {} if batch_size is None else {"batch_size": batch_size}
   if name == "least_squares":
     return least_squares(n, seed=seed, **extra, **kw)
   if name == "logistic":
     return digits_logistic(n, alpha=alpha, seed=seed, **extra, **kw)
-  if name == "mlp":
-    return digits_mlp(n, alpha=alpha, seed=seed, **extra, **kw)
-  raise ValueError(f"unknown problem {name!r}; allowed: {', '.join(PROBLEMS)}")
+  return digits_mlp(n, alpha=alpha, seed=seed, **extra, **kw)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -337,24 +350,22 @@ def make_problem(
 
 
 def make_lambda(
-  kind: str, graph: G.Graph, *, alpha: float = 1.0, seed: int = 0, counts=None
+  kind: str, graph: graphs.Graph, *, alpha: float = 1.0, seed: int = 0, counts=None
 ) -> np.ndarray:
   """λ on the simplex: ``uniform``; ``dirichlet`` (Dirichlet(α·1)); ``degree`` (∝ degree+1, the
-  brief's §2.5 setting); ``data`` (∝ local data sizes ``counts``)."""
+  setting of docs/decentralized.md); ``data`` (∝ local data sizes ``counts``)."""
+  check_choice("lam", kind, LAMBDAS)
   n = graph.n
   if kind == "uniform":
     lam = np.ones(n)
   elif kind == "dirichlet":
-    if alpha <= 0:
-      raise ValueError(f"dirichlet λ needs alpha > 0, got {alpha}")
+    require(math.isfinite(alpha) and alpha > 0, "alpha", f"must be finite and > 0, got {alpha}")
     lam = np.random.default_rng(seed).dirichlet(alpha * np.ones(n))
     lam = np.maximum(lam, 1e-6)  # tiny weights make λ-MH nearly disconnect a node; keep λ > 0
   elif kind == "degree":
-    lam = G.degree_lambda(graph)
-  elif kind == "data":
-    if counts is None:
-      raise ValueError("λ = data needs the local data sizes (counts)")
-    lam = np.asarray(counts, np.float64)
+    lam = graphs.degree_lambda(graph)
   else:
-    raise ValueError(f"unknown λ distribution {kind!r}; allowed: {', '.join(LAMBDAS)}")
+    require(counts is not None, "counts", "λ = data needs the local data sizes (counts)")
+    lam = np.asarray(counts, np.float64)
+    require(lam.shape == (n,) and bool(np.all(lam > 0)), "counts", f"must be {n} positive sizes")
   return lam / lam.sum()

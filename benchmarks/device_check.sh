@@ -40,4 +40,4 @@ run uhm 150 $PY -m benchmarks.uhm --paper_scale --agents=rebrac,ghm,uhm --steps=
 # GOMA: 1024 vmapped instances vs the NumPy loop.
 run vi 60 $PY -m benchmarks.vi
 # DASBS: training/sampling throughput vs MCMC effective samples/s at L=24, beta_c.
-run dasbs 60 $PY -m benchmarks.dasbs --L=24
+run dasbs 60 $PY -m benchmarks.dasbs  # default preset: L = 24 at beta_c

@@ -98,3 +98,31 @@ def test_nothing_is_written_to_the_current_directory(tmp_path):
   r = _run([f"--workdir={tmp_path / 'run'}", "--steps=20"], cwd)
   assert r.returncode == 0, r.stderr[-2000:]
   assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+  "args, flag",
+  [
+    (["--config.nope=1"], "--config.nope"),
+    (["--config=missing_file.py"], "--config"),
+    (["--config=experiments/configs/dasbs.py:bogus"], "--config"),
+  ],
+)
+def test_bad_config_file_flags_exit_2(tmp_path, args, flag):
+  """Config-file flags (big_vision style) get the same one-line exit 2 as config dicts."""
+  import pathlib
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  args = [a.replace("experiments/", f"{root}/experiments/") for a in args]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  r = subprocess.run(
+    [sys.executable, "-m", "experiments.dasbs", f"--workdir={tmp_path / 'run'}", *args],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-1500:]
+  assert r.stderr.strip().splitlines()[-1].startswith(f"error: {flag}")
+  assert not (tmp_path / "run").exists()

@@ -1,4 +1,4 @@
-"""Discrete ASBS (jaxlab.sampling): exact checks on tiny lattices (brief §3.8)."""
+"""Discrete ASBS (jaxlab.sampling): exact checks on tiny lattices (docs/dasbs.md, "Checks")."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ from jaxlab.sampling import energies, exact, losses
 from jaxlab.sampling import reference as ref_lib
 
 
-# ----------------------------------------------------------------------------- layer 1: exact pieces
+# ---------------------------------------------------------------------------- layer 1: exact pieces
 def test_scores_match_brute_force_and_kaufman_matches_enumeration():
   key = jax.random.PRNGKey(0)
   for tgt in (energies.Lattice("ising", 3, 0.44, h=0.3), energies.Lattice("potts", 4, 1.1, q=4)):
@@ -22,11 +22,11 @@ def test_scores_match_brute_force_and_kaufman_matches_enumeration():
   assert abs(enum["abs_m"] - 0.871087) < 2e-6 and abs(enum["m2"] - 0.809451) < 2e-6
   potts = exact.enumerated_observables(energies.Lattice("potts", 3, 1.0986, q=4))
   assert abs(potts["log_z"] - 21.688966) < 2e-6 and abs(potts["majority"] - 0.905523) < 2e-6
-  # brief §3.8 table (enumeration) for Kaufman / Ferdinand–Fisher at L = 3 and 4
+  # docs/dasbs.md reference table (enumeration) for Kaufman / Ferdinand–Fisher at L = 3 and 4
   for L, beta, logz, u in [(3, 0.4407, 9.020405, -1.611289), (4, 0.6, 20.056533, -1.908070)]:
     ff = exact.ising_exact_observables(L, beta)
     assert abs(ff["log_z"] - logz) < 2e-6 and abs(ff["u_per_spin"] - u) < 2e-6
-  # brief §3.7 (Ferdinand–Fisher, L = 24)
+  # docs/dasbs.md reference values (Ferdinand–Fisher, L = 24)
   ff = exact.ising_exact_observables(24, 0.4407)
   assert abs(ff["f_per_spin"] + 2.112153) < 1e-6 and abs(ff["u_per_spin"] + 1.440249) < 1e-6
   with pytest.raises(ValueError, match="L must be >= 3"):
@@ -52,8 +52,9 @@ def test_bridge_is_exact_conditional():
 
 
 def test_sb_identities_z3_squared():
-  """The ctrl-TM, ctrl-DM, corr-TM and corr-DM targets' conditional means under the exact SB equal the
-  exact Schrödinger ratios (brief §3.4, 9 states, uniform mu, random nu, gamma = 1, t = 0.4)."""
+  """The ctrl-TM, ctrl-DM, corr-TM and corr-DM targets' conditional means under the exact SB equal
+  the exact Schrödinger ratios (docs/dasbs.md "Why Z_N"; 9 states, uniform mu, random nu,
+  gamma = 1, t = 0.4)."""
   with jax.enable_x64(True):
     N, D, S, t = 3, 2, 9, 0.4
     sched = ref_lib.Schedule("log_linear", 1.0, 0.5)
@@ -106,7 +107,8 @@ def test_sb_identities_z3_squared():
       got = cond_mean(jnp.exp(lt), jnp.asarray(by))
       err = float(jnp.max(jnp.abs(got / want - 1)))
       assert err < 1e-10, (name, err)
-    # without the Z_N shift (or with the DM exponent's sign flipped) the identities fail: the test can fail
+    # without the Z_N shift (or with the DM exponent's sign flipped) the identities fail: the test
+    # can fail
     no_shift = score(x1) - log_hphi1(x1)
     flipped = -losses.ctrl_dm_log_target(sched, x1, xt, tt, N)
     for bad in (no_shift, flipped):
@@ -217,12 +219,13 @@ def _tabular_config():
 def tabular_run():
   from jaxlab.sampling import dasbs
 
-  return dasbs.train(_tabular_config(), jax.random.PRNGKey(0))
+  state, _ = dasbs.train(_tabular_config(), jax.random.PRNGKey(0))
+  return state
 
 
 def test_tabular_3x3_ising_converges_to_exact_pmf(tabular_run):
   """End to end (tables instead of networks): tau-leaping samples of the trained controller are as
-  close to the exact pmf as an exact sampler with the same sample count (brief §3.8.3)."""
+  close to the exact pmf as an exact sampler with the same sample count."""
   from jaxlab.sampling import dasbs
 
   _, pmf, _ = exact.exact_pmf(tabular_run.spec.target)
@@ -238,9 +241,7 @@ def test_tabular_3x3_ising_converges_to_exact_pmf(tabular_run):
   assert 0.5 * np.abs(pmf - 1 / 512).sum() > m + 0.3
 
 
-def test_data_parallel_training_equals_single_device():
-  """The same schedule on mesh data:8 (batch sharded) and on one device gives the same parameters."""
-  from jaxlab.core import mesh as mesh_lib
+def _tiny_config(**kw):
   from jaxlab.sampling import dasbs
 
   c = dasbs.get_config()
@@ -256,18 +257,74 @@ def test_data_parallel_training_equals_single_device():
     sampling_steps=4,
     num_stages=1,
     ctrl_steps=4,
-    corr_steps=3,
+    corr_steps=2,
   )
-  one = dasbs.train(c, jax.random.PRNGKey(3))
-  mesh = mesh_lib.make_mesh({"data": 8})
-  many = dasbs.train(c, jax.random.PRNGKey(3), mesh=mesh)
-  for a, b in zip(
-    jax.tree.leaves((one.ctrl_params, one.corr_params, one.buf_x1)),
-    jax.tree.leaves((many.ctrl_params, many.corr_params, many.buf_x1)),
+  c.update(**kw)
+  return c
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+  from jaxlab.sampling import dasbs
+
+  return dasbs.train(_tiny_config(), jax.random.PRNGKey(3))
+
+
+def _assert_same_state(a, b, **tol):
+  for x, y in zip(
+    jax.tree.leaves((a.ctrl.params, a.ctrl.target_params, a.corr.params, a.buf_x1, a.step)),
+    jax.tree.leaves((b.ctrl.params, b.ctrl.target_params, b.corr.params, b.buf_x1, b.step)),
   ):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-5)
-  moved = jax.tree.leaves(jax.tree.map(lambda p: float(jnp.abs(p).max()), one.corr_params))
-  assert max(moved) > 0 and int(many.step) == 7
+    if tol:
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y), **tol)
+    else:
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_training_keys_and_runtime_paths_agree(tiny_run, tmp_path):
+  """Step i uses fold_in(k_run, i) (k_init, k_run = split(key)), as a hand-written scan over
+  `update` would; the in-memory run and a chunked run with a workdir give the same state and
+  per-step history; the per-phase loss curves hide the inactive phase instead of showing 0."""
+  from jaxlab.sampling import dasbs
+
+  one, result = tiny_run
+  spec = one.spec
+  k_init, k_run = jax.random.split(jax.random.PRNGKey(3))
+  update = dasbs.make_update(spec)
+
+  def body(st, i):
+    _, k_u = jax.random.split(jax.random.fold_in(k_run, i))
+    return update(st, None, k_u)
+
+  manual, per_step = jax.jit(lambda st: jax.lax.scan(body, st, jnp.arange(6)))(
+    dasbs.init_state(spec, k_init)
+  )
+  _assert_same_state(one, manual)
+  assert result.summary["step"] == 6 and not (tmp_path / "run").exists()
+
+  loop = dasbs.default_loop(spec, log_every=3, ckpt_every=3, history=True, tensorboard=False)
+  on_disk, res = dasbs.train(spec, jax.random.PRNGKey(3), workdir=tmp_path / "run", loop=loop)
+  _assert_same_state(one, on_disk)
+  np.testing.assert_allclose(res.history["loss"], per_step["loss"], rtol=1e-6)
+  np.testing.assert_array_equal(res.history["phase"], [0, 0, 0, 0, 1, 1])
+  curves = dasbs.loss_by_phase(res.history)
+  assert np.isnan(curves["ctrl_loss"][4:]).all() and np.isfinite(curves["ctrl_loss"][:4]).all()
+  assert np.isnan(curves["corr_loss"][:4]).all() and (curves["corr_loss"][4:] > 0).all()
+  assert (tmp_path / "run" / "metrics.csv").exists()
+
+
+def test_data_parallel_training_equals_single_device(tiny_run):
+  """The same schedule on mesh data:8 (batch sharded) and on one device gives the same state."""
+  from jaxlab.core import mesh as mesh_lib
+  from jaxlab.sampling import dasbs
+
+  c = _tiny_config()
+  one, _ = tiny_run
+  mesh = mesh_lib.make_mesh({"data": 8})
+  many, _ = dasbs.train(c, jax.random.PRNGKey(3), mesh=mesh)
+  _assert_same_state(one, many, rtol=2e-4, atol=2e-5)
+  moved = jax.tree.leaves(jax.tree.map(lambda p: float(jnp.abs(p).max()), one.corr.params))
+  assert max(moved) > 0 and int(many.step) == 6
 
 
 def test_ropesit_starts_at_reference_and_gets_gradients():
@@ -294,6 +351,42 @@ def test_ropesit_starts_at_reference_and_gets_gradients():
   assert float(jnp.abs(out0).max()) == 0.0
   assert float(jnp.abs(out).max()) > 0
   assert float(jnp.abs(jnp.where(x[..., None] == jnp.arange(3), out, 0.0)).max()) == 0.0
-  with pytest.raises(ValueError, match="corr_loss"):
-    c.update(corr_loss="tm", source="constant")
+  from jaxlab.core.errors import ConfigError
+
+  c.update(corr_loss="tm", source="constant")
+  with pytest.raises(ConfigError) as e:
     dasbs.make_spec(c)
+  assert e.value.field == "config.corr_loss"
+
+
+def test_python_usage_snippet():
+  """The README's "Use from Python" snippet for DASBS: train on a 3x3 lattice, sample, score."""
+  import jax
+
+  from jaxlab.sampling import dasbs, exact
+
+  config = dasbs.get_config()  # Ising at beta_c, constant source, ctrl-TM / corr-DM
+  config.update(
+    L=3,
+    model="tabular",
+    knots=4,
+    lr=0.1,
+    batch_size=256,
+    buffer_size=1024,
+    sampling_steps=64,
+    num_stages=2,
+    ctrl_steps=300,
+    corr_steps=100,
+  )
+  state, result = dasbs.train(config, jax.random.key(0))  # in memory; see result.summary
+  x, log_rnd = dasbs.sample(state, jax.random.key(1), 4096)  # x: int32[4096, 9] in {0, 1}
+  target = state.spec.target  # energies.Lattice: energy(x), score(x), magnetisation(x)
+  u_model = float(target.energy(x).mean()) / target.D
+  u_exact = exact.ising_exact_observables(target.L, target.beta)["u_per_spin"]
+  print(f"U per spin: model {u_model:.3f}, exact {u_exact:.3f}")  # about -1.59 vs -1.611
+
+  assert x.shape == (4096, 9) and log_rnd.shape == (4096,)
+  assert abs(u_model - u_exact) < 0.06, (u_model, u_exact)
+  # the untrained sampler is far off (the reference keeps half the sites of its constant start)
+  x0, _ = dasbs.sample(dasbs.init_state(config, jax.random.key(0)), jax.random.key(1), 4096)
+  assert abs(float(target.energy(x0).mean()) / target.D - u_exact) > 0.5

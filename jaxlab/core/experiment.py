@@ -240,6 +240,24 @@ def write_summary(workdir: str | pathlib.Path, summary: Mapping[str, Any]) -> pa
   return path
 
 
+_OVERRIDE_ERRORS = (AttributeError, KeyError, ValueError, TypeError, flags.Error)
+
+
+def _fail_override(name: str, default_config, error: Exception) -> NoReturn:
+  """One line for a bad ``--<name>.x=...`` override: the unknown field and the fields there."""
+  prefix = f"--{name}."
+  for arg in sys.argv[1:]:
+    if arg.startswith(prefix) and default_config is not None:
+      path = arg[len(prefix) :].split("=", 1)[0]
+      node = default_config
+      for part in path.split("."):
+        if not hasattr(node, "keys") or part not in node.keys():
+          allowed = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "none"
+          fail(f"{name}.{path}", f"unknown config field {part!r}; fields here: {allowed}")
+        node = node[part]
+  fail(name, str(error).strip("'\""))
+
+
 def define_config(default_config, name: str = "config"):
   """``config_flags.DEFINE_config_dict`` whose bad overrides exit 2 naming the field.
 
@@ -250,26 +268,51 @@ def define_config(default_config, name: str = "config"):
 
   try:
     return config_flags.DEFINE_config_dict(name, default_config)
-  except (AttributeError, KeyError, ValueError, TypeError, flags.Error) as e:
-    prefix = f"--{name}."
-    for arg in sys.argv[1:]:
-      if arg.startswith(prefix):
-        path = arg[len(prefix) :].split("=", 1)[0]
-        node = default_config
-        for part in path.split("."):
-          if not hasattr(node, "keys") or part not in node.keys():
-            allowed = ", ".join(sorted(node.keys())) if hasattr(node, "keys") else "none"
-            fail(f"{name}.{path}", f"unknown config field {part!r}; fields here: {allowed}")
-          node = node[part]
-    fail(name, str(e).strip("'\""))
+  except _OVERRIDE_ERRORS as e:
+    _fail_override(name, default_config, e)
+
+
+def _load_config_file(spec: str):
+  """``path.py[:arg]`` -> ``get_config(arg)``, as ml_collections loads it (for error messages)."""
+  import importlib.util
+
+  path, _, arg = spec.partition(":")
+  try:
+    module_spec = importlib.util.spec_from_file_location("_jaxlab_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+  except Exception:  # the message then names the flag without listing fields
+    return None
+
+
+_CONFIG_FILE_FLAGS: list[str] = []
+
+
+def _check_config_files() -> None:
+  """ml_collections defers a config file's load error to first use; report it as a bad flag."""
+  for name in _CONFIG_FILE_FLAGS:
+    try:
+      FLAGS[name].value.keys()
+    except OSError as e:
+      chosen = FLAGS[name].config_filename if hasattr(FLAGS[name], "config_filename") else ""
+      why = str(e).strip().splitlines()[-1].strip()
+      fail(name, f"cannot load the config file {chosen!r}: {why}")
 
 
 def define_config_file(default_path: str, name: str = "config"):
-  """``config_flags.DEFINE_config_file`` (big_vision style: ``--config=path.py:arg``); overrides
-  ``--config.x=...`` apply at flag parsing, where a bad one exits 2 with one line."""
+  """``config_flags.DEFINE_config_file`` (big_vision style: ``--config=path.py:arg``).
+
+  Like :func:`define_config`, a bad ``--config=`` or ``--config.x=...`` exits 2 with one line.
+  """
   from ml_collections import config_flags
 
-  return config_flags.DEFINE_config_file(name, default=default_path, lock_config=True)
+  _CONFIG_FILE_FLAGS.append(name)
+  try:
+    return config_flags.DEFINE_config_file(name, default=default_path, lock_config=True)
+  except _OVERRIDE_ERRORS + (OSError, ImportError, SyntaxError) as e:
+    chosen = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(f"--{name}=")), None)
+    _fail_override(name, _load_config_file(chosen or default_path), e)
 
 
 def _flags_parser(argv: list[str]) -> list[str]:
@@ -294,6 +337,7 @@ def run(main) -> None:
 
     if len(argv) > 1:
       fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
+    _check_config_files()
     try:
       distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     except ValueError as e:

@@ -1,24 +1,31 @@
-"""Discrete Adjoint Schrödinger Bridge Sampler (Guo et al., ICML 2026), staged training loop.
+"""Discrete Adjoint Schrödinger Bridge Sampler (Guo et al., ICML 2026, arXiv 2602.08243).
 
-Faithful to the public DASBS code (brief §3.2-3.6): alternating controller target/denoising matching and
-corrector matching (IPF-like), a FIFO replay buffer of (x0, x1) pairs simulated by tau-leaping with the EMA
-controller, AdamW (not reset between stages), EMA with warm-up decay min(decay, (1+n)/(10+n)) copied into
-the controller at the end of each controller phase. Deviations (documented choices):
-  * the loss is divided by D*N once (the code's extra constant 1/num_repl is dropped; it only rescales lr
-    for Adam-free optimisers and is a no-op for Adam up to eps);
+Losses, reference process, sampler and schedule follow the authors' public code
+(github.com/AlexandreGUO2001/DASBS, `utils_train.py`, `sampling.py`); `docs/dasbs.md` gives the
+equations. Training alternates controller target/denoising matching and corrector matching
+(IPF-like stages), with a FIFO replay buffer of (x0, x1) pairs simulated by tau-leaping with the EMA
+controller, AdamW (not reset between stages) and an EMA with warm-up decay min(decay,
+(1+n)/(10+n)) that is copied into the controller at the end of each controller phase. Both networks
+are core `TrainState`s; the EMA is the controller's `target_params`. Deviations (our choices):
+  * the loss is divided by D*N once (the code's extra constant 1/num_repl is dropped; it only
+    rescales lr for Adam-free optimisers and is a no-op for Adam up to eps);
   * the corrector keeps no EMA; corr-DM draws t ~ U[0, 1 - corr_dm_eps].
+Not implemented (options of the authors' code): path weights (`use_log_rnd`), the `ada` time weight,
+the memoryless mode (UDNS) and annealing of the target score.
 
-One training step is `update(state, batch=None, key) -> (state, metrics)`; the step index in the state
-selects the phase, so the whole schedule runs under `lax.scan` / the core runtime.
+One training step is `update(state, batch=None, key) -> (state, metrics)`; the step index in the
+state selects the stage and phase, so the whole schedule runs in the core runtime (in memory by
+default)::
 
-    state = train(config, key)                       # config: get_config() ConfigDict
+    state, result = train(config, key)               # config: get_config() ConfigDict
     x, log_rnd = sample(state, key, num_samples)
+    energies = state.spec.target.energy(x)
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
 
 import flax.struct as struct
 import jax
@@ -27,7 +34,10 @@ import ml_collections
 import numpy as np
 import optax
 
+from jaxlab.core import runtime
 from jaxlab.core import sharding as shd
+from jaxlab.core.errors import check_config, require
+from jaxlab.core.train_state import TrainState
 from jaxlab.sampling import energies, losses, networks, sampler
 from jaxlab.sampling import reference as ref_lib
 
@@ -35,25 +45,20 @@ MODELS = ("ropesit", "tabular")
 CTRL_LOSSES = ("tm", "dm")
 CORR_LOSSES = ("tm", "dm")
 SOURCES = ("uniform", "constant")
+TIME_WEIGHTS = ("unif", "gamma")
 
 
 def get_config() -> ml_collections.ConfigDict:
-  """Defaults = the Ising critical setting of the DASBS README (beta_c, constant source, ctrl-TM /
-  corr-DM, lr 5e-4) at L = 8; `experiments/dasbs.py --preset=...` sets the six README settings.
-
-  Full preset (5 x (400 + 200) steps, L = 24): hours on 2 CPU cores, GPU intended:
-    python -m experiments.dasbs --target=ising --L=24 --beta=0.4407
-  Reduced CPU run (~8-13 min on 2 heavily shared cores, 180-300 steps):
-    python -m experiments.dasbs --preset=ising_critical --L=8 --config.num_stages=2 \
-        --config.ctrl_steps=100 --config.corr_steps=50 --config.sampling_steps=50 --config.num_repl=4
-  """
+  """Defaults = the Ising critical setting of the authors' README (beta_c, constant source,
+  ctrl-TM / corr-DM, lr 5e-4) at L = 8. The six README settings at full size are the presets of
+  `experiments/configs/dasbs.py` (`python -m experiments.dasbs --config=...:ising_critical`)."""
   c = ml_collections.ConfigDict()
   c.target = "ising"  # 'ising' | 'potts'
   c.L = 8  # lattice side; D = L*L sites (L >= 3)
   c.beta = 0.4407  # inverse temperature
   c.J = 1.0  # coupling
-  c.h = 0.0  # Ising field
-  c.q = 4  # Potts colours
+  c.h = 0.0  # Ising field (must be 0 for Potts)
+  c.q = 4  # Potts colours (>= 2; ignored for Ising)
   c.noise = "log_linear"  # reference schedule: 'const' | 'log_linear'
   c.gamma = 1.0  # reference rate scale gamma
   c.alpha = 0.5  # log_linear offset alpha: gamma(t) = gamma / (alpha + t)
@@ -121,76 +126,101 @@ class Spec:
   def total_steps(self) -> int:
     return self.num_stages * (self.ctrl_steps + self.corr_steps)
 
+  @property
+  def phase_steps(self) -> int:
+    """Steps per stage (one controller phase, then one corrector phase)."""
+    return self.ctrl_steps + self.corr_steps
 
-def _check(name, ok, msg):
-  if not ok:
-    raise ValueError(f"config.{name}: {msg}")
+
+def _at_least(n: int):
+  return lambda v: None if int(v) >= n else f"must be >= {n}, got {v}"
+
+
+_CHECKS = {
+  "target": ("ising", "potts"),
+  "L": lambda v: None if int(v) >= 3 else f"must be >= 3 (roll-based bonds double-count), got {v}",
+  "beta": "positive",
+  "noise": ref_lib.SCHEDULES,
+  "gamma": "positive",
+  "source": SOURCES,
+  "model": MODELS,
+  "ctrl_loss": CTRL_LOSSES,
+  "corr_loss": CORR_LOSSES,
+  "bregman": losses.BREGMAN,
+  "time_weight": TIME_WEIGHTS,
+  **{
+    k: _at_least(1)
+    for k in (
+      "hidden",
+      "depth",
+      "heads",
+      "mlp_ratio",
+      "knots",
+      "batch_size",
+      "num_repl",
+      "buffer_size",
+      "resample_freq",
+      "sampling_steps",
+      "num_stages",
+      "ctrl_steps",
+    )
+  },
+  "corr_steps": _at_least(0),
+  "rope_theta": "positive",
+  "dm_eps": "open_prob",
+  "corr_dm_eps": lambda v: None if 0.0 < v <= 1.0 else f"must be in (0, 1], got {v}",
+  "lr": "positive",
+  "weight_decay": "nonneg",
+  "ema_decay": "prob",
+}
+
+
+def _check_combinations(c) -> None:
+  """Checks that involve several fields; each error names the field to change."""
+  require(
+    c.noise != "log_linear" or c.alpha > 0,
+    "config.alpha",
+    f"log_linear noise needs alpha > 0, got {c.alpha}",
+  )
+  if c.target == "potts":
+    require(int(c.q) >= 2, "config.q", f"Potts needs q >= 2 colours, got {c.q}")
+    require(c.h == 0.0, "config.h", f"the field h is Ising-only; Potts needs h = 0, got {c.h}")
+  require(
+    not (c.corr_loss == "tm" and c.source == "constant"),
+    "config.corr_loss",
+    "'tm' is not allowed with source='constant' (beta_init = inf); use 'dm'",
+  )
+  require(
+    int(c.buffer_size) >= int(c.batch_size),
+    "config.buffer_size",
+    f"must be >= batch_size ({c.batch_size}), got {c.buffer_size}",
+  )
+  require(
+    int(c.hidden) % int(c.heads) == 0,
+    "config.hidden",
+    f"must be divisible by heads ({c.heads}), got {c.hidden}",
+  )
+  if c.model == "tabular":
+    n, d = (2 if c.target == "ising" else int(c.q)), int(c.L) ** 2
+    require(n**d <= 4096, "config.model", f"'tabular' needs N^D <= 4096 states, got {n}^{d}")
 
 
 def make_spec(config) -> Spec:
+  """Validates a config (raises `ConfigError` naming the field, e.g. `config.beta`) -> `Spec`."""
+  if isinstance(config, Spec):
+    return config
+  check_config(config, _CHECKS)  # also: every float field finite
+  _check_combinations(config)
   c = config
-  _check("target", c.target in ("ising", "potts"), f"must be 'ising' or 'potts', got {c.target!r}")
-  _check("L", int(c.L) >= 3, f"must be >= 3, got {c.L}")
-  _check("source", c.source in SOURCES, f"must be one of {SOURCES}, got {c.source!r}")
-  _check("model", c.model in MODELS, f"must be one of {MODELS}, got {c.model!r}")
-  _check(
-    "ctrl_loss", c.ctrl_loss in CTRL_LOSSES, f"must be one of {CTRL_LOSSES}, got {c.ctrl_loss!r}"
-  )
-  _check(
-    "corr_loss", c.corr_loss in CORR_LOSSES, f"must be one of {CORR_LOSSES}, got {c.corr_loss!r}"
-  )
-  _check(
-    "corr_loss",
-    not (c.corr_loss == "tm" and c.source == "constant"),
-    "'tm' is not allowed with source='constant' (beta_init = inf); use 'dm'",
-  )
-  _check(
-    "time_weight",
-    c.time_weight in ("unif", "gamma"),
-    f"must be 'unif' or 'gamma', got {c.time_weight!r}",
-  )
-  _check(
-    "bregman", c.bregman in losses.BREGMAN, f"must be one of {losses.BREGMAN}, got {c.bregman!r}"
-  )
-  for k in (
-    "batch_size",
-    "num_repl",
-    "buffer_size",
-    "resample_freq",
-    "sampling_steps",
-    "num_stages",
-    "ctrl_steps",
-    "hidden",
-    "depth",
-    "heads",
-    "knots",
-  ):
-    _check(k, int(c[k]) >= 1, f"must be >= 1, got {c[k]}")
-  _check("corr_steps", int(c.corr_steps) >= 0, f"must be >= 0, got {c.corr_steps}")
-  _check(
-    "buffer_size",
-    int(c.buffer_size) >= int(c.batch_size),
-    f"must be >= batch_size ({c.batch_size}), got {c.buffer_size}",
-  )
-  _check("hidden", int(c.hidden) % int(c.heads) == 0, f"must be divisible by heads ({c.heads})")
-  _check("dm_eps", 0.0 < c.dm_eps < 1.0, f"must be in (0, 1), got {c.dm_eps}")
-  _check("corr_dm_eps", 0.0 < c.corr_dm_eps <= 1.0, f"must be in (0, 1], got {c.corr_dm_eps}")
-  _check("lr", c.lr > 0, f"must be > 0, got {c.lr}")
   target = energies.Lattice(c.target, int(c.L), float(c.beta), float(c.J), float(c.h), int(c.q))
-  if c.model == "tabular":
-    _check(
-      "model",
-      target.N**target.D <= 4096,
-      f"'tabular' needs N^D <= 4096 states, got {target.N}^{target.D}",
-    )
   sched = ref_lib.Schedule(c.noise, float(c.gamma), float(c.alpha))
+  defaults = get_config()
   fields = {f.name for f in dataclasses.fields(Spec)} - {"target", "sched"}
-  return Spec(
-    target=target, sched=sched, **{k: type(getattr(get_config(), k))(c[k]) for k in fields}
-  )
+  return Spec(target=target, sched=sched, **{k: type(defaults[k])(c[k]) for k in fields})
 
 
 def make_models(spec: Spec):
+  """(controller, corrector) linen modules: log phi(t, x) and log hat-phi(x), both BxD -> BxDxN."""
   t = spec.target
   if spec.model == "tabular":
     return (networks.TabularLogPhi(t.N, t.D, spec.knots), networks.TabularLogPhi(t.N, t.D, 1))
@@ -207,28 +237,20 @@ def make_models(spec: Spec):
 
 
 class DASBSState(struct.PyTreeNode):
-  step: jax.Array
-  ctrl_params: Any
-  ctrl_ema: Any
-  corr_params: Any
-  ctrl_opt: Any
-  corr_opt: Any
-  ema_count: jax.Array
+  step: jax.Array  # global step: selects the stage and the phase
+  ctrl: TrainState  # controller; target_params is its EMA, ctrl.step counts the EMA updates
+  corr: TrainState  # corrector (no EMA)
   buf_x0: jax.Array  # buffer_size x D
   buf_x1: jax.Array
   buf_ptr: jax.Array
   buf_count: jax.Array
-  last_ess: jax.Array
-  last_invalid: jax.Array
+  last_ess: jax.Array  # ESS of the tau-leaping log-RND of the last resample
+  last_invalid: jax.Array  # fraction of invalid tau-leap rows in the last resample
   spec: Spec = struct.field(pytree_node=False)
 
 
-def _optimizer(spec):
-  return optax.adamw(spec.lr, weight_decay=spec.weight_decay)
-
-
 def init_state(config_or_spec, key) -> DASBSState:
-  spec = config_or_spec if isinstance(config_or_spec, Spec) else make_spec(config_or_spec)
+  spec = make_spec(config_or_spec)
   return jax.jit(_init_state, static_argnums=0)(spec, key)  # jit: eager flax init is slow on CPU
 
 
@@ -237,18 +259,12 @@ def _init_state(spec: Spec, key) -> DASBSState:
   D = spec.target.D
   x = jnp.zeros((1, D), jnp.int32)
   k1, k2 = jax.random.split(key)
-  cp = ctrl.init(k1, x, jnp.zeros((1,)))
-  rp = corr.init(k2, x, None)
-  opt = _optimizer(spec)
+  tx = optax.adamw(spec.lr, weight_decay=spec.weight_decay)
   zb = jnp.zeros((spec.buffer_size, D), jnp.int32)
   return DASBSState(
     step=jnp.zeros((), jnp.int32),
-    ctrl_params=cp,
-    ctrl_ema=cp,
-    corr_params=rp,
-    ctrl_opt=opt.init(cp),
-    corr_opt=opt.init(rp),
-    ema_count=jnp.zeros((), jnp.int32),
+    ctrl=TrainState.create(ctrl, ctrl.init(k1, x, jnp.zeros((1,)))["params"], tx, target=True),
+    corr=TrainState.create(corr, corr.init(k2, x, None)["params"], tx),
     buf_x0=zb,
     buf_x1=zb,
     buf_ptr=jnp.zeros((), jnp.int32),
@@ -263,131 +279,134 @@ def _bx(x, mesh):
   return shd.constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
 
 
-def simulate(spec: Spec, ctrl_params, key, num: int, mesh=None, steps: int | None = None):
-  """tau-leaping from the source with controller params; returns the sampler's output dict."""
-  ctrl, _ = make_models(spec)
+def simulate(
+  spec: Spec, ctrl: TrainState, params, key, num: int, mesh=None, steps: int | None = None
+):
+  """tau-leaping from the source with controller `params`; returns the sampler's output dict."""
   t = spec.target
   k0, k1 = jax.random.split(key)
   x0 = _bx(sampler.sample_source(k0, spec.source, num, t.D, t.N), mesh)
-  fn = lambda tt, x: ctrl.apply(ctrl_params, _bx(x, mesh), tt)
+  fn = lambda tt, x: ctrl(_bx(x, mesh), tt, params=params)
   out = sampler.tau_leap(k1, fn, x0, spec.sched, t.N, steps or spec.sampling_steps)
   out["x0"] = x0
   return out
 
 
+def _ema_decay(spec: Spec, n):
+  """The authors' warm-up: min(cap, (1 + n) / (10 + n)) after n EMA updates."""
+  return jnp.minimum(spec.ema_decay, (1.0 + n) / (10.0 + n))
+
+
+def _resample(spec: Spec, mesh, state: DASBSState, key) -> DASBSState:
+  """Simulates batch_size paths with the EMA controller into the FIFO buffer."""
+  B = spec.batch_size
+  out = simulate(spec, state.ctrl, state.ctrl.target_params, key, B, mesh)
+  idx = (state.buf_ptr + jnp.arange(B)) % spec.buffer_size
+  return state.replace(
+    buf_x0=state.buf_x0.at[idx].set(out["x0"]),
+    buf_x1=state.buf_x1.at[idx].set(out["x1"]),
+    buf_ptr=(state.buf_ptr + B) % spec.buffer_size,
+    buf_count=jnp.minimum(state.buf_count + B, spec.buffer_size),
+    last_ess=sampler.ess(out["log_rnd"]),
+    last_invalid=out["invalid_frac"].astype(jnp.float32),
+  )
+
+
+def _draw(spec: Spec, mesh, state: DASBSState, key):
+  """batch_size pairs without replacement from the filled part of the buffer, each num_repl
+  times, and keys for t and the bridge."""
+  k_perm, k_t, k_b = jax.random.split(key, 3)
+  filled = jnp.arange(spec.buffer_size) < state.buf_count
+  pick = jnp.argsort(jax.random.uniform(k_perm, (spec.buffer_size,)) + ~filled)[: spec.batch_size]
+  x0 = jnp.repeat(state.buf_x0[pick], spec.num_repl, 0)
+  x1 = jnp.repeat(state.buf_x1[pick], spec.num_repl, 0)
+  return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b
+
+
+def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
+  """One controller step (ctrl-TM or ctrl-DM) and its EMA update."""
+  sched, N = spec.sched, spec.target.N
+  x0, x1, k_t, k_b = _draw(spec, mesh, state, key)
+  hi = 1.0 if spec.ctrl_loss == "tm" else 1.0 - spec.dm_eps
+  t = jax.random.uniform(k_t, x0.shape[:1], maxval=hi)
+  xt = _bx(ref_lib.sample_bridge(k_b, sched, x0, x1, t, N), mesh)
+  if spec.ctrl_loss == "tm":
+    target = losses.ctrl_tm_log_target(spec.target.score(x1), state.corr(x1), x1, xt)
+  else:
+    target = losses.ctrl_dm_log_target(sched, x1, xt, t, N)
+  target = jax.lax.stop_gradient(target)
+  w = sched.rate(t) / N if spec.time_weight == "gamma" else None
+
+  def loss_fn(params):
+    loss = losses.masked_loss(target, state.ctrl(xt, t, params=params), xt, spec.bregman, w)
+    return loss, loss
+
+  decay = _ema_decay(spec, state.ctrl.step)  # before this step's EMA update
+  ctrl, loss = state.ctrl.apply_loss(loss_fn)
+  return state.replace(ctrl=ctrl.update_target(tau=1.0 - decay)), loss
+
+
+def _corr_step(spec: Spec, mesh, state: DASBSState, key):
+  """One corrector step (corr-TM or corr-DM); the controller is frozen."""
+  sched, N = spec.sched, spec.target.N
+  x0, x1, k_t, k_b = _draw(spec, mesh, state, key)
+  if spec.corr_loss == "tm":  # S_mu = 0: the uniform source
+    log_phi0 = state.ctrl(x0, jnp.zeros(x0.shape[:1]))
+    target = losses.corr_tm_log_target(jnp.zeros_like(log_phi0), log_phi0, x0, x1)
+  else:
+    t = jax.random.uniform(k_t, x0.shape[:1], maxval=1.0 - spec.corr_dm_eps)
+    xt = ref_lib.sample_bridge(k_b, sched, x0, x1, t, N)
+    target = losses.corr_dm_log_target(sched, x1, xt, t, N)
+  target = jax.lax.stop_gradient(target)
+
+  def loss_fn(params):
+    loss = losses.masked_loss(target, state.corr(x1, params=params), x1, spec.bregman)
+    return loss, loss
+
+  corr, loss = state.corr.apply_loss(loss_fn)
+  return state.replace(corr=corr), loss
+
+
+def _update(spec: Spec, mesh, state: DASBSState, batch, key):
+  del batch
+  s = state.step
+  within = s % spec.phase_steps
+  is_ctrl = within < spec.ctrl_steps
+  local = jnp.where(is_ctrl, within, within - spec.ctrl_steps)
+  k_res, k_step = jax.random.split(key)
+  restart = local == 0  # the buffer restarts at the start of every phase
+  state = state.replace(
+    buf_count=jnp.where(restart, 0, state.buf_count), buf_ptr=jnp.where(restart, 0, state.buf_ptr)
+  )
+  resample = functools.partial(_resample, spec, mesh)
+  state = jax.lax.cond(local % spec.resample_freq == 0, resample, lambda st, k: st, state, k_res)
+  ctrl_step, corr_step = (functools.partial(f, spec, mesh) for f in (_ctrl_step, _corr_step))
+  state, loss = jax.lax.cond(is_ctrl, ctrl_step, corr_step, state, k_step)
+  # end of a controller phase: the controller takes the EMA weights
+  end_ctrl = is_ctrl & (local == spec.ctrl_steps - 1)
+  ctrl = state.ctrl
+  params = jax.tree.map(lambda e, p: jnp.where(end_ctrl, e, p), ctrl.target_params, ctrl.params)
+  metrics = {
+    "loss": loss,  # the active phase's loss (controller or corrector)
+    "phase": 1.0 - is_ctrl.astype(jnp.float32),  # 0 = controller, 1 = corrector
+    "stage": (s // spec.phase_steps).astype(jnp.float32),
+    "ess": state.last_ess,
+    "invalid_frac": state.last_invalid,
+  }
+  return state.replace(step=s + 1, ctrl=ctrl.replace(params=params)), metrics
+
+
 def make_update(spec: Spec, mesh=None):
-  """update(state, batch, key) -> (state, metrics); batch is unused (the data are self-generated)."""
-  ctrl, corr = make_models(spec)
-  tgt, sched, N, D = spec.target, spec.sched, spec.target.N, spec.target.D
-  opt = _optimizer(spec)
-  B, R = spec.batch_size, spec.num_repl
-  phase_len = spec.ctrl_steps + spec.corr_steps
+  """update(state, batch, key) -> (state, metrics); batch is unused (the data are self-made)."""
+  return functools.partial(_update, spec, mesh)
 
-  def resample(state, key):
-    out = simulate(spec, state.ctrl_ema, key, B, mesh)
-    idx = (state.buf_ptr + jnp.arange(B)) % spec.buffer_size
-    return state.replace(
-      buf_x0=state.buf_x0.at[idx].set(out["x0"]),
-      buf_x1=state.buf_x1.at[idx].set(out["x1"]),
-      buf_ptr=(state.buf_ptr + B) % spec.buffer_size,
-      buf_count=jnp.minimum(state.buf_count + B, spec.buffer_size),
-      last_ess=sampler.ess(out["log_rnd"]),
-      last_invalid=out["invalid_frac"].astype(jnp.float32),
-    )
 
-  def draw(state, key):
-    """batch_size pairs without replacement from the filled part of the buffer, each repeated R times."""
-    k_perm, k_t, k_b = jax.random.split(key, 3)
-    u = jax.random.uniform(k_perm, (spec.buffer_size,)) + (
-      jnp.arange(spec.buffer_size) >= state.buf_count
-    )
-    pick = jnp.argsort(u)[:B]
-    x0 = jnp.repeat(state.buf_x0[pick], R, 0)
-    x1 = jnp.repeat(state.buf_x1[pick], R, 0)
-    return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b
-
-  def ctrl_step(state, key):
-    x0, x1, k_t, k_b = draw(state, key)
-    hi = 1.0 if spec.ctrl_loss == "tm" else 1.0 - spec.dm_eps
-    t = jax.random.uniform(k_t, (B * R,), maxval=hi)
-    xt = _bx(ref_lib.sample_bridge(k_b, sched, x0, x1, t, N), mesh)
-    if spec.ctrl_loss == "tm":
-      log_corr1 = corr.apply(state.corr_params, x1, None)
-      target = losses.ctrl_tm_log_target(tgt.score(x1), log_corr1, x1, xt)
-    else:
-      target = losses.ctrl_dm_log_target(sched, x1, xt, t, N)
-    target = jax.lax.stop_gradient(target)
-    w = sched.rate(t) / N if spec.time_weight == "gamma" else None
-
-    def loss_fn(p):
-      return losses.masked_loss(target, ctrl.apply(p, xt, t), xt, spec.bregman, w)
-
-    loss, g = jax.value_and_grad(loss_fn)(state.ctrl_params)
-    upd, ctrl_opt = opt.update(g, state.ctrl_opt, state.ctrl_params)
-    params = optax.apply_updates(state.ctrl_params, upd)
-    n = state.ema_count
-    decay = jnp.minimum(spec.ema_decay, (1.0 + n) / (10.0 + n))
-    ema = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, state.ctrl_ema, params)
-    return state.replace(ctrl_params=params, ctrl_opt=ctrl_opt, ctrl_ema=ema, ema_count=n + 1), loss
-
-  def corr_step(state, key):
-    x0, x1, k_t, k_b = draw(state, key)
-    if spec.corr_loss == "tm":
-      log_phi0 = ctrl.apply(state.ctrl_params, x0, jnp.zeros((B * R,)))
-      target = losses.corr_tm_log_target(
-        jnp.zeros_like(log_phi0), log_phi0, x0, x1
-      )  # S_mu = 0 (uniform)
-    else:
-      t = jax.random.uniform(k_t, (B * R,), maxval=1.0 - spec.corr_dm_eps)
-      xt = ref_lib.sample_bridge(k_b, sched, x0, x1, t, N)
-      target = losses.corr_dm_log_target(sched, x1, xt, t, N)
-    target = jax.lax.stop_gradient(target)
-
-    def loss_fn(p):
-      return losses.masked_loss(target, corr.apply(p, x1, None), x1, spec.bregman)
-
-    loss, g = jax.value_and_grad(loss_fn)(state.corr_params)
-    upd, corr_opt = opt.update(g, state.corr_opt, state.corr_params)
-    return state.replace(
-      corr_params=optax.apply_updates(state.corr_params, upd), corr_opt=corr_opt
-    ), loss
-
-  def update(state: DASBSState, batch, key):
-    del batch
-    s = state.step
-    within = s % phase_len
-    is_ctrl = within < spec.ctrl_steps
-    local = jnp.where(is_ctrl, within, within - spec.ctrl_steps)
-    k_res, k_step = jax.random.split(key)
-    # the buffer restarts at the start of every phase
-    state = jax.lax.cond(
-      local == 0,
-      lambda st: st.replace(
-        buf_count=jnp.zeros_like(st.buf_count), buf_ptr=jnp.zeros_like(st.buf_ptr)
-      ),
-      lambda st: st,
-      state,
-    )
-    state = jax.lax.cond(local % spec.resample_freq == 0, resample, lambda st, k: st, state, k_res)
-    state, loss = jax.lax.cond(is_ctrl, ctrl_step, corr_step, state, k_step)
-    # end of a controller phase: the controller takes the EMA weights
-    end_ctrl = is_ctrl & (local == spec.ctrl_steps - 1)
-    state = jax.lax.cond(
-      end_ctrl, lambda st: st.replace(ctrl_params=st.ctrl_ema), lambda st: st, state
-    )
-    # chunk means of ctrl_loss / ctrl_frac give the controller loss (likewise for the corrector)
-    metrics = {
-      "loss": loss,
-      "ctrl_loss": jnp.where(is_ctrl, loss, 0.0),
-      "corr_loss": jnp.where(is_ctrl, 0.0, loss),
-      "ctrl_frac": is_ctrl.astype(jnp.float32),
-      "ess": state.last_ess,
-      "invalid_frac": state.last_invalid,
-      "stage": (s // phase_len).astype(jnp.float32),
-    }
-    return state.replace(step=s + 1), metrics
-
-  return update
+def loss_by_phase(history) -> dict[str, np.ndarray]:
+  """Per-step controller and corrector losses from `Loop(history=True)` metrics, each NaN outside
+  its own phase, so a plot shows gaps there instead of a drop to zero."""
+  ctrl = np.asarray(history["phase"]) < 0.5
+  loss = np.asarray(history["loss"], np.float64)
+  return {"ctrl_loss": np.where(ctrl, loss, np.nan), "corr_loss": np.where(ctrl, np.nan, loss)}
 
 
 def state_sharding(state: DASBSState, mesh):
@@ -395,59 +414,74 @@ def state_sharding(state: DASBSState, mesh):
   return jax.tree.map(lambda _: shd.replicated(mesh), state)
 
 
+def default_loop(spec: Spec, num_steps: int | None = None, **overrides) -> runtime.Loop:
+  """In-memory schedule: the whole run as one jitted chunk, no files, no progress bar."""
+  n = spec.total_steps if num_steps is None else num_steps
+  kw = dict(
+    num_steps=n, log_every=max(n, 1), ckpt_every=0, progress=False, tensorboard=False, plot=False
+  )
+  return runtime.Loop(**{**kw, **overrides})
+
+
 def train(
-  config, key, mesh=None, workdir=None, num_steps: int | None = None, record=None, **runtime_kw
-) -> DASBSState:
-  """Runs the full staged schedule. With `workdir`, through `jaxlab.core.runtime.train` (metrics,
-  checkpoints, resume; `record` is saved as its config.json); without, as one jitted `lax.scan`."""
-  spec = config if isinstance(config, Spec) else make_spec(config)
+  config, key, *, mesh=None, workdir=None, loop: runtime.Loop | None = None, record=None
+) -> tuple[DASBSState, runtime.Result]:
+  """Runs the staged schedule through `jaxlab.core.runtime.train`; returns `(state, result)`.
+
+  Without `workdir` it runs in memory (`default_loop`: one chunk, no files); with one, the runtime
+  writes metrics and checkpoints and resumes, and `record` is saved as its config.json. Step i uses
+  `fold_in(k_run, i)` with `k_init, k_run = split(key)`, so both paths give the same state.
+  """
+  spec = make_spec(config)
   k_init, k_run = jax.random.split(key)
   state = init_state(spec, k_init)
-  update = make_update(spec, mesh)
-  n = spec.total_steps if num_steps is None else num_steps
-  if workdir is not None:
-    from jaxlab.core import runtime
-
-    sh = state_sharding(state, mesh) if mesh is not None else None
-    state, _ = runtime.train(
-      state,
-      update,
-      num_steps=n,
-      workdir=workdir,
-      key=k_run,
-      mesh=mesh,
-      state_sharding=sh,
-      config=record,
-      **runtime_kw,
-    )
-    return state
-
-  def run(state):
-    def body(st, i):
-      k_s, k_u = jax.random.split(jax.random.fold_in(k_run, i))  # same keys as the runtime
-      st, _ = update(st, None, k_u)
-      return st, None
-
-    state, _ = jax.lax.scan(body, state, jnp.arange(n, dtype=jnp.int32))
-    return state
-
-  if mesh is not None:
-    with jax.set_mesh(mesh):
-      sh = state_sharding(state, mesh)
-      return jax.jit(run, out_shardings=sh)(jax.device_put(state, sh))
-  return jax.jit(run)(state)
+  sh = state_sharding(state, mesh) if mesh is not None else None
+  return runtime.train(
+    state,
+    make_update(spec, mesh),
+    loop or default_loop(spec),
+    key=k_run,
+    workdir=workdir,
+    mesh=mesh,
+    state_sharding=sh,
+    config=record,
+  )
 
 
-def sample(
+def sample_paths(
   state: DASBSState,
   key,
   num_samples: int,
   mesh=None,
   steps: int | None = None,
-  use_ema: bool = True,
-):
-  """(x1 samples num_samples x D, log_rnd) from the trained controller (EMA weights by default)."""
-  params = state.ctrl_ema if use_ema else state.ctrl_params
-  fn = jax.jit(lambda p, k: simulate(state.spec, p, k, num_samples, mesh, steps))
-  out = fn(params, key)
+  batch_size: int | None = None,
+) -> dict:
+  """The sampler's output dict for `num_samples` paths of the EMA controller, simulated in batches
+  of `batch_size` (default: the training batch, batch_size * num_repl, which fits in memory).
+
+  Per-path arrays (`x0`, `x1`, `log_rnd`, `log_p_u`, `log_p_r`, ...) are concatenated; the path
+  statistics (`invalid_frac`, `jumps_per_site`) are averaged over the batches.
+  """
+  spec = state.spec
+  bs = min(num_samples, batch_size or spec.batch_size * spec.num_repl)
+  fn = jax.jit(lambda p, k: simulate(spec, state.ctrl, p, k, bs, mesh, steps))
+  outs = [
+    fn(state.ctrl.target_params, jax.random.fold_in(key, i)) for i in range(-(-num_samples // bs))
+  ]
+  return {
+    k: (
+      jnp.concatenate([o[k] for o in outs])[:num_samples]
+      if jnp.ndim(outs[0][k])
+      else jnp.mean(jnp.stack([o[k] for o in outs]))
+    )
+    for k in outs[0]
+  }
+
+
+def sample(state: DASBSState, key, num_samples: int, mesh=None, steps: int | None = None):
+  """(x1 samples num_samples x D, log_rnd) from the trained controller's EMA weights.
+
+  Score them against the target with `state.spec.target.energy(x)` or
+  `jaxlab.sampling.metrics.summarize` (on `sample_paths`)."""
+  out = sample_paths(state, key, num_samples, mesh, steps)
   return out["x1"], out["log_rnd"]

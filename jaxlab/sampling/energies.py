@@ -4,8 +4,8 @@ States are integer arrays x_BxD (site d = row * L + col). Bonds are counted once
 down neighbours (as `torch.roll` in the DASBS code), so L >= 3 is required: at L = 2 the roll-based
 Hamiltonian double-counts every bond.
 
-The discrete score S(x)_{d,n} = log nu(x^{d<-n}) / nu(x) (shape BxDxN, zero at n = x^d) is the terminal
-"adjoint" of Discrete ASBS.
+The discrete score S(x)_{d,n} = log nu(x^{d<-n}) / nu(x) (shape BxDxN, zero at n = x^d) is the
+terminal "adjoint" of Discrete ASBS.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def _nbr_sum(a_BxLxL: jax.Array) -> jax.Array:
 class Lattice:
   """A periodic L x L Ising (N = 2) or q-state Potts (N = q) target at inverse temperature beta.
 
-  Ising: spins s = 2x - 1, E = -J sum_<ij> s_i s_j - h sum_i s_i.  Potts: E = -J sum_<ij> 1[x_i = x_j].
+  Ising: spins s = 2x - 1, E = -J sum_<ij> s_i s_j - h sum_i s_i.
+  Potts: E = -J sum_<ij> 1[x_i = x_j].
   Hashable (usable as a static jit argument).
   """
 

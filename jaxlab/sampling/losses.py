@@ -1,9 +1,10 @@
-"""The four Discrete ASBS regression losses (brief §3.4, exact from the DASBS `utils_train.py`).
+"""The four Discrete ASBS regression losses (arXiv 2602.08243; exact from the authors'
+`utils_train.py`; the derivation of each target is in docs/dasbs.md, "Losses").
 
-Every loss is a Bregman divergence D(target || pred) on positive rate ratios, summed over (d, n) with
-n != current value, averaged over the batch and divided by D*N. All functions take and return logs.
-The Z_N cyclic shift: a prediction for the jump x^d -> n at one state is matched with the target entry
-for the same group increment g = n - x^d at another state.
+Every loss is a Bregman divergence D(target || pred) on positive rate ratios, summed over (d, n)
+with n != current value, averaged over the batch and divided by D*N. All functions take and return
+logs. The Z_N cyclic shift: a prediction for the jump x^d -> n at one state is matched with the
+target entry for the same group increment g = n - x^d at another state.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def bregman(log_a, log_b, kind: str = "tlogt"):
 
 
 def shift_gather(T_BxDxN, x_from_BxD, x_to_BxD):
-  """out[.., d, n] = T[.., d, (n + x_from^d - x_to^d) mod N]: T's entries (indexed by the value after a
-  jump from x_from) re-indexed by the value after the same Z_N increment from x_to."""
+  """out[.., d, n] = T[.., d, (n + x_from^d - x_to^d) mod N]: T's entries (indexed by the value
+  after a jump from x_from) re-indexed by the value after the same Z_N increment from x_to."""
   N = T_BxDxN.shape[-1]
   idx = ((x_from_BxD - x_to_BxD)[..., None].astype(jnp.int32) + jnp.arange(N)) % N
   return jnp.take_along_axis(T_BxDxN, idx, axis=-1)
@@ -42,12 +43,14 @@ def off_mask(x_BxD, N: int):
 
 
 def ctrl_tm_log_target(score1_BxDxN, log_corr1_BxDxN, x1_BxD, xt_BxD):
-  """ctrl-TM: log phi_t(x_t^{d<-n}) / phi_t(x_t) is regressed on [S_nu - log hat phi](x1) shifted."""
+  """ctrl-TM: log phi_t(x_t^{d<-n}) / phi_t(x_t) is regressed on [S_nu - log hat phi](x1),
+  shifted."""
   return shift_gather(score1_BxDxN - log_corr1_BxDxN, x1_BxD, xt_BxD)
 
 
 def ctrl_dm_log_target(sched, x1_BxD, xt_BxD, t_B, N: int):
-  """ctrl-DM: p_{1|t}(x1 | x_t^{d<-n}) / p_{1|t}(x1 | x_t) = C(t,1)^{1[n != x1^d] - 1[x_t^d != x1^d]}."""
+  """ctrl-DM: p_{1|t}(x1 | x_t^{d<-n}) / p_{1|t}(x1 | x_t)
+  = C(t,1)^{1[n != x1^d] - 1[x_t^d != x1^d]}."""
   lc = ref_lib.log_C(sched, t_B, 1.0, N)[:, None, None]
   n = jnp.arange(N)
   e = (n != x1_BxD[..., None]).astype(lc.dtype) - (xt_BxD != x1_BxD)[..., None].astype(lc.dtype)

@@ -1,5 +1,6 @@
-"""MCMC baselines in JAX with vmapped chains: single-site Metropolis (checkerboard for even L, random
-sequential sites for odd L) and Swendsen–Wang cluster updates (Ising and Potts, h = 0, J > 0).
+"""MCMC baselines in JAX with vmapped chains: single-site Metropolis (checkerboard for even L,
+random sequential sites for odd L) and Swendsen–Wang cluster updates (Ising and Potts, h = 0,
+J > 0).
 
 `run_chains` returns decorrelated-by-thinning samples plus each chain's energy trace, from which
 `integrated_autocorr` gives tau_int (effective samples = samples / tau_int).
@@ -51,7 +52,8 @@ def _sw_one(key, target, x_D):
   L, D, N = target.L, target.D, target.N
   kb, kc = jax.random.split(key)
   g = x_D.reshape(L, L)
-  # FK bond probability between equal neighbours: Ising beta*J*s*s' -> 1 - e^{-2 beta J}; Potts 1 - e^{-beta J}
+  # FK bond probability between equal neighbours: Ising (beta J s s') 1 - e^{-2 beta J};
+  # Potts 1 - e^{-beta J}
   k_eff = 2.0 * target.beta * target.J if target.kind == "ising" else target.beta * target.J
   p = 1.0 - jnp.exp(-k_eff)
   u = jax.random.uniform(kb, (2, L, L))

@@ -1,4 +1,4 @@
-"""Sample-quality metrics for lattice samplers (brief §3.7, §3.11).
+"""Sample-quality metrics for lattice samplers (docs/dasbs.md, "Metrics").
 
 * energy W2 against reference (MCMC) samples: 1-D Wasserstein-2 between energy distributions;
 * Ising magnetisation, |m| and the +/- phase balance; Potts majority fraction and colour balance;
@@ -6,8 +6,8 @@
 * log Z, F, U per spin estimated by path importance sampling against the discrete-time target path
   measure P*(path) = nu(x1) P^r(path | x1). With both paths started from the same source mu,
     log w = log nu~(x1) + log p_r(steps) - log p_u(steps) - log p^r_1(x1),
-  and E_u[w] = Z exactly (any controller, any step count). This estimator is our choice: the paper's
-  estimator (`ising_2d_empirical_observables`) was not read in detail.
+  and E_u[w] = Z exactly (any controller, any step count). This estimator is our choice: the
+  authors' code has its own estimator (`ising_2d_empirical_observables`), not reproduced here.
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def summarize(target, sched, source, out: dict, e_ref=None, exact_obs: dict | No
   res = lattice_stats(target, out["x1"])
   res["ess"] = float(sampler.ess(out["log_rnd"]))
   res.update(is_observables(target, path_is_log_weights(target, sched, source, out), out["x1"]))
-  if "invalid_frac" in out:
-    res["invalid_frac"] = float(out["invalid_frac"])
+  for k in ("invalid_frac", "jumps_per_site"):
+    if k in out:
+      res[k] = float(out[k])
   if e_ref is not None:
     res["energy_w2"] = energy_w2(np.asarray(target.energy(jnp.asarray(out["x1"]))), e_ref)
   if exact_obs is not None:

@@ -1,9 +1,10 @@
 """Controller / corrector networks: log phi(t, x) in R^{D x N} over lattice sites.
 
-`RopeSiT`: a SiT-style transformer over the L*L sites with 2-D RoPE plus a learned absolute position
-embedding and adaLN-Zero time conditioning (the DASBS `ropesit`: hidden 32, 6 blocks, 4 heads, MLP ratio
-4, qkv bias, LayerNorm eps 1e-6, RoPE theta 10). This is a small self-contained linen block written
-here because the shared LM core (`jaxlab/lm`) was not available; swap in its blocks once it exists.
+`RopeSiT`: a SiT-style transformer over the L*L sites with 2-D RoPE plus a learned absolute
+position embedding and adaLN-Zero time conditioning (the DASBS `ropesit`: hidden 32, 6 blocks,
+4 heads, MLP ratio 4, qkv bias, LayerNorm eps 1e-6, RoPE theta 10). A small self-contained linen
+block: the model is tiny and replicated, so it needs neither the LM's logical-axis sharding nor its
+attention variants.
 `Tabular*`: lookup tables over enumerated states (tiny lattices only) for exact end-to-end checks.
 The head is zero-initialised so an untrained controller is the reference (phi = 1) and an untrained
 corrector is zero (the DASBS `zero_init_corrector`). Entries n = x^d are forced to 0.
@@ -20,8 +21,8 @@ import numpy as np
 
 
 def rope_2d(x_BxHxSxK, L: int, theta: float):
-  """Rotary embedding over 2-D site positions: first half of the head dim rotates with the row index,
-  second half with the column index."""
+  """Rotary embedding over 2-D site positions: the first half of the head dim rotates with the row
+  index, the second half with the column index."""
   K = x_BxHxSxK.shape[-1]
   k4 = K // 4
   if k4 == 0:
@@ -135,8 +136,8 @@ class RopeSiT(nn.Module):
 
 
 class TabularLogPhi(nn.Module):
-  """Lookup table log phi[knot, state, d, n], linearly interpolated in t between `knots` (>= 2) knots
-  on [0, 1]; `knots = 1` means no time input (the corrector)."""
+  """Lookup table log phi[knot, state, d, n], linearly interpolated in t between `knots` (>= 2)
+  knots on [0, 1]; `knots = 1` means no time input (the corrector)."""
 
   N: int
   D: int

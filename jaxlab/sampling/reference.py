@@ -1,10 +1,11 @@
 """Uniform-jump reference CTMC on Z_N^D, its transition probabilities and its exact bridge.
 
-Sites are independent. At rate gamma(t)/N a site jumps from x^d to each other value (total leave rate
-gamma(t)(N-1)/N). With Gamma(s,t) = int_s^t gamma, the per-site transition over (s, t] is
-  stay: B(s,t) = (1 + (N-1) e^{-Gamma}) / N,   move to each other value: A(s,t) = (1 - e^{-Gamma}) / N,
-so p^r_{t|s}(y|x) = B^D C^{d_H(x,y)} with C = A/B. The kernel is invariant under Z_N translations, which
-is what makes the cyclic shift in the DASBS losses exact (brief §3.4).
+Sites are independent. At rate gamma(t)/N a site jumps from x^d to each other value (total leave
+rate gamma(t)(N-1)/N). With Gamma(s,t) = int_s^t gamma, the per-site transition over (s, t] is
+  stay: B(s,t) = (1 + (N-1) e^{-Gamma}) / N,
+  move to each other value: A(s,t) = (1 - e^{-Gamma}) / N,
+so p^r_{t|s}(y|x) = B^D C^{d_H(x,y)} with C = A/B. The kernel is invariant under Z_N translations,
+which is what makes the cyclic shift in the DASBS losses exact (docs/dasbs.md, "Why Z_N").
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Schedule:
 
 
 def log_AB(sched: Schedule, s, t, N: int):
-  """(log A, log B): per-site log probability to move to one given other value / to stay over (s,t]."""
+  """(log A, log B): per-site log probability over (s, t] to move to one given other value / to
+  stay."""
   G = sched.Gamma(s, t)
   log_a = jnp.log(-jnp.expm1(-G)) - jnp.log(N)
   log_b = jnp.log1p((N - 1) * jnp.exp(-G)) - jnp.log(N)
@@ -54,14 +56,6 @@ def log_AB(sched: Schedule, s, t, N: int):
 def log_C(sched: Schedule, s, t, N: int):
   log_a, log_b = log_AB(sched, s, t, N)
   return log_a - log_b
-
-
-def log_transition(sched: Schedule, x_BxD, y_BxD, s, t, N: int):
-  """log p^r_{t|s}(y | x) = D log B + d_H(x, y) log C (s, t broadcast over the batch)."""
-  log_a, log_b = log_AB(sched, s, t, N)
-  moved = (x_BxD != y_BxD).sum(-1)
-  D = x_BxD.shape[-1]
-  return D * log_b + moved * (log_a - log_b)
 
 
 def transition_matrix(sched: Schedule, states_SxD, s, t, N: int):
@@ -94,21 +88,14 @@ def sample_bridge(key, sched: Schedule, x0_BxD, x1_BxD, t_B, N: int):
   return jax.random.categorical(key, logits, axis=-1).astype(x0_BxD.dtype)
 
 
-def sample_forward(key, sched: Schedule, x_BxD, s, t, N: int):
-  """y ~ p^r_{t|s}(. | x): each site stays w.p. B, else moves to one of the N-1 others uniformly."""
-  log_a, log_b = log_AB(sched, s, t, N)
-  logits = jnp.where(x_BxD[..., None] == jnp.arange(N), log_b, log_a)
-  return jax.random.categorical(key, logits, axis=-1).astype(x_BxD.dtype)
-
-
-def log_marginal(sched: Schedule, source: str, x_BxD, N: int, s: float = 0.0, t: float = 1.0):
-  """log p^r_t(x) when the reference starts at time s from `source` ('uniform': uniform, stationary;
-  'constant': the N all-equal configurations)."""
+def log_marginal(sched: Schedule, source: str, x_BxD, N: int):
+  """log p^r_1(x) when the reference starts at time 0 from `source` ('uniform': uniform,
+  stationary; 'constant': the N all-equal configurations)."""
   D = x_BxD.shape[-1]
   if source == "uniform":
     return jnp.full(x_BxD.shape[:-1], -D * jnp.log(N))
   if source == "constant":
-    log_a, log_b = log_AB(sched, s, t, N)
+    log_a, log_b = log_AB(sched, 0.0, 1.0, N)
     eq = (x_BxD[..., None] == jnp.arange(N)).sum(-2)  # ... x N: sites equal to colour c
     return jax.nn.logsumexp(eq * log_b + (D - eq) * log_a, axis=-1) - jnp.log(N)
   raise ValueError(f"source must be 'uniform' or 'constant', got {source!r}")

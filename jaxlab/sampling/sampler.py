@@ -1,21 +1,22 @@
-"""tau-leaping for the controlled CTMC, with path log-RNDs and ESS (brief §3.5, from DASBS `sampling.py`).
+"""tau-leaping for the controlled CTMC, with path log-RNDs and ESS (the authors' `sampling.py`).
 
-Per step (t, t+dt] and site d: P(x^d -> n) = Gamma(t,t+dt)/N * phi(t,x)_{d,n} for n != x^d, P(stay) = 1 - sum.
-A row with sum > 1 (or NaN/Inf) stays put and is counted in `invalid_frac`.
+Per step (t, t+dt] and site d: P(x^d -> n) = Gamma(t,t+dt)/N * phi(t,x)_{d,n} for n != x^d,
+P(stay) = 1 - sum. A row with sum > 1 (or NaN/Inf) stays put and is counted in `invalid_frac`.
 Accumulated per path:
   log p_u  = sum log(chosen tau-leap probability)
   log p_r  = sum log p^r_{t+dt|t}(x_new | x)
-  log dP*/dP^r = sum_steps [Gamma/N (D(N-1) - sum_{d,n != x^d} phi) + sum_{d jumped} log phi_{d, x_new^d}]
+  log dP*/dP^r = sum_steps [Gamma/N (D(N-1) - sum_{d,n != x^d} phi)
+                            + sum_{d jumped} log phi_{d, x_new^d}]
                (continuous-time Girsanov for the controlled CTMC vs the reference; left-point rule)
   log_rnd = log dP*/dP^r + log p_r - log p_u.
-In the memoryless case log dP*/dP^r is replaced by log nu(x1) (unnormalised), as in the code. Otherwise the
-log_rnd compares the continuous-time controlled path measure with its tau-leaping discretisation; it is not
-an importance weight against the SB target (brief §3.5 ambiguity).
+The log_rnd compares the continuous-time controlled path measure with its tau-leaping
+discretisation; with a non-memoryless reference it is not an importance weight against the target
+(docs/dasbs.md, "Sampler"). Target importance weights are `metrics.path_is_log_weights`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -43,17 +44,14 @@ def tau_leap(
   sched: ref_lib.Schedule,
   N: int,
   steps: int,
-  t0: float = 0.0,
-  log_nu_fn: Callable | None = None,
-  return_path_stats: bool = True,
 ):
-  """Simulates x0 -> x1 with `steps` tau-leaps on a uniform grid over [t0, 1].
+  """Simulates x0 -> x1 with `steps` tau-leaps on a uniform grid over [0, 1].
 
-  log_phi_fn(t_B, x_BxD) -> BxDxN (log rate ratios to the reference). Returns a dict with x1, log_rnd,
-  log_dp_star_dp_r, log_p_u, log_p_r, invalid_frac, jumps_per_site.
+  log_phi_fn(t_B, x_BxD) -> BxDxN (log rate ratios to the reference). Returns a dict with x1,
+  log_rnd, log_dp_star_dp_r, log_p_u, log_p_r, invalid_frac, jumps_per_site.
   """
   B, D = x0_BxD.shape
-  ts = jnp.linspace(t0, 1.0, steps + 1)
+  ts = jnp.linspace(0.0, 1.0, steps + 1)
   n = jnp.arange(N)
 
   def body(carry, i):
@@ -77,19 +75,15 @@ def tau_leap(
   z = jnp.zeros((B,), jnp.float32)
   init = (x0_BxD, z, z, z, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
   (x1, lpu, lpr, lgir, nbad, njump), _ = jax.lax.scan(body, init, jnp.arange(steps))
-  if log_nu_fn is not None:
-    lgir = log_nu_fn(x1)
-  out = {
+  return {
     "x1": x1,
     "log_rnd": lgir + lpr - lpu,
     "log_dp_star_dp_r": lgir,
     "log_p_u": lpu,
     "log_p_r": lpr,
+    "invalid_frac": nbad / (B * D * steps),
+    "jumps_per_site": njump / (B * D),
   }
-  if return_path_stats:
-    out["invalid_frac"] = nbad / (B * D * steps)
-    out["jumps_per_site"] = njump / (B * D)
-  return out
 
 
 def ess(log_w_B):
@@ -108,12 +102,11 @@ def sample_source(key, kind: str, B: int, D: int, N: int):
   raise ValueError(f"source must be 'uniform' or 'constant', got {kind!r}")
 
 
-def exact_tau_leap_marginal(
-  log_phi_fn, states_SxD, mu_S, sched, N: int, steps: int, t0: float = 0.0
-):
-  """The exact law of the tau-leaping output over an enumerated state space (dense S x S kernels)."""
+def exact_tau_leap_marginal(log_phi_fn, states_SxD, mu_S, sched, N: int, steps: int):
+  """The exact law of the tau-leaping output over an enumerated state space (dense S x S
+  kernels)."""
   S, D = states_SxD.shape
-  ts = jnp.linspace(t0, 1.0, steps + 1)
+  ts = jnp.linspace(0.0, 1.0, steps + 1)
   cols = jnp.arange(D)
 
   def body(p, i):

@@ -1,0 +1,161 @@
+"""experiments.dasbs: config validation by field, the preset config file, bad input exits 2, a tiny
+end-to-end run with resume, and the benchmark's flags."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.sampling import dasbs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIG_FILE = ROOT / "experiments" / "configs" / "dasbs.py"
+
+
+def _config_module():
+  spec = importlib.util.spec_from_file_location("dasbs_config_file", CONFIG_FILE)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.parametrize(
+  "overrides, field",
+  [
+    (dict(noise="cosine"), "config.noise"),
+    (dict(gamma=0.0), "config.gamma"),
+    (dict(alpha=-1.0), "config.alpha"),
+    (dict(target="potts", q=1), "config.q"),
+    (dict(target="potts", h=0.5), "config.h"),
+    (dict(beta=-1.0), "config.beta"),
+    (dict(beta=float("nan")), "config.beta"),
+    (dict(lr=float("nan")), "config.lr"),
+    (dict(lr=float("inf")), "config.lr"),
+    (dict(L=2), "config.L"),
+    (dict(corr_loss="tm"), "config.corr_loss"),  # with the constant source
+    (dict(buffer_size=32), "config.buffer_size"),
+    (dict(hidden=30), "config.hidden"),
+    (dict(model="tabular"), "config.model"),  # 2^64 states
+    (dict(dm_eps=1.0), "config.dm_eps"),
+    (dict(target="glass"), "config.target"),
+  ],
+)
+def test_make_spec_names_the_bad_field(overrides, field):
+  config = dasbs.get_config()
+  config.update(**overrides)
+  with pytest.raises(ConfigError) as e:
+    dasbs.make_spec(config)
+  assert e.value.field == field, (e.value.field, e.value.message)
+
+
+def test_presets_are_valid_config_files():
+  module = _config_module()
+  assert set(module.PRESETS) == {
+    f"{t}_{p}" for t in ("ising", "potts") for p in ("high", "critical", "low")
+  }
+  for name in module.PRESETS:
+    spec = dasbs.make_spec(module.get_config(name))
+    assert spec.num_stages == 5 and spec.model == "ropesit" and spec.sched.alpha == 0.5
+  default = dasbs.make_spec(module.get_config())
+  assert (default.target.kind, default.target.L, default.target.beta) == ("ising", 24, 0.4407)
+  assert (default.source, default.ctrl_loss, default.corr_loss, default.lr) == (
+    "constant",
+    "tm",
+    "dm",
+    5e-4,
+  )
+  potts = dasbs.make_spec(module.get_config("potts_low"))
+  assert (potts.target.N, potts.target.L, potts.sched.gamma, potts.buffer_size) == (
+    4,
+    16,
+    0.25,
+    4096,
+  )
+  with pytest.raises(SystemExit) as e:
+    module.get_config("ising_hot")
+  assert e.value.code == 2
+
+
+def _run(module, args, cwd):
+  # a clone's programs, run from elsewhere so that stray files in the cwd would show
+  path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
+  env.pop("XLA_FLAGS", None)
+  return subprocess.run(
+    [sys.executable, "-m", module, *args],
+    cwd=cwd,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+
+
+@pytest.mark.parametrize(
+  "args, flag",
+  [
+    (["--config.noise=cosine"], "--config.noise"),
+    (["--config.beta=nan"], "--config.beta"),
+    (["--config.target=potts", "--config.h=0.5"], "--config.h"),
+    ([f"--config={CONFIG_FILE}:ising_hot"], "--config"),
+    (["--mcmc_thin=0"], "--mcmc_thin"),
+  ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path, args, flag):
+  workdir = tmp_path / "run"
+  r = _run("experiments.dasbs", [f"--workdir={workdir}", *args], tmp_path)
+  assert r.returncode == 2, (r.stdout, r.stderr[-1500:])
+  lines = [l for l in r.stderr.strip().splitlines() if l.startswith("error:")]
+  assert len(lines) == 1 and flag in lines[0], r.stderr[-1500:]
+  assert "Traceback" not in r.stderr
+  assert not workdir.exists() and os.listdir(tmp_path) == []
+
+
+TINY = [
+  "--config.L=3",
+  "--config.model=tabular",
+  "--config.knots=2",
+  "--config.batch_size=16",
+  "--config.num_repl=2",
+  "--config.buffer_size=32",
+  "--config.resample_freq=3",
+  "--config.sampling_steps=4",
+  "--config.num_stages=2",
+  "--config.ctrl_steps=4",
+  "--config.corr_steps=2",
+  "--eval_samples=64",
+  "--mcmc_chains=8",
+  "--mcmc_samples=8",
+  "--mcmc_burn_in=10",
+  "--mcmc_thin=1",
+]
+
+
+def test_tiny_run_resumes_and_reports(tmp_path):
+  workdir = tmp_path / "run"
+  r = _run("experiments.dasbs", [f"--workdir={workdir}", "--steps=6", *TINY], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  first = json.loads((workdir / "summary.json").read_text())
+  assert first["step"] == 6 and np.isfinite(first["train/loss"])
+  r = _run("experiments.dasbs", [f"--workdir={workdir}", *TINY], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "resuming from checkpoint at step 6" in r.stdout + r.stderr
+  s = json.loads((workdir / "summary.json").read_text())
+  assert s["step"] == 12 and s["resumed_from"] == 6 and s["mcmc/method"] == "sw"
+  for k in ("energy_w2", "abs_err_u_per_spin", "ess_target", "mag", "exact/u_per_spin"):
+    assert np.isfinite(s[f"eval/{k}"]), k
+  assert "provenance" in s and "energy_w2=" in r.stdout
+  for name in ("config.json", "metrics.csv", "curves.png", "energy_hist.png"):
+    assert (workdir / name).exists(), name
+  assert sorted(os.listdir(tmp_path)) == ["run"]  # nothing written to the current directory
+
+
+def test_benchmark_rejects_unused_shared_flags(tmp_path):
+  r = _run("benchmarks.dasbs", ["--steps=5"], tmp_path)
+  assert r.returncode == 2 and "error: --steps: is not used" in r.stderr, r.stderr[-1500:]

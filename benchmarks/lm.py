@@ -1,71 +1,78 @@
 """LM benchmarks: training tokens/s + MFU, and peak attention memory per context-parallel variant.
 
-  python -m benchmarks.lm                      # both parts; GPU: ~100M model, CPU: tiny model
+  python -m benchmarks.lm                      # both parts; GPU: the small preset, CPU: tiny
   python -m benchmarks.lm --part=throughput [--model=small|tiny] [--steps=20]
   python -m benchmarks.lm --part=memory [--seq=16384 --heads=64 --kv_heads=8 --context=8]
 
-Throughput: steps/s of the jitted LM update; MFU = 6N+attention FLOPs / step time / peak, and the
-same against the matmul throughput measured in this process (the reference, printed as a ratio).
+Throughput: steps/s of the jitted LM update on a preset of experiments/configs/lm.py; MFU = model
+FLOPs (6N + attention, `jaxlab.lm.flops`) / step time / nominal peak, and the same against the
+matmul throughput measured in this process (the reference, printed as a ratio).
 Memory: per-device temp bytes of the compiled forward+backward of causal attention
 (``jax.jit(...).lower(...).compile().memory_analysis()``; nothing is executed, so long contexts are
-fine on CPU). The memory part needs ``context`` simulated devices on CPU: it sets
-``XLA_FLAGS=--xla_force_host_platform_device_count`` itself when run on CPU. Reference: Ulysses;
-UPipe's ratio should fall ~1/chunks (UPipe paper: 87.5 % less at 8 chunks).
+fine on CPU). On CPU the memory part simulates ``--context`` devices itself. Reference: Ulysses;
+UPipe's ratio should fall ~1/chunks (UPipe, arXiv 2602.21196: up to 87.5 % less).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
+from absl import flags
 
-def _args():
-  p = argparse.ArgumentParser()
-  p.add_argument("--part", default="all", choices=["all", "throughput", "memory"])
-  p.add_argument("--model", default="auto", choices=["auto", "tiny", "small"])
-  p.add_argument("--steps", type=int, default=10)
-  p.add_argument("--batch", type=int, default=0, help="0: the preset's")
-  p.add_argument("--seq", type=int, default=16384, help="memory part: context length")
-  p.add_argument("--heads", type=int, default=64)
-  p.add_argument("--kv_heads", type=int, default=8)
-  p.add_argument("--head_dim", type=int, default=64)
-  p.add_argument("--context", type=int, default=8, help="memory part: context-parallel degree")
-  return p.parse_args()
+from experiments.configs.lm import get_config as lm_preset
+from jaxlab.core import experiment
+from jaxlab.core.errors import ConfigError, require
+from jaxlab.core.mesh import make_mesh
+from jaxlab.lm import attention, flops, train
+from jaxlab.lm.model import LMConfig, param_count
 
+flags.DEFINE_enum("part", "all", ["all", "throughput", "memory"], "Which benchmark to run.")
+flags.DEFINE_enum(
+  "model", "auto", ["auto", "tiny", "small"], "Throughput preset (auto: small on GPU/TPU)."
+)
+flags.DEFINE_integer("batch", 0, "Throughput: sequences per step (0: the preset's).")
+flags.DEFINE_integer("seq", 16384, "Memory: context length.")
+flags.DEFINE_integer("heads", 64, "Memory: query heads.")
+flags.DEFINE_integer("kv_heads", 8, "Memory: key/value heads.")
+flags.DEFINE_integer("head_dim", 64, "Memory: per-head width.")
+flags.DEFINE_integer("context", 8, "Memory: context-parallel degree (simulated devices on CPU).")
+FLAGS = flags.FLAGS
 
-ARGS = _args()
-if (
-  ARGS.part in ("all", "memory")
-  and "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
-  and os.environ.get("JAX_PLATFORMS", "") in ("", "cpu")
-):
-  os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={ARGS.context}"
-  ).strip()
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from jaxlab.core.mesh import make_mesh  # noqa: E402
-from jaxlab.lm import attention as A  # noqa: E402
-from jaxlab.lm import train as T  # noqa: E402
-from jaxlab.lm.model import LMConfig, flops_per_token, param_count  # noqa: E402
-
-PEAK_TFLOPS = {"h200": 989, "h100": 989, "a100": 312, "v5p": 459, "v4": 275, "l4": 121}
+DEFAULT_STEPS = 10  # timed steps of the throughput part (--steps overrides)
+UNUSED = ("workdir", "mesh", "log_every", "ckpt_every", "keep", "profile", "seed")
 
 
-def _peak():
-  kind = jax.devices()[0].device_kind.lower()
-  for k, v in PEAK_TFLOPS.items():
-    if k in kind:
-      return v * 1e12, kind
-  return None, kind
+def validate() -> int:
+  for name in UNUSED:
+    if FLAGS[name].present:
+      raise ConfigError(name, "is not used by benchmarks.lm; remove it")
+  steps = DEFAULT_STEPS if FLAGS.steps is None else FLAGS.steps
+  require(steps >= 1, "steps", f"must be >= 1, got {steps}")
+  require(FLAGS.batch >= 0, "batch", f"must be >= 0 (0: the preset's), got {FLAGS.batch}")
+  for name in ("seq", "heads", "kv_heads", "head_dim", "context"):
+    require(FLAGS[name].value >= 1, name, f"must be >= 1, got {FLAGS[name].value}")
+  h, kh, p = FLAGS.heads, FLAGS.kv_heads, FLAGS.context
+  require(h % kh == 0, "kv_heads", f"{kh} must divide heads={h}")
+  require(h % p == 0, "heads", f"{h} must be divisible by context={p} (Ulysses)")
+  require(kh % p == 0 or p % kh == 0, "kv_heads", f"{kh} and context={p} must divide one another")
+  require(FLAGS.seq % (2 * p) == 0, "seq", f"{FLAGS.seq} must be divisible by 2 x context={2 * p}")
+  return steps
 
 
-def _matmul_flops(dtype, n=4096 if jax.default_backend() != "cpu" else 1024, reps=10):
+def _simulate_cpu_devices(n: int) -> None:
+  """The memory part needs ``n`` devices; on CPU, ask XLA for them before the backend starts."""
+  if os.environ.get("JAX_PLATFORMS", "") not in ("", "cpu"):
+    return
+  if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    jax.config.update("jax_num_cpu_devices", n)
+
+
+def _matmul_flops(dtype, reps: int = 10) -> float:
+  n = 4096 if jax.default_backend() != "cpu" else 1024
   a = jnp.ones((n, n), dtype)
   f = jax.jit(lambda x: x @ x)
   f(a).block_until_ready()
@@ -76,51 +83,38 @@ def _matmul_flops(dtype, n=4096 if jax.default_backend() != "cpu" else 1024, rep
   return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
-def throughput():
-  gpu = jax.default_backend() != "cpu"
-  model = ARGS.model if ARGS.model != "auto" else ("small" if gpu else "tiny")
-  if model == "small":  # ~100M params (GPT-2-small-like, GQA, 32k vocab)
-    cfg = LMConfig(
-      vocab_size=32768,
-      d_model=768,
-      n_layers=12,
-      n_heads=12,
-      n_kv_heads=4,
-      head_dim=64,
-      mlp_dim=2048,
-      dtype="bfloat16" if gpu else "float32",
-    )
-    batch, seq = ARGS.batch or 16, 1024
-  else:
-    cfg = LMConfig(
-      vocab_size=256, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32, mlp_dim=384
-    )
-    batch, seq = ARGS.batch or 8, 128
-  tx = T.make_optimizer(3e-4, 10, 1000)
-  state = T.create_state(cfg, tx, jax.random.key(0), seq)
+def _model(name: str, accelerator: bool) -> tuple[LMConfig, int, int]:
+  c = lm_preset(name)
+  fields = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")
+  dtype = c.dtype if accelerator else "float32"  # bfloat16 matmuls are emulated on CPU
+  return LMConfig(**{f: c[f] for f in fields}, dtype=dtype), FLAGS.batch or c.batch_size, c.seq_len
+
+
+def throughput(steps: int) -> None:
+  accelerator = jax.default_backend() != "cpu"
+  name = FLAGS.model if FLAGS.model != "auto" else ("small" if accelerator else "tiny")
+  cfg, batch, seq = _model(name, accelerator)
+  state = train.create_state(cfg, train.make_optimizer(3e-4, 10, 1000), jax.random.key(0), seq)
   n = param_count(state.params)
   tokens = jax.random.randint(jax.random.key(1), (batch, seq + 1), 0, cfg.vocab_size)
-  step = jax.jit(T.update, donate_argnums=(0,) if gpu else ())
+  step = jax.jit(train.update, donate_argnums=(0,) if accelerator else ())
   state, m = step(state, {"tokens": tokens})
   jax.block_until_ready(m)
   t = time.perf_counter()
-  for _ in range(ARGS.steps):
+  for _ in range(steps):
     state, m = step(state, {"tokens": tokens})
   jax.block_until_ready(m)
-  dt = (time.perf_counter() - t) / ARGS.steps
-  fpt = flops_per_token(cfg, seq, n)
-  achieved = fpt * batch * seq / dt
+  dt = (time.perf_counter() - t) / steps
+  achieved = flops.flops_per_token(cfg, seq, n) * batch * seq / dt
   mm = _matmul_flops(jnp.dtype(cfg.dtype))
-  peak, kind = _peak()
+  peak = flops.device_peak_flops()
   print(
-    f"[throughput] model={model} ({n / 1e6:.1f}M params, {cfg.dtype}, batch {batch} x {seq}) "
-    f"on {kind}: {dt * 1e3:.1f} ms/step, {batch * seq / dt:,.0f} tokens/s, "
-    f"{achieved / 1e12:.3f} TFLOP/s"
+    f"[throughput] model={name} ({n / 1e6:.1f}M params, {cfg.dtype}, batch {batch} x {seq}) "
+    f"on {jax.devices()[0].device_kind}: {dt * 1e3:.1f} ms/step, {batch * seq / dt:,.0f} "
+    f"tokens/s, {achieved / 1e12:.3f} TFLOP/s"
   )
   if peak:
-    print(
-      f"[throughput] MFU {100 * achieved / peak:.1f}% of {peak / 1e12:.0f} TFLOP/s nominal peak"
-    )
+    print(f"[throughput] MFU {100 * achieved / peak:.1f}% of {peak / 1e12:.0f} TFLOP/s nominal")
   else:
     print("[throughput] MFU: no nominal peak for this device kind")
   print(
@@ -129,35 +123,33 @@ def throughput():
   )
 
 
-def memory():
-  p = ARGS.context
+def _temp_bytes(mesh, q, kv, impl: str, chunks: int = 0) -> int:
+  def loss(q, k, v):
+    out = attention.attention(q, k, v, impl=impl, mesh=mesh, upipe_chunks=chunks)
+    return jnp.sum(out.astype(jnp.float32))
+
+  compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(q, kv, kv).compile()
+  return compiled.memory_analysis().temp_size_in_bytes
+
+
+def memory() -> None:
+  p = FLAGS.context
   if jax.device_count() < p:
     print(f"[memory] needs {p} devices, have {jax.device_count()}; skipped")
     return
   mesh = make_mesh({"context": p}, devices=jax.devices()[:p])
-  b, l, h, kh, d = 1, ARGS.seq, ARGS.heads, ARGS.kv_heads, ARGS.head_dim
+  b, l, h, kh, d = 1, FLAGS.seq, FLAGS.heads, FLAGS.kv_heads, FLAGS.head_dim
   dt = jnp.bfloat16 if jax.default_backend() != "cpu" else jnp.float32
   q = jax.ShapeDtypeStruct((b, l, h, d), dt)
   kv = jax.ShapeDtypeStruct((b, l, kh, d), dt)
-
-  def temp_bytes(impl, chunks=0):
-    f = lambda q, k, v: A.attention(q, k, v, impl=impl, mesh=mesh, upipe_chunks=chunks)
-    loss = lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32))
-    comp = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(q, kv, kv).compile()
-    ma = comp.memory_analysis()
-    return ma.temp_size_in_bytes, ma.argument_size_in_bytes
-
   print(
     f"[memory] causal attention fwd+bwd, B={b} L={l} H={h} KV={kh} D={d} {jnp.dtype(dt).name}, "
     f"context={p}; per-device temp bytes from memory_analysis()"
   )
-  rows = {}
-  for impl in ("allgather", "ring", "ulysses"):
-    rows[impl] = temp_bytes(impl)[0]
-  max_chunks = h // p
-  chunks = [c for c in (1, 2, 4, 8, 16) if c <= max_chunks and h % c == 0 and (h // c) % p == 0]
+  rows = {impl: _temp_bytes(mesh, q, kv, impl) for impl in ("allgather", "ring", "ulysses")}
+  chunks = [c for c in (1, 2, 4, 8, 16) if c <= h // p and h % c == 0 and (h // c) % p == 0]
   for c in chunks:
-    rows[f"upipe(chunks={c})"] = temp_bytes("upipe", c)[0]
+    rows[f"upipe(chunks={c})"] = _temp_bytes(mesh, q, kv, "upipe", c)
   ref = rows["ulysses"]
   for name, t in rows.items():
     print(f"  {name:18s} {t / 2**20:10.1f} MiB   / ulysses = {t / ref:.3f}")
@@ -168,12 +160,20 @@ def memory():
   )
 
 
-if __name__ == "__main__":
+def main(argv) -> None:
+  del argv
+  steps = validate()
+  if FLAGS.part in ("all", "memory"):
+    _simulate_cpu_devices(FLAGS.context)
   print(
     f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} devices",
     file=sys.stderr,
   )
-  if ARGS.part in ("all", "throughput"):
-    throughput()
-  if ARGS.part in ("all", "memory"):
+  if FLAGS.part in ("all", "throughput"):
+    throughput(steps)
+  if FLAGS.part in ("all", "memory"):
     memory()
+
+
+if __name__ == "__main__":
+  experiment.run(main)

@@ -320,7 +320,11 @@ def _flags_parser(argv: list[str]) -> list[str]:
   try:
     return FLAGS(argv)
   except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr, flush=True)
+    msg = str(e)
+    if "Traceback" in msg:  # a config file's get_config raised: its last line is the reason
+      m = re.match(r"flag --(\w+)=", msg)
+      fail(m.group(1) if m else "config", msg.strip().splitlines()[-1].strip())
+    print(f"error: {msg}", file=sys.stderr, flush=True)
     sys.exit(2)
 
 

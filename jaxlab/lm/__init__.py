@@ -1,9 +1,11 @@
-"""Language-model components.
+"""Language-model components (overview and commands: docs/lm.md).
 
 * `model`: decoder-only transformer (RMSNorm, RoPE, SwiGLU, GQA), logical-axis sharded.
 * `attention`: dense and context-parallel causal attention (allgather, ring, ulysses, upipe).
-* `train`: LM state, next-token loss, ``update(state, batch, key)``, sharded init.
-* `distill`: HPD loss (exact port) and the forward/reverse-KL family.
-* `routed_memory`: ARM-like routed memory layer (a reconstruction).
+* `train`: optimizer, next-token loss, sharded `TrainState` creation, ``update(state, batch, key)``.
+* `data`: synthetic Markov corpus, byte-level text, held-out split, window batches.
+* `flops`: training FLOPs per token, device peaks, tokens/s + MFU meter.
+* `distill`: HPD loss (exact port), the forward/reverse-KL family, the student update.
 * `capacity`: memorisation-capacity probe (bits/parameter on random bitstrings).
+* `routed_memory`: ARM-like routed memory layer (a reconstruction).
 """

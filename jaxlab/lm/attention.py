@@ -21,15 +21,17 @@ Context-parallel variants (``jax.shard_map`` over ``context``; batch/heads stay 
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from jaxlab.core import sharding as shd
+from jaxlab.core.errors import ConfigError, check_choice
 
 IMPLS = ("dense", "allgather", "ring", "ulysses", "upipe")
 CONTEXT_AXIS = "context"
@@ -39,9 +41,10 @@ _NEG = -1e30  # finite "minus infinity": keeps fully-masked rows NaN-free in the
 def zigzag_permutation(length: int, num_shards: int) -> np.ndarray:
   """Sequence order for causal load balancing: shard i holds chunks i and 2P-1-i of 2P chunks."""
   if length % (2 * num_shards):
-    raise ValueError(
-      f"sequence length {length} must be divisible by 2*context={2 * num_shards} "
-      "for the load-balanced (zigzag) layout"
+    raise ConfigError(
+      "seq_len",
+      f"{length} must be divisible by 2 x context = {2 * num_shards} for the load-balanced "
+      "(zigzag) layout",
     )
   chunks = np.arange(length).reshape(2 * num_shards, -1)
   order = [np.concatenate([chunks[i], chunks[2 * num_shards - 1 - i]]) for i in range(num_shards)]
@@ -171,9 +174,10 @@ def _repeat_kv_for(k, num_shards):
   if kh % num_shards == 0:
     return k
   if num_shards % kh:
-    raise ValueError(
-      f"kv heads per device ({kh}) and context size ({num_shards}) must divide "
-      "one another for Ulysses"
+    raise ConfigError(
+      "n_kv_heads",
+      f"kv heads per device ({kh}) and context size ({num_shards}) must divide one another "
+      "for Ulysses",
     )
   return jnp.repeat(k, num_shards // kh, axis=2)
 
@@ -182,7 +186,9 @@ def _ulysses_core(q, k, v, pos):
   """All-to-all to (full sequence, H/P heads), local attention, all-to-all back."""
   n = lax.axis_size(CONTEXT_AXIS)
   if q.shape[2] % n:
-    raise ValueError(f"Ulysses needs heads per device ({q.shape[2]}) divisible by context ({n})")
+    raise ConfigError(
+      "n_heads", f"Ulysses needs heads per device ({q.shape[2]}) divisible by context ({n})"
+    )
   k, v = _repeat_kv_for(k, n), _repeat_kv_for(v, n)
   a2a = functools.partial(
     lax.all_to_all, axis_name=CONTEXT_AXIS, split_axis=2, concat_axis=1, tiled=True
@@ -202,7 +208,7 @@ def _upipe_body(q, k, v, pos, *, num_chunks: int):
   kh = k.shape[2]
   g = h // kh
   if h % num_chunks:
-    raise ValueError(f"upipe_chunks={num_chunks} must divide the heads per device ({h})")
+    raise ConfigError("upipe_chunks", f"{num_chunks} must divide the heads per device ({h})")
   hc = h // num_chunks
   # Per stage, the KV heads its query heads use. If a stage holds whole GQA groups, slice them;
   # otherwise give each query head its own copy of its KV head (cheap: one stage at a time).
@@ -262,8 +268,7 @@ def attention(
   ``upipe_chunks=0`` means heads-per-device / context (one head per device per stage, as in the
   paper's ``pipe_degree``).
   """
-  if impl not in IMPLS:
-    raise ValueError(f"attention impl {impl!r} unknown; allowed: {', '.join(IMPLS)}")
+  check_choice("attention", impl, IMPLS)
   n = 0 if mesh is None else mesh.shape.get(CONTEXT_AXIS, 1)
   if impl == "dense" or n <= 1:
     return dense_attention(q_BxLxHxD, k_BxLxKxD, v_BxLxKxD, pos_BxL)

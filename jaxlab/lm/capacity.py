@@ -1,9 +1,11 @@
-"""Memorisation-capacity probe (Morris et al., "How much do language models memorize?").
+"""Memorisation-capacity probe (Morris et al., "How much do language models memorize?", arXiv
+2505.24832; openreview NhU661EZ9C).
 
 Train transformers on N uniform random bitstrings (no generalisation possible) and count
 memorised bits = sum_x max(0, H(x) - NLL_bits(x)), with H(x) = L bits per string. The paper reports
-~3.6 bits/parameter at saturation (openreview NhU661EZ9C); models here train far less than to
-saturation on CPU, so values are lower bounds.
+~3.6 bits/parameter at saturation; models here train far less than to saturation on CPU, so values
+are lower bounds. Training runs in memory on the core runtime (no files); its per-step losses come
+back in ``result["losses"]``.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlab.lm import train as T
-from jaxlab.lm.model import LMConfig, Transformer, param_count
+from jaxlab.core import runtime
+from jaxlab.core.errors import ConfigError, require
+from jaxlab.lm import train
+from jaxlab.lm.model import LMConfig, param_count
 
 BOS = 2  # tokens: 0, 1 (bits) and BOS
+HEAD_DIM = 16  # widths are multiples of it (one head per 16 channels)
+REFERENCE_BITS_PER_PARAM = 3.6  # the paper's saturation value for GPT-style models
 
 
 def bitstrings(key, num: int, length: int):
@@ -28,21 +34,36 @@ def bitstrings(key, num: int, length: int):
 
 
 def model_config(d_model: int, n_layers: int = 1) -> LMConfig:
-  heads = max(1, d_model // 16)
+  heads = max(1, d_model // HEAD_DIM)
   return LMConfig(
     vocab_size=3,
     d_model=d_model,
     n_layers=n_layers,
     n_heads=heads,
     n_kv_heads=heads,
-    head_dim=16,
+    head_dim=HEAD_DIM,
     mlp_dim=4 * d_model,
   )
 
 
-def nll_bits_per_string(params, apply_fn, data):
-  logits = apply_fn({"params": params}, data[:, :-1])
-  logp = jax.nn.log_softmax(logits, -1)
+def parse_widths(field: str, widths: str | int | list) -> list[int]:
+  """``"16,32"`` -> ``[16, 32]``; every width a positive multiple of `HEAD_DIM`."""
+  items = str(widths).split(",") if isinstance(widths, (str, int)) else list(widths)
+  try:
+    out = [int(str(w).strip()) for w in items if str(w).strip()]
+  except ValueError:
+    raise ConfigError(field, f"{widths!r} is not a comma-separated list of ints") from None
+  require(
+    bool(out) and all(w > 0 and w % HEAD_DIM == 0 for w in out),
+    field,
+    f"widths must be positive multiples of {HEAD_DIM}, got {widths!r}",
+  )
+  return out
+
+
+def nll_bits_per_string(state, data):
+  """Code length in bits of each string (after BOS) under the model held by ``state``."""
+  logp = jax.nn.log_softmax(state(data[:, :-1]), -1)
   nll = -jnp.take_along_axis(logp, data[:, 1:, None], -1)[..., 0]
   return nll.sum(-1) / math.log(2)
 
@@ -57,29 +78,26 @@ def probe(
   batch: int = 64,
   n_layers: int = 1,
 ) -> dict:
-  """Trains one model on ``num_strings`` random strings; returns memorised bits and bits/param."""
+  """Trains one model on ``num_strings`` random strings; returns memorised bits and bits/param.
+
+  The result also holds ``losses``, the training loss of every step (a float32 array).
+  """
   cfg = model_config(d_model, n_layers)
   kd, ki, ks = jax.random.split(key, 3)
   data = bitstrings(kd, num_strings, length)
   tx = optax.adam(lr)  # constant lr: memorisation needs many steps at full rate
-  state = T.create_state(cfg, tx, ki, seq_len=length)
+  state = train.create_state(cfg, tx, ki, seq_len=length)
   batch = min(batch, num_strings)
 
-  @jax.jit
-  def run(state, key):
-    def body(state, k):
-      idx = jax.random.choice(k, num_strings, (batch,), replace=False)
-      state, m = T.update(state, {"tokens": data[idx]})
-      return state, m["loss"]
+  def sample(data, k):
+    return {"tokens": data[jax.random.choice(k, num_strings, (batch,), replace=False)]}
 
-    return jax.lax.scan(body, state, jax.random.split(key, steps))
-
-  state, losses = run(state, ks)
-  nll = np.asarray(
-    jax.jit(nll_bits_per_string, static_argnums=1)(state.params, state.apply_fn, data)
-  )
+  loop = runtime.Loop(steps, log_every=steps, ckpt_every=0, history=True, progress=False)
+  state, result = runtime.train(state, train.update, loop, key=ks, data=data, sample_fn=sample)
+  nll = np.asarray(jax.jit(nll_bits_per_string)(state, data))
   mem = float(np.maximum(0.0, length - nll).sum())
   n = param_count(state.params)
+  losses = result.history["loss"]
   return {
     "d_model": d_model,
     "params": n,
@@ -89,4 +107,17 @@ def probe(
     "memorised_bits": mem,
     "bits_per_param": mem / n,
     "final_loss": float(losses[-1]),
+    "losses": losses,
   }
+
+
+def sweep(
+  widths, num_strings: int, length: int, steps: int, key, lr: float = 3e-3, report=None
+) -> list:
+  """One `probe` per width (one layer each, independent keys); ``report(row)`` after each."""
+  rows = []
+  for i, w in enumerate(widths):
+    rows.append(probe(w, num_strings, length, steps, jax.random.fold_in(key, i), lr=lr))
+    if report is not None:
+      report(rows[-1])
+  return rows

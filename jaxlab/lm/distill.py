@@ -1,4 +1,4 @@
-"""Distillation losses: HPD (Hybrid Policy Distillation, arXiv 2604.20244) and the KL family it mixes.
+"""Distillation: HPD (Hybrid Policy Distillation, arXiv 2604.20244) and the KL family it mixes.
 
 `hpd_loss` is the per-token loss of the authors' code (``compute_hpd_loss`` in
 zwhong714/Hybrid-Policy-Distillation, LlamaFactory/src/llamafactory/train/hpd.py), ported exactly:
@@ -15,12 +15,19 @@ The paper's unified view writes KD as a reweighted log-likelihood ``-sum_v sg(w(
 ``w = pt`` gives the forward-KL gradient, ``w = ps (lt - ls)`` the reverse-KL gradient
 (`reweighted_kd_loss` with ``alpha``/``beta``; exact at both limits, tested). HPD is a one-token
 (data token + one student sample), sign-masked estimate of the sum of both weights.
+
+`student_update` is the runtime's ``update(state, batch, key)`` for a student trained with one of
+these objectives against a fixed teacher; `heldout_metrics` scores a student on held-out text.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from jaxlab.core.errors import check_choice
+from jaxlab.core.train_state import TrainState
+from jaxlab.lm.train import next_token_loss
 
 sg = jax.lax.stop_gradient
 
@@ -60,7 +67,7 @@ def hpd_loss(
   elif sample == "greedy":
     y_hat = jnp.argmax(ls, axis=-1)
   else:
-    raise ValueError(f"sample={sample!r}; allowed: multinomial, greedy")
+    check_choice("sample", sample, ("multinomial", "greedy"))
   ls_s, lt_s = _take(ls, y_hat), _take(lt, y_hat)
   k1_s = (lt_s - ls_s) * jnp.exp(ls_s)
   mask2 = k1_s < 0
@@ -111,6 +118,7 @@ LOSSES = ("nll", "hpd", "forward_kl", "reverse_kl")
 
 def distill_loss(kind: str, student_logits, teacher_logits, labels, key, mask=None):
   """Dispatch by name (`LOSSES`); returns (loss, metrics)."""
+  check_choice("kind", kind, LOSSES)
   if kind == "nll":
     ls = jax.nn.log_softmax(student_logits.astype(jnp.float32), -1)
     loss = _mean(-_take(ls, labels), mask)
@@ -120,7 +128,38 @@ def distill_loss(kind: str, student_logits, teacher_logits, labels, key, mask=No
   if kind == "forward_kl":
     loss = forward_kl(student_logits, sg(teacher_logits), mask)
     return loss, {"forward_kl": loss}
-  if kind == "reverse_kl":
-    loss = reverse_kl(student_logits, sg(teacher_logits), mask)
-    return loss, {"reverse_kl": loss}
-  raise ValueError(f"distillation loss {kind!r}; allowed: {', '.join(LOSSES)}")
+  loss = reverse_kl(student_logits, sg(teacher_logits), mask)
+  return loss, {"reverse_kl": loss}
+
+
+def student_update(kind: str, teacher: TrainState):
+  """``update(state, batch, key) -> (state, metrics)``: one step of objective ``kind``.
+
+  ``batch = {"tokens": int[B, L + 1], "teacher": teacher params}``: the teacher's parameters
+  travel as data, not as constants baked into the compiled step (they can be large).
+  """
+  check_choice("kind", kind, LOSSES)
+
+  def update(state: TrainState, batch, key):
+    tokens = batch["tokens"]
+    t_logits = teacher(tokens[:, :-1], params=batch["teacher"])
+
+    def loss_fn(params):
+      s_logits = state(tokens[:, :-1], params=params)
+      loss, metrics = distill_loss(kind, s_logits, t_logits, tokens[:, 1:], key)
+      return loss, {"loss": loss, **metrics}
+
+    return state.apply_loss(loss_fn)
+
+  return update
+
+
+def heldout_metrics(student: TrainState, teacher: TrainState, tokens_NxBxL1) -> dict:
+  """Student NLL and forward/reverse KL to the teacher, averaged over N held-out batches."""
+
+  def one(tokens):
+    s, t = student(tokens[:, :-1]), teacher(tokens[:, :-1])
+    nll, _ = next_token_loss(s, tokens[:, 1:])
+    return {"heldout_nll": nll, "heldout_fkl": forward_kl(s, t), "heldout_rkl": reverse_kl(s, t)}
+
+  return jax.tree.map(jnp.mean, jax.lax.map(one, tokens_NxBxL1))

@@ -1,4 +1,4 @@
-"""Decoder-only transformer (RMSNorm, RoPE, SwiGLU, GQA) in flax linen, mesh-sharded by logical names.
+"""Decoder-only transformer (RMSNorm, RoPE, SwiGLU, GQA) in flax linen, sharded by logical names.
 
 Parameters carry logical axis names (``nn.with_logical_partitioning``) that
 `jaxlab.core.sharding.DEFAULT_RULES` maps to the mesh (embed->fsdp, heads/mlp/vocab->tensor), and
@@ -10,7 +10,7 @@ data, FSDP, tensor and context parallelism; the attention implementation is a co
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+import math
 
 import flax.linen as nn
 import jax
@@ -19,11 +19,17 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding as shd
+from jaxlab.core.errors import check_choice, require
 from jaxlab.lm import attention as attn_lib
+
+_POSITIVE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")
+DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
 class LMConfig:
+  """Transformer hyper-parameters; invalid values raise `ConfigError` at construction."""
+
   vocab_size: int = 256
   d_model: int = 64
   n_layers: int = 2
@@ -39,26 +45,83 @@ class LMConfig:
   remat: bool = False  # jax.checkpoint each block
   tie_embeddings: bool = False
 
-  def validate(self):
-    if self.attention not in attn_lib.IMPLS:
-      raise ValueError(f"attention={self.attention!r}; allowed: {', '.join(attn_lib.IMPLS)}")
-    if self.n_heads % self.n_kv_heads:
-      raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
-    for f in ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "mlp_dim"):
-      if getattr(self, f) <= 0:
-        raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
+  def __post_init__(self):
+    self.validate()
+
+  def validate(self, prefix: str = "config") -> LMConfig:
+    """Raises `ConfigError` naming the field as ``<prefix>.<field>``."""
+    name = lambda f: f"{prefix}.{f}" if prefix else f
+    check_choice(name("attention"), self.attention, attn_lib.IMPLS)
+    check_choice(name("dtype"), self.dtype, DTYPES)
+    for f in _POSITIVE:
+      require(getattr(self, f) >= 1, name(f), f"must be >= 1, got {getattr(self, f)}")
+    require(
+      self.n_heads % self.n_kv_heads == 0,
+      name("n_kv_heads"),
+      f"{self.n_kv_heads} must divide n_heads={self.n_heads}",
+    )
+    require(self.head_dim % 2 == 0, name("head_dim"), f"must be even (RoPE), got {self.head_dim}")
+    require(self.upipe_chunks >= 0, name("upipe_chunks"), f"must be >= 0, got {self.upipe_chunks}")
+    require(
+      math.isfinite(self.rope_theta) and self.rope_theta > 0,
+      name("rope_theta"),
+      f"must be a finite number > 0, got {self.rope_theta}",
+    )
     return self
+
+  def check_mesh(self, mesh: Mesh | None, seq_len: int, prefix: str = "config") -> None:
+    """Raises `ConfigError` when this model and ``seq_len`` cannot run on ``mesh``."""
+    name = lambda f: f"{prefix}.{f}" if prefix else f
+    require(seq_len >= 1, name("seq_len"), f"must be >= 1, got {seq_len}")
+    if mesh is None:
+      return
+    size = lambda axis: mesh.shape.get(axis, 1)
+    cp, tp, fsdp = size("context"), size("tensor"), size("fsdp")
+    for f in ("n_heads", "n_kv_heads", "mlp_dim", "vocab_size"):
+      v = getattr(self, f)
+      require(v % tp == 0, name(f), f"{v} is not divisible by the mesh's tensor axis ({tp})")
+    require(
+      self.d_model % fsdp == 0,
+      name("d_model"),
+      f"{self.d_model} is not divisible by the mesh's fsdp axis ({fsdp})",
+    )
+    if cp <= 1:
+      return
+    require(
+      self.attention != "dense",
+      name("attention"),
+      "the mesh has a context axis; pick a context-parallel attention: "
+      + ", ".join(i for i in attn_lib.IMPLS if i != "dense"),
+    )
+    zigzag = _uses_zigzag(self, mesh)
+    blocks = 2 * cp if zigzag else cp
+    why = f"2 x context={cp} (zigzag layout)" if zigzag else f"context={cp}"
+    require(seq_len % blocks == 0, name("seq_len"), f"{seq_len} must be divisible by {why}")
+    if self.attention in ("ulysses", "upipe"):
+      heads, kv = self.n_heads // tp, self.n_kv_heads // tp
+      require(
+        heads % cp == 0,
+        name("n_heads"),
+        f"Ulysses/UPipe need heads per tensor shard ({heads}) divisible by context={cp}",
+      )
+      require(
+        kv % cp == 0 or cp % kv == 0,
+        name("n_kv_heads"),
+        f"kv heads per tensor shard ({kv}) and context ({cp}) must divide one another",
+      )
+      chunks = self.upipe_chunks
+      require(
+        self.attention != "upipe"
+        or chunks == 0
+        or (heads % chunks == 0 and (heads // chunks) % cp == 0),
+        name("upipe_chunks"),
+        f"{chunks} must divide the heads per tensor shard ({heads}) into chunks of a multiple "
+        f"of context={cp} heads",
+      )
 
 
 def param_count(params) -> int:
   return int(sum(np.prod(x.shape) for x in jax.tree.leaves(nn.unbox(params))))
-
-
-def flops_per_token(cfg: LMConfig, seq_len: int, n_params: int) -> float:
-  """Training FLOPs per token: 6N (matmuls incl. unembedding) + causal attention 6*L*S*H*Dh."""
-  attn = 6 * cfg.n_layers * seq_len * cfg.n_heads * cfg.head_dim  # 12*... halved for causal
-  emb = cfg.vocab_size * cfg.d_model  # input embedding lookup is not a matmul
-  return 6.0 * (n_params - emb) + attn
 
 
 def _init(names, init=nn.initializers.lecun_normal()):

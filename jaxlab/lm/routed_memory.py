@@ -1,10 +1,11 @@
 """ARM-style routed memory layer. **A reconstruction**, not the paper's equations.
 
-ARM ("Attention with Routed-Memory for Learnable Sparse Control", ICML 2026 poster 66106) has only
-its abstract public: a fixed-size differentiable KV memory organised as a hierarchical routing
-structure, Gumbel-Softmax slot selection, sigmoid-gated soft updates (no hard eviction), and an
-inference-time choice of how much memory to read. Everything below is our guess at those pieces
-(the design sketched in shared/research/infra.md §A1), parameterised so variants are settings:
+ARM ("Attention with Routed-Memory for Learnable Sparse Control", ICML 2026 poster 66106,
+https://icml.cc/virtual/2026/poster/66106) has only its abstract public: a fixed-size
+differentiable KV memory organised as a hierarchical routing structure, Gumbel-Softmax slot
+selection, sigmoid-gated soft updates (no hard eviction), and an inference-time choice of how much
+memory to read. Everything below is our guess at those pieces (what is stated and what is guessed:
+docs/lm.md, "ARM routed memory"), parameterised so variants are settings:
 
   memory          K, V in R^{G x S x d}   (G groups x S slots), learned initial value
   router level 1  a_t = softmax(W_g h_t / tau)           over groups (read: top ``read_groups``)
@@ -23,9 +24,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlab.core.errors import ConfigError
+
 
 def gumbel_softmax(key, logits, tau: float = 1.0, hard: bool = True):
-  """Gumbel-Softmax over the last axis; ``hard`` = one-hot forward, soft gradient (straight-through)."""
+  """Gumbel-Softmax over the last axis; ``hard``: one-hot forward, straight-through gradient."""
   g = -jnp.log(-jnp.log(jax.random.uniform(key, logits.shape, minval=1e-9, maxval=1.0)))
   y = jax.nn.softmax((logits + g) / tau, axis=-1)
   if not hard:
@@ -35,7 +38,7 @@ def gumbel_softmax(key, logits, tau: float = 1.0, hard: bool = True):
 
 
 class RoutedMemory(nn.Module):
-  """``h_BxLxD -> (out_BxLxD, final memory)``; an ARM-like layer (a reconstruction, see module doc)."""
+  """``h_BxLxD -> (out_BxLxD, final memory)``; ARM-like (a reconstruction, see the module doc)."""
 
   num_groups: int = 4
   slots_per_group: int = 8
@@ -49,7 +52,7 @@ class RoutedMemory(nn.Module):
     b, l, d = h_BxLxD.shape
     g, s, m = self.num_groups, self.slots_per_group, self.mem_dim
     if self.read_groups < 0 or self.read_groups > g:
-      raise ValueError(f"read_groups={self.read_groups} must be in [0, num_groups={g}]")
+      raise ConfigError("read_groups", f"{self.read_groups} must be in [0, num_groups={g}]")
     dense = lambda n, name: nn.Dense(n, name=name)
     mk0 = self.param("mem_k", nn.initializers.normal(0.1), (g, s, m))
     mv0 = self.param("mem_v", nn.initializers.normal(0.1), (g, s, m))

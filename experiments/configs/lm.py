@@ -1,0 +1,81 @@
+"""Presets of `experiments.lm` (big_vision-style config file: ``--config=<this file>:<preset>``).
+
+Presets:
+  tiny   ~0.1M params, 300 steps of --mode=train: ~30 s on a 2-core CPU (the default).
+  small  ~126M params (GPT-2-small-like, GQA, 32k vocab), bfloat16, 200 steps: for a GPU.
+
+Commands (from the repository root; CPU times on a shared 2-core box):
+  python -m experiments.lm                                                  # tiny, ~30 s
+  python -m experiments.lm --config=experiments/configs/lm.py:small          # GPU
+  python -m experiments.lm --config.text_file=README.md                     # bytes of a file
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \\
+    python -m experiments.lm --mesh=data:2,fsdp:2,context:2 --config.attention=ring
+  python -m experiments.lm --mode=distill                                   # ~2 min
+  python -m experiments.lm --mode=capacity                                  # ~1 min
+
+Any field is overridden with ``--config.<field>=<value>``, e.g.
+``--config.distill.losses=nll,hpd``.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+PRESETS = ("tiny", "small")
+
+
+def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
+  """The ``preset`` (``tiny`` or ``small``) config of `experiments.lm`."""
+  if preset not in PRESETS:
+    raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(PRESETS)}")
+  c = ml_collections.ConfigDict()
+  c.preset = preset  # name of the preset (part of the default workdir)
+  c.steps = 300  # default number of training steps (--steps overrides)
+
+  # Model (jaxlab.lm.model.LMConfig).
+  c.vocab_size = 256  # token ids; text files are bytes (needs >= 256); synthetic data uses all
+  c.d_model = 64  # residual width
+  c.n_layers = 2  # transformer blocks
+  c.n_heads = 4  # query heads
+  c.n_kv_heads = 2  # key/value heads (GQA); must divide n_heads
+  c.head_dim = 16  # per-head width (even: RoPE rotates pairs)
+  c.mlp_dim = 192  # SwiGLU hidden width
+  c.attention = "dense"  # dense | allgather | ring | ulysses | upipe (CP needs a context axis)
+  c.upipe_chunks = 0  # UPipe head chunks (0: heads per device / context size)
+  c.load_balance = True  # zigzag layout for causal ring/allgather context parallelism
+  c.remat = False  # jax.checkpoint every block (less memory, ~1/3 more compute)
+  c.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
+
+  # Data and optimisation.
+  c.text_file = ""  # train on the bytes of this file; empty: the synthetic Markov corpus
+  c.corpus_tokens = 200_000  # synthetic corpus length in tokens (~0.2 s per 100k to generate)
+  c.markov_alpha = 0.05  # Dirichlet concentration of the synthetic bigram chain (low = peaky)
+  c.batch_size = 16  # sequences per step (split over the mesh's data x fsdp devices)
+  c.seq_len = 64  # tokens per sequence (context parallelism: divisible by 2 x context)
+  c.lr = 3e-3  # AdamW peak learning rate (linear warmup, cosine decay to lr / 10)
+  c.warmup = 20  # linear warmup steps
+  c.weight_decay = 0.0  # AdamW weight decay
+  c.peak_tflops = 0.0  # per-device peak for MFU; 0: by device kind (CPU: nominal 0.1)
+
+  # --mode=distill: a teacher, then one student (this model) per objective, same data and steps.
+  c.distill = ml_collections.ConfigDict()
+  c.distill.losses = "nll,hpd,forward_kl"  # objectives compared: nll,hpd,forward_kl,reverse_kl
+  c.distill.teacher_steps = 300  # teacher training steps
+  c.distill.teacher_d_model = 128  # teacher width (its SwiGLU width is 3x this)
+  c.distill.teacher_layers = 3  # teacher depth
+  c.distill.eval_batches = 4  # held-out batches (batch_size each) scored after every log_every
+  c.distill.heldout_fraction = 0.1  # tail of the corpus never trained on, for the evaluation
+
+  # --mode=capacity: bits/parameter memorised on random bitstrings (arXiv 2505.24832).
+  c.capacity = ml_collections.ConfigDict()
+  c.capacity.d_models = "16,32"  # model widths swept (1 layer each; multiples of 16)
+  c.capacity.num_strings = 128  # random bitstrings in the training set
+  c.capacity.length = 32  # bits per string
+  c.capacity.steps = 1500  # Adam steps per model (saturation needs far more)
+  c.capacity.lr = 3e-3  # Adam learning rate (constant)
+
+  if preset == "small":  # ~126M parameters: GPT-2-small-like with GQA and a 32k vocab
+    c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads = 32768, 768, 12, 12, 4
+    c.head_dim, c.mlp_dim, c.batch_size, c.seq_len, c.dtype = 64, 2048, 16, 1024, "bfloat16"
+    c.corpus_tokens, c.steps, c.lr = 2_000_000, 200, 6e-4
+  return c

@@ -1,0 +1,211 @@
+"""The LM pieces behind experiments.lm (data, FLOPs, distillation step, capacity) and its CLI."""
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.lm import capacity, distill, flops, train
+from jaxlab.lm import data as lm_data
+from jaxlab.lm.model import LMConfig
+
+TINY = LMConfig(
+  vocab_size=32, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, mlp_dim=64
+)
+
+
+def test_python_usage_snippet():
+  """The README's "Use from Python" snippet for the LM, verbatim."""
+  from jaxlab.lm import data, train
+  from jaxlab.lm.model import LMConfig
+
+  cfg = LMConfig()  # the tiny LM: 256-token vocab, d_model 64, 2 layers, GQA 4/2 heads
+  tx = train.make_optimizer(lr=1e-2, warmup=5, total=30)
+  state = train.create_state(cfg, tx, jax.random.key(0), seq_len=64)
+  corpus = jnp.asarray(data.synthetic_corpus(jax.random.key(1), 20_000, cfg.vocab_size, 0.05))
+  step = jax.jit(train.update)
+  for i in range(30):
+    batch = data.sample_windows(corpus, jax.random.key(i), batch=16, seq_len=64)
+    state, metrics = step(state, batch)  # batch = {"tokens": int32[16, 65]}
+  print(f"step {int(state.step)}: loss {float(metrics['loss']):.3f}")
+  logits = state(batch["tokens"][:, :-1])  # float32[16, 64, 256]
+
+  assert batch["tokens"].shape == (16, 65) and logits.shape == (16, 64, 256)
+  assert int(state.step) == 30 and float(metrics["loss"]) < math.log(256) - 0.5
+
+
+# ------------------------------------------------------------------------------- data
+
+
+def test_synthetic_corpus_is_learnable_and_deterministic():
+  a = lm_data.synthetic_corpus(jax.random.key(0), 20_000, 16, alpha=0.05)
+  b = lm_data.synthetic_corpus(jax.random.key(0), 20_000, 16, alpha=0.05)
+  np.testing.assert_array_equal(a, b)
+  assert a.dtype == np.int32 and a.min() >= 0 and a.max() < 16
+  # Peaky bigram rows: the empirical conditional entropy is far below log(vocab).
+  counts = np.zeros((16, 16))
+  np.add.at(counts, (a[:-1], a[1:]), 1)
+  p = counts / np.maximum(counts.sum(1, keepdims=True), 1)
+  h = -np.sum(counts.sum(1) / counts.sum() * np.sum(p * np.log(np.where(p > 0, p, 1.0)), 1))
+  assert h < 0.5 * math.log(16)
+
+
+def test_heldout_split_and_windows():
+  corpus = np.arange(1000, dtype=np.int32)
+  train_part, held = lm_data.heldout_split(corpus, seq_len=8, fraction=0.1)
+  assert len(held) == 100 and len(train_part) == 900 and train_part[-1] + 1 == held[0]
+  _, held = lm_data.heldout_split(corpus, seq_len=300, fraction=0.1)
+  assert len(held) == 302  # at least one window
+  batch = lm_data.sample_windows(jnp.asarray(corpus), jax.random.key(0), batch=4, seq_len=8)
+  tokens = np.asarray(batch["tokens"])
+  assert tokens.shape == (4, 9)
+  np.testing.assert_array_equal(np.diff(tokens, axis=1), 1)  # contiguous windows
+  with pytest.raises(ConfigError) as e:
+    lm_data.check_length("config.seq_len", 100, 99)
+  assert e.value.field == "config.seq_len"
+  lm_data.check_length("config.seq_len", 100, 98)
+
+
+# ------------------------------------------------------------------------------- FLOPs
+
+
+def test_flops_and_peaks():
+  n = 10_000
+  attn = 6 * TINY.n_layers * 16 * TINY.n_heads * TINY.head_dim
+  assert flops.flops_per_token(TINY, 16, n) == 6 * (n - 32 * 32) + attn
+  assert flops.peak_flops(2.5) == (2.5e12, "config")
+  assert flops.peak_flops(device_kind="NVIDIA H100 80GB HBM3")[0] == 989e12
+  assert flops.peak_flops(device_kind="TPU v5p")[0] == 459e12  # v5p before v5 (lite)
+  assert flops.device_peak_flops("cpu") is None
+  assert flops.peak_flops(device_kind="cpu")[0] == flops.NOMINAL_CPU_TFLOPS * 1e12
+  meter = flops.ThroughputMeter(tokens_per_step=100, flops_per_step=1e9, peak=1e12, n_devices=2)
+  assert meter(None, 0) == {}  # the first call starts the clock (compilation is not counted)
+  out = meter(None, 10)
+  assert out["tokens_per_sec"] > 0
+  np.testing.assert_allclose(out["mfu"], out["tokens_per_sec"] / 100 * 1e9 / 2e12)
+
+
+# ------------------------------------------------------------------------------- distillation
+
+
+@pytest.fixture(scope="module")
+def states():
+  tx = train.make_optimizer(lr=1e-2, warmup=1, total=10)
+  student = train.create_state(TINY, tx, jax.random.key(0), seq_len=16)
+  # Another model of the same shape (no second compile): rescaled, shifted weights.
+  teacher = student.replace(params=jax.tree.map(lambda p: 1.5 * p + 0.05, student.params))
+  tokens = jax.random.randint(jax.random.key(2), (4, 17), 0, TINY.vocab_size)
+  return student, teacher, tokens
+
+
+def test_nll_student_step_equals_lm_step(states):
+  """The distillation step with objective 'nll' is exactly the LM's own step."""
+  student, teacher, tokens = states
+  update = distill.student_update("nll", teacher)
+  batch = {"tokens": tokens, "teacher": teacher.params}
+  new, m = jax.jit(update)(student, batch, jax.random.key(3))
+  ref, ref_m = jax.jit(train.update)(student, {"tokens": tokens})
+  np.testing.assert_allclose(m["loss"], ref_m["loss"], rtol=1e-6)
+  assert int(new.step) == 1
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), new.params, ref.params)
+  # The teacher is used through the batch: a KL student moves towards it.
+  kl_update = jax.jit(distill.student_update("forward_kl", teacher))
+  fkl = jax.jit(lambda s: distill.heldout_metrics(s, teacher, tokens[None])["heldout_fkl"])
+  s = student
+  for i in range(5):
+    s, _ = kl_update(s, batch, jax.random.key(i))
+  assert fkl(s) < 0.9 * fkl(student)
+  with pytest.raises(ConfigError, match="kind"):
+    distill.student_update("kl", teacher)
+
+
+def test_heldout_metrics_of_the_teacher_itself(states):
+  _, teacher, tokens = states
+  m = jax.jit(distill.heldout_metrics)(teacher, teacher, jnp.stack([tokens, tokens[::-1]]))
+  np.testing.assert_allclose([m["heldout_fkl"], m["heldout_rkl"]], 0.0, atol=1e-5)
+  nll, _ = train.next_token_loss(teacher(tokens[:, :-1]), tokens[:, 1:])
+  np.testing.assert_allclose(m["heldout_nll"], nll, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------- capacity
+
+
+def test_capacity_probe_runs_in_memory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  r = capacity.probe(16, num_strings=8, length=8, steps=30, key=jax.random.key(0), lr=1e-2)
+  assert list(tmp_path.iterdir()) == []  # the runtime ran without a workdir
+  assert r["losses"].shape == (30,) and r["final_loss"] == float(r["losses"][-1])
+  assert r["losses"][-5:].mean() < r["losses"][:5].mean()  # it trains
+  assert r["data_bits"] == 64 and 0 <= r["memorised_bits"] <= 64
+  assert r["bits_per_param"] == r["memorised_bits"] / r["params"]
+
+
+def test_capacity_widths_are_validated():
+  assert capacity.parse_widths("w", "16, 32") == [16, 32]
+  for bad in ("17", "", "a,b", "0"):
+    with pytest.raises(ConfigError) as e:
+      capacity.parse_widths("config.capacity.d_models", bad)
+    assert e.value.field == "config.capacity.d_models"
+
+
+# ------------------------------------------------------------------------------- CLI
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _cli(args, cwd, devices=1, timeout=300):
+  """``python -m experiments.lm ARGS`` in a fresh process, run from ``cwd``."""
+  env = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    "JAX_PLATFORMS": "cpu",
+  }
+  cmd = [sys.executable, "-m", "experiments.lm", *args]
+  return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_bad_input_exits_2_naming_the_field(tmp_path):
+  """Bad config values: one line, exit 2, before anything is written (cwd included)."""
+  cases = {
+    "--config.lr=nan": "--config.lr",
+    "--config.n_kv_heads=3": "--config.n_kv_heads",
+    "--config.seq_len=5000": "--config.seq_len",  # longer than the 1000-token corpus
+  }
+  for arg, field in cases.items():
+    r = _cli([arg, "--config.corpus_tokens=1000"], tmp_path, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith(f"error: {field}:"), lines
+  assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # ~30 s CPU (fresh JAX import + compile); in-process tests cover the same paths
+def test_experiment_cli_mesh_run(tmp_path):
+  """`python -m experiments.lm` on data:2,fsdp:2,context:2 trains and writes its outputs."""
+  args = [
+    f"--workdir={tmp_path}/run",
+    "--steps=4",
+    "--log_every=2",
+    "--mesh=data:2,fsdp:2,context:2",
+    "--config.attention=ulysses",
+    "--config.seq_len=32",
+    "--config.corpus_tokens=4000",
+    "--config.n_layers=1",
+  ]
+  out = _cli(args, tmp_path, devices=8)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "tokens/s" in out.stdout and "MFU" in out.stdout
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["step"] == 4 and np.isfinite(summary["train/loss"])
+  assert summary["tokens_per_sec"] > 0 and summary["params"] > 0
+  assert (tmp_path / "run" / "tb").exists() and (tmp_path / "run" / "checkpoints").exists()

@@ -1,20 +1,28 @@
-"""Cost of a UHM update against ReBRAC's in the same run (paper: UHM ≈ 1.8× ReBRAC), and data loading.
+"""Cost of a UHM update against ReBRAC's (paper: UHM ≈ 1.8× ReBRAC) in one run, and data loading.
 
-  python -m benchmarks.uhm [--batch_size=256] [--steps=200] [--paper_scale]
+  python -m benchmarks.uhm [--batch_size=256] [--steps=200] [--agents=rebrac,uhm] [--paper_scale]
 
 Prints ms/update for each agent (a jitted lax.scan of updates, compile excluded), the ratio to
-ReBRAC, and the sampler's throughput (batches/s and transitions/s) against a NumPy gather of the same
-batches. The data set is the embedded OGBench cube-single set when ogbench is installed, else random.
+ReBRAC, and the sampler's throughput (batches/s and transitions/s) against a NumPy gather of the
+same batches. The data set is the embedded OGBench cube-single set when ogbench is installed, else
+random.
 """
 
-import argparse
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
+from jaxlab.core import experiment
+from jaxlab.core.errors import require
 from jaxlab.rl import offline_data, uhm
+
+flags.DEFINE_integer("batch_size", 256, "Transitions per update.")
+flags.DEFINE_list("agents", ["rebrac", "dtd", "ghm", "uhm", "mbtd"], "Agents to time.")
+flags.DEFINE_bool("paper_scale", False, "4x512 networks, as in FQL/ReBRAC.")
+FLAGS = flags.FLAGS
 
 
 def _dataset():
@@ -22,7 +30,7 @@ def _dataset():
     from envs import ogbench as og
 
     return og.load(verbose=False).train, "embedded cube-single-play"
-  except Exception:  # noqa: BLE001 - ogbench extra not installed
+  except (ImportError, OSError):  # the ogbench extra (or MuJoCo) is not installed
     rng = np.random.default_rng(0)
     n = 100_000
     return dict(
@@ -46,59 +54,65 @@ def time_chunk(fn, *args, reps=3):
   return best
 
 
-def main():
-  p = argparse.ArgumentParser()
-  p.add_argument("--batch_size", type=int, default=256)
-  p.add_argument("--steps", type=int, default=100)
-  p.add_argument("--agents", default="rebrac,dtd,ghm,uhm,mbtd")
-  p.add_argument("--paper_scale", action="store_true", help="4x512 networks, as in FQL/ReBRAC")
-  a = p.parse_args()
+def time_agent(agent: str, data, steps: int) -> float:
+  """ms per update of one agent: a jitted lax.scan of `steps` updates, compile excluded."""
+  c = uhm.get_config()
+  c.agent, c.batch_size = agent, FLAGS.batch_size
+  if FLAGS.paper_scale:
+    for k in ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims"):
+      c[k] = (512,) * 4
+  cfg = uhm.validate_config(c)
+  state = uhm.create(
+    jax.random.key(0),
+    data.observations.shape[1],
+    data.actions.shape[1],
+    cfg,
+    obs_stats=offline_data.obs_stats(data),
+  )
+  sample = uhm.make_sample_fn(cfg)
+
+  @jax.jit
+  def chunk(state, key):
+    def body(s, i):
+      k = jax.random.fold_in(key, i)
+      return uhm.update(s, sample(data, k), k)
+
+    return jax.lax.scan(body, state, jnp.arange(steps))
+
+  return 1e3 * time_chunk(chunk, state, jax.random.key(1)) / steps
+
+
+def main(argv):
+  del argv
+  steps = FLAGS.steps if FLAGS.steps is not None else 100
+  require(steps >= 1, "steps", f"must be >= 1, got {steps}")
+  require(FLAGS.batch_size >= 1, "batch_size", f"must be >= 1, got {FLAGS.batch_size}")
+  agents = experiment.check_list("agents", FLAGS.agents, uhm.AGENTS)
   raw, source = _dataset()
   data = offline_data.make_offline_data(raw)
   print(
     f"backend={jax.default_backend()} data={source} ({data.size} transitions) "
-    f"batch={a.batch_size} steps/chunk={a.steps}"
+    f"batch={FLAGS.batch_size} steps/chunk={steps}"
   )
-  results = {}
-  for agent in a.agents.split(","):
-    c = uhm.get_config()
-    c.agent, c.batch_size = agent, a.batch_size
-    if a.paper_scale:
-      for k in ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims"):
-        c[k] = (512,) * 4
-    cfg = uhm.validate_config(c)
-    state = uhm.create(
-      jax.random.key(0),
-      data.observations.shape[1],
-      data.actions.shape[1],
-      cfg,
-      obs_stats=offline_data.obs_stats(data),
-    )
-    sample = uhm.make_sample_fn(cfg)
-
-    @jax.jit
-    def chunk(state, key):
-      def body(s, i):
-        k = jax.random.fold_in(key, i)
-        return uhm.update(s, sample(data, k), k)
-
-      return jax.lax.scan(body, state, jnp.arange(a.steps))
-
-    results[agent] = 1e3 * time_chunk(chunk, state, jax.random.key(1)) / a.steps
+  results = {agent: time_agent(agent, data, steps) for agent in agents}
   ref = results.get("rebrac")
   for agent, ms in results.items():
     ratio = f"{ms / ref:5.2f}x ReBRAC" if ref else ""
     print(f"  {agent:7s} {ms:8.2f} ms/update  {ratio}")
   if "uhm" in results and ref:
     print(f"UHM / ReBRAC cost ratio: {results['uhm'] / ref:.2f} (paper, GPU: ≈ 2.4/1.3 = 1.8)")
+  sampler_throughput(raw, data)
 
-  # The sampler as training uses it: inside a scanned jit (a checksum keeps XLA from dropping it).
+
+def sampler_throughput(raw, data) -> None:
+  """The sampler as training uses it (jit + scan) against a NumPy gather of the same batches."""
+  # A checksum of every batch keeps XLA from dropping the sampling.
   n = 500
 
   @jax.jit
   def sample_many(d, key):
     def body(acc, i):
-      b = offline_data.sample(d, jax.random.fold_in(key, i), a.batch_size, 8)
+      b = offline_data.sample(d, jax.random.fold_in(key, i), FLAGS.batch_size, 8)
       return acc + jnp.sum(b["observations"]) + jnp.sum(b["window_rewards"]), None
 
     return jax.lax.scan(body, 0.0, jnp.arange(n))[0]
@@ -108,15 +122,15 @@ def main():
   raw_np = {k: np.asarray(v) for k, v in raw.items()}
   t0 = time.perf_counter()
   for _ in range(n):
-    idx = rng.integers(0, len(raw_np["rewards"]), a.batch_size)
+    idx = rng.integers(0, len(raw_np["rewards"]), FLAGS.batch_size)
     _ = {k: v[idx] for k, v in raw_np.items()}
   np_bps = n / (time.perf_counter() - t0)
   print(
     f"sampler (jit+scan, k_max=8 windows): {jax_bps:9.1f} batches/s = "
-    f"{jax_bps * a.batch_size:,.0f} transitions/s; NumPy gather (no windows): {np_bps:9.1f} "
+    f"{jax_bps * FLAGS.batch_size:,.0f} transitions/s; NumPy gather (no windows): {np_bps:9.1f} "
     f"batches/s; ratio {jax_bps / np_bps:.2f}"
   )
 
 
 if __name__ == "__main__":
-  main()
+  experiment.run(main)

@@ -1,19 +1,24 @@
 """OGBench single-task data sets and evaluation, offline.
 
-Data (`load` / `load_dataset`): for a single-task name such as `cube-single-play-singletask-task2-v0` the raw
-OGBench file `<data set>.npz` (+ `-val.npz`) is looked up, in this order,
-  1. in `dataset_dir` if given, else in OGBench's default folder `~/.ogbench/data`;
-  2. if absent and `embedded=True` (the default when the user asked for no particular data): the small set shipped
-     in `envs/data/` (made by `envs.ogbench_generate`; only for the default task's data set cube-single-play-v0);
-  3. if still absent and `generate_if_missing=True`: generated locally with OGBench's environments and scripted
-     oracles (`envs.ogbench_generate`), cached at the place of step 1 (full size) or in
-     `<folder>/jaxlab-generated/e<episodes>-s<seed>/` (other sizes, so a small set never shadows a real one),
-     with a printed notice.
-Nothing here downloads: there is no network, and ogbench's downloading path is never called (its loader is only
-called with an explicit `dataset_path`). Rewards and masks come from ogbench's own single-task relabelling.
+OGBench (Park et al., arXiv 2410.20092); the layout and options are described in docs/ogbench.md.
 
-Evaluation (`evaluate`): runs the real OGBench single-task environment, no rendering, and reports the success
-rate, the return and the episode length.
+Data (`load`): for a single-task name such as `cube-single-play-singletask-task2-v0` the raw OGBench
+file `<data set>.npz` (+ `-val.npz`) is looked up, in this order,
+  1. in `dataset_dir` if given (an existing folder, unless a set is to be generated there), else
+     in OGBench's default folder `~/.ogbench/data`;
+  2. if absent and `embedded=True`: the small set shipped in `envs/data/` (made by
+     `envs.ogbench_generate`; only for the default task's data set cube-single-play-v0);
+  3. if still absent, only when asked: `generate_if_missing=True` generates the full standard set
+     (35-90 min on a CPU) with OGBench's environments and scripted oracles, in the folder of step 1;
+     `num_episodes=N` generates (or reuses) a set of N episodes in
+     `<folder>/jaxlab-generated/e<N>-s<seed>/`, so a small set never shadows a real one.
+  Otherwise a missing set is a `DatasetError` that gives the generator command to run.
+Loaded arrays holding NaN or inf are a `DatasetError`. Nothing here downloads: ogbench's downloading
+path is never called (its loader only gets an explicit `dataset_path`). Rewards and masks come from
+ogbench's own single-task relabelling.
+
+Evaluation (`evaluate`): runs the real OGBench single-task environment, no rendering, and reports
+the success rate, the return and the episode length.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import zipfile
 import numpy as np
 
 from envs import ogbench_generate as gen
+from jaxlab.core.errors import ConfigError, check_finite_array
 
 DEFAULT_DATASET_DIR = gen.DEFAULT_DATASET_DIR
 DEFAULT_ENV_NAME = "cube-single-play-singletask-task2-v0"
@@ -39,14 +45,16 @@ ALLOWED_HELP = (
   "single-task names look like <data set minus -v0>-singletask[-task{1..5}]-v0, e.g. "
   f"{DEFAULT_ENV_NAME}; generated offline when missing: "
   + ", ".join(gen.GENERATABLE)
-  + "; need OGBench's file placed in --dataset_dir or ~/.ogbench/data: antmaze-{medium,large,giant,teleport}-"
-  "{navigate,stitch,explore}-v0, humanoidmaze-{medium,large,giant}-{navigate,stitch}-v0, antsoccer-{arena,medium}-"
+  + "; need OGBench's file placed in --dataset_dir or ~/.ogbench/data: "
+  "antmaze-{medium,large,giant,teleport}-{navigate,stitch,explore}-v0, "
+  "humanoidmaze-{medium,large,giant}-{navigate,stitch}-v0, antsoccer-{arena,medium}-"
   "{navigate,stitch}-v0, visual-* variants"
 )
 
 
-class DatasetError(ValueError):
-  """A data set file is missing, malformed, or cannot be made offline; the message says which and what to do."""
+class DatasetError(ConfigError):
+  """A data set is missing, malformed or cannot be made offline. ``field`` is the option to fix
+  (``dataset_dir`` or ``env_name``); the message says what to do."""
 
 
 def _require_ogbench():
@@ -80,7 +88,7 @@ def parse_name(env_name: str, task_id: int | None = None) -> TaskName:
   import gymnasium
 
   if not isinstance(env_name, str) or not env_name.endswith("-v0"):
-    raise DatasetError(f"unknown OGBench env_name {env_name!r}; {ALLOWED_HELP}")
+    raise DatasetError("env_name", f"unknown OGBench env_name {env_name!r}; {ALLOWED_HELP}")
   parts = env_name.split("-")
   if "singletask" in parts:
     pos = parts.index("singletask")
@@ -88,7 +96,7 @@ def parse_name(env_name: str, task_id: int | None = None) -> TaskName:
     named_task = int(m.group(1)) if m else None
     if task_id is not None and named_task is not None and task_id != named_task:
       raise DatasetError(
-        f"env_name {env_name!r} names task {named_task} but task_id={task_id} was given"
+        "env_name", f"env_name {env_name!r} names task {named_task} but task_id={task_id} was given"
       )
     task_id = task_id if task_id is not None else named_task
     dataset_name = "-".join(parts[:pos] + parts[-1:])
@@ -97,90 +105,109 @@ def parse_name(env_name: str, task_id: int | None = None) -> TaskName:
     dataset_name = env_name
     prefix = parts[:-1]
   if len(prefix) < 2 or prefix[-1] not in _DATASET_TYPES:
-    raise DatasetError(f"unknown OGBench env_name {env_name!r}; {ALLOWED_HELP}")
+    raise DatasetError("env_name", f"unknown OGBench env_name {env_name!r}; {ALLOWED_HELP}")
   if "singletask" not in parts and task_id is None:
     raise DatasetError(
+      "env_name",
       f"{env_name!r} is a goal-conditioned data set name; pass task_id=1..5 or use a "
-      f"single-task name; {ALLOWED_HELP}"
+      f"single-task name; {ALLOWED_HELP}",
     )
   if task_id is not None and not 1 <= int(task_id) <= 5:
-    raise DatasetError(f"task_id must be in 1..5, got {task_id}")
+    raise DatasetError("env_name", f"task_id must be in 1..5, got {task_id}")
   base = "-".join(prefix[:-1])
   suffix = "" if task_id is None else f"-task{int(task_id)}"
   env_id = f"{base}-singletask{suffix}-v0"
   if env_id not in gymnasium.registry:
     raise DatasetError(
-      f"unknown OGBench env_name {env_name!r} (no environment {env_id}); {ALLOWED_HELP}"
+      "env_name", f"unknown OGBench env_name {env_name!r} (no environment {env_id}); {ALLOWED_HELP}"
     )
   name = f"{'-'.join(prefix)}-singletask{suffix}-v0"
   return TaskName(name, dataset_name, env_id, None if task_id is None else int(task_id))
 
 
-# ---------------------------------------------------------------------------------------------- file checks
+# -------------------------------------------------------------------------------------- file checks
+
+
+def _check_against_env(path: str, shapes: dict, env, need_qpos: bool) -> None:
+  """The file's rows fit the environment's observation, action and MuJoCo state sizes."""
+  ob, ac = env.observation_space.shape, env.action_space.shape
+  if tuple(shapes["observations"][1:]) != tuple(ob):
+    raise DatasetError(
+      "dataset_dir",
+      f"{path}: 'observations' rows have shape {shapes['observations'][1:]}, the environment "
+      f"expects {tuple(ob)} (wrong data set for this env?)",
+    )
+  if tuple(shapes["actions"][1:]) != tuple(ac):
+    raise DatasetError(
+      "dataset_dir",
+      f"{path}: 'actions' rows have shape {shapes['actions'][1:]}, the environment expects "
+      f"{tuple(ac)}",
+    )
+  if need_qpos:
+    nq = env.unwrapped.model.nq
+    if shapes["qpos"][1:] != (nq,):
+      raise DatasetError(
+        "dataset_dir",
+        f"{path}: 'qpos' rows have shape {shapes['qpos'][1:]}, the environment has nq={nq}",
+      )
+  if hasattr(env.unwrapped, "_num_buttons") and "button_states" not in shapes:
+    raise DatasetError(
+      "dataset_dir",
+      f"{path}: missing 'button_states', needed to relabel rewards for this environment",
+    )
 
 
 def check_dataset_file(path: str, env=None, need_qpos: bool = True) -> dict:
-  """Check a raw OGBench npz without loading it all into the training pipeline; returns {key: shape}.
+  """Checks a raw OGBench npz without loading it into the training pipeline; returns {key: shape}.
 
-  Raises DatasetError naming the file and the field when keys are missing or shapes disagree with each other
-  or with `env`'s observation/action spaces.
+  Raises DatasetError naming the file and the field when keys are missing or shapes disagree with
+  each other or with `env`'s observation/action spaces.
   """
   try:
     with np.load(path, allow_pickle=False) as f:
       shapes = {k: f[k].shape for k in f.files}
       terminals = f["terminals"][...] if "terminals" in f.files else None
   except FileNotFoundError:
-    raise DatasetError(f"{path}: file not found") from None
+    raise DatasetError("dataset_dir", f"{path}: file not found") from None
   except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-    raise DatasetError(f"{path}: not a readable .npz file ({type(e).__name__}: {e})") from None
+    raise DatasetError(
+      "dataset_dir", f"{path}: not a readable .npz file ({type(e).__name__}: {e})"
+    ) from None
   required = ["observations", "actions", "terminals"] + (["qpos"] if need_qpos else [])
   missing = [k for k in required if k not in shapes]
   if missing:
     raise DatasetError(
+      "dataset_dir",
       f"{path}: missing key(s) {missing}; an OGBench raw file has {required} "
-      f"(+ qvel, button_states); found {sorted(shapes)}"
+      f"(+ qvel, button_states); found {sorted(shapes)}",
     )
   n = shapes["observations"][0] if shapes["observations"] else 0
   if n < 2:
     raise DatasetError(
-      f"{path}: 'observations' has shape {shapes['observations']}, need at least 2 rows"
+      "dataset_dir",
+      f"{path}: 'observations' has shape {shapes['observations']}, need at least 2 rows",
     )
   for k, s in shapes.items():
     if not s or s[0] != n:
-      raise DatasetError(f"{path}: '{k}' has shape {s} but 'observations' has {n} rows")
+      raise DatasetError(
+        "dataset_dir", f"{path}: '{k}' has shape {s} but 'observations' has {n} rows"
+      )
   if len(shapes["terminals"]) != 1:
-    raise DatasetError(f"{path}: 'terminals' must be 1-D, got shape {shapes['terminals']}")
+    raise DatasetError(
+      "dataset_dir", f"{path}: 'terminals' must be 1-D, got shape {shapes['terminals']}"
+    )
   if not bool(terminals[-1]):
     raise DatasetError(
+      "dataset_dir",
       f"{path}: 'terminals' must be True at the last step of each trajectory (the last row is "
-      "False; the file looks truncated)"
+      "False; the file looks truncated)",
     )
   if env is not None:
-    ob, ac = env.observation_space.shape, env.action_space.shape
-    if tuple(shapes["observations"][1:]) != tuple(ob):
-      raise DatasetError(
-        f"{path}: 'observations' rows have shape {shapes['observations'][1:]}, the environment "
-        f"expects {tuple(ob)} (wrong data set for this env?)"
-      )
-    if tuple(shapes["actions"][1:]) != tuple(ac):
-      raise DatasetError(
-        f"{path}: 'actions' rows have shape {shapes['actions'][1:]}, the environment expects "
-        f"{tuple(ac)}"
-      )
-    if need_qpos:
-      nq = env.unwrapped.model.nq
-      if shapes["qpos"][1:] != (nq,):
-        raise DatasetError(
-          f"{path}: 'qpos' rows have shape {shapes['qpos'][1:]}, the environment has nq={nq}"
-        )
-    if hasattr(env.unwrapped, "_num_buttons") and "button_states" not in shapes:
-      raise DatasetError(
-        f"{path}: missing 'button_states', needed to relabel rewards for this environment"
-      )
+    _check_against_env(path, shapes, env, need_qpos)
   return shapes
 
 
-# ---------------------------------------------------------------------------------------------- loading
+# ------------------------------------------------------------------------------------------ loading
 
 
 @dataclasses.dataclass
@@ -210,7 +237,7 @@ def _log(msg: str) -> None:
 
 @contextlib.contextmanager
 def _generation_lock(folder: str, dataset_name: str):
-  """An exclusive lock file next to the data set (POSIX advisory lock; a no-op where unsupported)."""
+  """An exclusive lock file next to the data set (POSIX advisory lock; no-op where unsupported)."""
   os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder, f".{dataset_name}.lock")
   with open(path, "a") as f:
@@ -231,10 +258,119 @@ def _generation_lock(folder: str, dataset_name: str):
         pass
 
 
+def generate_command(dataset_name: str, folder: str, num_episodes: int | None = None) -> str:
+  """The shell command that makes a data set in a folder."""
+  episodes = f" --episodes={num_episodes}" if num_episodes else ""
+  return (
+    f"python -m envs.ogbench_generate --env_name={dataset_name} --dataset_dir={folder}{episodes}"
+  )
+
+
+def _dataset_root(dataset_dir: str | None, may_create: bool) -> str:
+  """The folder to look in: `dataset_dir` (existing, unless it may be created) or OGBench's."""
+  if dataset_dir is None:
+    return os.path.expanduser(DEFAULT_DATASET_DIR)
+  root = os.path.expanduser(dataset_dir)
+  if os.path.exists(root) and not os.path.isdir(root):
+    raise DatasetError("dataset_dir", f"{root} is a file, not a folder of OGBench .npz files")
+  if not os.path.exists(root) and not may_create:
+    raise DatasetError(
+      "dataset_dir",
+      f"folder {root} does not exist. Give the folder that holds OGBench's <data set>.npz files, "
+      "or generate a set there deliberately: --generate_missing (the full set; Python: "
+      "generate_if_missing=True), --episodes=N (a small one), or python -m envs.ogbench_generate",
+    )
+  return root
+
+
+def _generate_missing(tn: TaskName, spec, folder: str, episodes: int, seed: int, verbose: bool):
+  """Generates the set into `folder` unless another process did meanwhile (waits on its lock)."""
+  train_path, val_path = gen.dataset_paths(tn.dataset_name, folder)
+  log = _log if verbose else (lambda *_: None)
+  steps = episodes * spec.max_episode_steps * 1.1
+  per_k = 0.15 if spec.family == "pointmaze" else 1.9
+  # Several runs of a sweep may ask for the same missing set at once: one generates, the others
+  # wait on the lock and then load what it wrote.
+  with _generation_lock(folder, tn.dataset_name):
+    if os.path.exists(train_path):
+      log(f"{train_path} was generated by another run meanwhile; loading it")
+      return
+    if os.path.exists(val_path):
+      raise DatasetError(
+        "dataset_dir",
+        f"{val_path} exists without its train file {train_path}; not overwriting it. Remove it "
+        "(or place the matching train file) and retry.",
+      )
+    log(
+      f"{train_path} not found (nothing is downloaded); generating {tn.dataset_name} locally with "
+      f"OGBench's scripted oracles: {episodes} episodes (+{max(1, episodes // 10)} val), "
+      f"~{steps / 1e3:.0f}k steps, ~{steps / 1e3 * per_k / 60:.1f} min; cached in {folder}"
+    )
+    gen.generate(
+      tn.dataset_name, num_episodes=episodes, dataset_dir=folder, seed=seed, progress=verbose
+    )
+
+
+def _locate(
+  tn: TaskName,
+  root: str,
+  generate_full: bool,
+  embedded: bool,
+  num_episodes: int | None,
+  seed: int,
+  verbose: bool,
+) -> tuple[str, str, str]:
+  """``(train_path, val_path, source)`` of the set to load, generating it when that was asked."""
+  try:
+    spec = gen.spec_for(tn.dataset_name)
+  except gen.UnsupportedDatasetError as e:
+    spec, unsupported = None, DatasetError(e.field, e.message)
+  small = num_episodes is not None and (spec is None or num_episodes != spec.num_episodes)
+  folder = _generated_dir(root, int(num_episodes), seed) if small else root
+  train_path, val_path = gen.dataset_paths(tn.dataset_name, folder)
+  if os.path.exists(train_path):
+    if not os.path.exists(val_path):
+      raise DatasetError(
+        "dataset_dir",
+        f"{train_path} exists but its validation file {val_path} does not; OGBench's loader "
+        "needs both (place the -val.npz next to it)",
+      )
+    return train_path, val_path, "file"
+  emb = embedded_path(tn.dataset_name) if (embedded and num_episodes is None) else None
+  if emb is not None:
+    if verbose:
+      _log(
+        f"{tn.dataset_name}.npz not found in {folder}; using the small embedded set {emb}. For "
+        f"the full set run: {generate_command(tn.dataset_name, root)}"
+      )
+    return emb, emb[:-4] + "-val.npz", "embedded"
+  if spec is None:  # expert-needing / visual / unknown: the error says which file to place
+    raise unsupported
+  if not (generate_full or num_episodes is not None):
+    raise DatasetError(
+      "dataset_dir",
+      f"{train_path} not found. Generate the set (~{spec.num_episodes} episodes, 35-90 min on a "
+      f"CPU) with: {generate_command(tn.dataset_name, root)} -- or pass --generate_missing "
+      "(Python: generate_if_missing=True), or a small set with --episodes=N",
+    )
+  episodes = spec.num_episodes if num_episodes is None else int(num_episodes)
+  _generate_missing(tn, spec, folder, episodes, seed, verbose)
+  return train_path, val_path, "generated"
+
+
+def _check_finite(path: str, arrays: dict) -> None:
+  for k in ("observations", "actions", "rewards", "next_observations"):
+    if k in arrays:
+      try:
+        check_finite_array("dataset_dir", arrays[k])
+      except ConfigError as e:
+        raise DatasetError("dataset_dir", f"{path}: '{k}' {e.message}") from None
+
+
 def load(
   env_name: str = DEFAULT_ENV_NAME,
   dataset_dir: str | None = None,
-  generate_if_missing: bool = True,
+  generate_if_missing: bool = False,
   embedded: bool = True,
   num_episodes: int | None = None,
   seed: int = 0,
@@ -242,79 +378,21 @@ def load(
   compact_dataset: bool = False,
   verbose: bool = True,
 ) -> OGBenchData:
-  """Find (or make) the raw data set for a single-task name and load it through ogbench's own loader.
+  """Finds (or, when asked, makes) a single-task name's raw data set; loads it through ogbench.
 
-  `num_episodes=None` asks for the standard set (a file found in `dataset_dir`/~/.ogbench/data, else the embedded
-  small set if `embedded`, else a full-size local generation); an integer asks for a locally generated set of
-  that many episodes (cached under `<folder>/jaxlab-generated/`). Raises DatasetError when the file is
-  malformed or cannot be made offline.
+  `num_episodes=None` asks for the standard set: a file in `dataset_dir` (an existing folder) or
+  ~/.ogbench/data, else the embedded small set if `embedded`, else with `generate_if_missing=True`
+  a full-size local generation (35-90 min). An integer asks for a locally generated set of that many
+  episodes (made once, cached under `<folder>/jaxlab-generated/`). Raises DatasetError (a
+  ConfigError naming `dataset_dir` or `env_name`) when the set is missing, malformed or non-finite.
   """
   ogbench = _require_ogbench()
   tn = parse_name(env_name, task_id)
-  root = os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR)
-  log = _log if verbose else (lambda *_: None)
-  spec = None
-  try:
-    spec = gen.spec_for(tn.dataset_name)
-  except gen.UnsupportedDatasetError:
-    pass
-  if num_episodes is not None and (spec is None or num_episodes != spec.num_episodes):
-    folder = _generated_dir(root, int(num_episodes), seed)
-  else:
-    folder = root
-  train_path, val_path = gen.dataset_paths(tn.dataset_name, folder)
-
-  source = "file"
-  if not os.path.exists(train_path):
-    emb = embedded_path(tn.dataset_name) if (embedded and num_episodes is None) else None
-    if emb is not None:
-      train_path, val_path, source = emb, emb[:-4] + "-val.npz", "embedded"
-      log(
-        f"{tn.dataset_name}.npz not found in {folder}; using the small embedded set {emb} "
-        f"(made by envs.ogbench_generate). For the full set run: python -m envs.ogbench_generate "
-        f"--env_name={tn.dataset_name} --dataset_dir={root}"
-      )
-    elif not generate_if_missing:
-      raise DatasetError(
-        f"{train_path} not found and generate_if_missing=False. Make it with: python -m "
-        f"envs.ogbench_generate --env_name={tn.dataset_name} --dataset_dir={folder}"
-        + (f" --episodes={num_episodes}" if num_episodes else "")
-      )
-    else:
-      if spec is None:  # expert-needing / visual / unknown: say what file to place
-        try:
-          gen.spec_for(tn.dataset_name)
-        except gen.UnsupportedDatasetError as e:
-          raise DatasetError(str(e)) from None
-      episodes = spec.num_episodes if num_episodes is None else int(num_episodes)
-      steps = episodes * spec.max_episode_steps * 1.1
-      per_k = 0.15 if spec.family == "pointmaze" else 1.9
-      # Several runs of a sweep may ask for the same missing set at once: one generates, the
-      # others wait on the lock and then load what it wrote.
-      with _generation_lock(folder, tn.dataset_name):
-        if not os.path.exists(train_path):
-          if os.path.exists(val_path):
-            raise DatasetError(
-              f"{val_path} exists without its train file {train_path}; not "
-              "overwriting it. Remove it (or place the matching train file) and retry."
-            )
-          log(
-            f"{train_path} not found (no network here, nothing is downloaded); generating {tn.dataset_name} "
-            f"locally with OGBench's scripted oracles: {episodes} episodes (+{max(1, episodes // 10)} val), "
-            f"~{steps / 1e3:.0f}k steps, ~{steps / 1e3 * per_k / 60:.1f} min; cached in {folder}"
-          )
-          gen.generate(
-            tn.dataset_name, num_episodes=episodes, dataset_dir=folder, seed=seed, progress=verbose
-          )
-        else:
-          log(f"{train_path} was generated by another run meanwhile; loading it")
-      source = "generated"
-  elif not os.path.exists(val_path):
-    raise DatasetError(
-      f"{train_path} exists but its validation file {val_path} does not; OGBench's loader needs "
-      "both (place the -val.npz next to it)"
-    )
-
+  # Generating was asked for (a full set, or a small one of num_episodes): the folder may be new.
+  root = _dataset_root(dataset_dir, may_create=generate_if_missing or num_episodes is not None)
+  train_path, val_path, source = _locate(
+    tn, root, generate_if_missing, embedded, num_episodes, seed, verbose
+  )
   env = ogbench.make_env_and_datasets(tn.name, env_only=True)
   for p in (train_path, val_path):
     check_dataset_file(p, env)
@@ -326,41 +404,29 @@ def load(
     dataset_only=True,
     cur_env=env,
   )
+  _check_finite(train_path, train)
+  _check_finite(val_path, val)
   meta = None
   if os.path.exists(train_path + ".json"):
     with open(train_path + ".json") as f:
       meta = json.load(f)
   if source == "file" and meta is not None:
     source = "generated"
-    log(
-      f"using a locally generated {tn.dataset_name} ({meta.get('num_episodes')} episodes, seed "
-      f"{meta.get('seed')}) from {train_path}"
+  if verbose:
+    _log(
+      f"{tn.name}: {len(train['observations'])} train / {len(val['observations'])} val "
+      f"transitions ({source}, {train_path})"
     )
-  log(
-    f"{tn.name}: {len(train['observations'])} train / {len(val['observations'])} val transitions ({source})"
-  )
   return OGBenchData(env=env, train=train, val=val, source=source, path=train_path, meta=meta)
 
 
-def load_dataset(
-  env_name: str = DEFAULT_ENV_NAME,
-  dataset_dir: str | None = None,
-  generate_if_missing: bool = True,
-  **kwargs,
-):
-  """`(env, train)`: the single-task env and a dict of numpy arrays `observations, actions, rewards, masks,
-  terminals, next_observations` (see `load` for where the data come from; kwargs go to `load`)."""
-  d = load(env_name, dataset_dir=dataset_dir, generate_if_missing=generate_if_missing, **kwargs)
-  return d.env, d.train
-
-
-# ---------------------------------------------------------------------------------------------- evaluation
+# --------------------------------------------------------------------------------------- evaluation
 
 _EVAL_ENVS: dict = {}
 
 
 def make_env(env_name: str = DEFAULT_ENV_NAME, task_id: int | None = None):
-  """The single-task OGBench env for a name (cached; building a manipulation env compiles MuJoCo, ~1 s)."""
+  """The single-task OGBench env for a name (cached: a manipulation env compiles MuJoCo, ~1 s)."""
   import gymnasium
 
   tn = parse_name(env_name, task_id)
@@ -378,15 +444,16 @@ def evaluate(
   env=None,
   max_episode_steps: int | None = None,
 ) -> dict:
-  """Run `policy_fn(obs_1xD float32) -> actions (1xA or A)` in the real single-task env; no rendering.
+  """Runs `policy_fn(obs_1xD float32) -> actions (1xA or A)` in the real single-task env.
 
-  Episodes end on success (OGBench's single-task default) or at the time limit; success is `info['success']`
-  at the last step. Episode i resets with seed `seed + i` (numpy's global RNG, which some OGBench resets use,
-  is seeded too and restored afterwards), so results are reproducible. Actions are clipped to [-1, 1].
-  Returns success (rate in [0, 1]), return, episode_len (means), plus num_episodes and steps_per_s.
+  Episodes end on success (OGBench's single-task default) or at the time limit; success is
+  `info['success']` at the last step. Episode i resets with seed `seed + i` (numpy's global RNG,
+  which some OGBench resets use, is seeded too and restored afterwards), so results are
+  reproducible. Actions are clipped to [-1, 1]. Returns success (rate in [0, 1]), return,
+  episode_len (means), plus num_episodes and steps_per_s.
   """
   if not isinstance(num_episodes, (int, np.integer)) or num_episodes < 1:
-    raise ValueError(f"num_episodes must be a positive integer, got {num_episodes!r}")
+    raise ConfigError("num_episodes", f"must be a positive integer, got {num_episodes!r}")
   env = env if env is not None else make_env(env_name, task_id)
   act_dim = int(np.prod(env.action_space.shape))
   successes, returns, lengths = [], [], []

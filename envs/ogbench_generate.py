@@ -1,39 +1,46 @@
 """Generate OGBench offline data sets locally with OGBench's own environments and scripted oracles.
 
-    python -m envs.ogbench_generate --env_name=cube-single-play-v0 --episodes=1000 --dataset_dir=~/.ogbench/data
+    python -m envs.ogbench_generate --env_name=cube-single-play-v0 --dataset_dir=~/.ogbench/data
+    python -m envs.ogbench_generate --env_name=cube-single-play-v0 --episodes=60 --dataset_dir=/tmp
 
-writes `<dataset_dir>/<name>.npz` and `<name>-val.npz` in OGBench's raw file format (`observations`, `actions`,
-`terminals`, `qpos`, `qvel`, plus `button_states` for scene/puzzle), so `ogbench.make_env_and_datasets(name,
-dataset_path=...)` loads them, and a `<name>.npz.json` note saying how the file was made.
+writes `<dataset_dir>/<name>.npz` and `<name>-val.npz` in OGBench's raw file format (`observations`,
+`actions`, `terminals`, `qpos`, `qvel`, plus `button_states` for scene/puzzle), so
+`ogbench.make_env_and_datasets(name, dataset_path=...)` loads them, and a `<name>.npz.json` note
+saying how the file was made.
 
-This re-implements the logic of OGBench's `data_gen_scripts/generate_{manipspace,locomaze}.py`, which the
-pip wheel does not ship (the oracles it drives do ship): the episode layout, oracle choice and the default
-settings follow the upstream commands for each data set. It is a reconstruction; the upstream files were
-made with other random seeds, so a regenerated set is statistically, not bitwise, the same.
+OGBench: Park et al., arXiv 2410.20092. This re-implements the logic of OGBench's
+`data_gen_scripts/generate_{manipspace,locomaze}.py`, which the pip wheel does not ship (the oracles
+it drives do ship): the episode layout, oracle choice and the default settings follow the upstream
+commands for each data set. It is a reconstruction; the upstream files were made with other random
+seeds, so a regenerated set is statistically, not bitwise, the same.
 
 Supported offline (no pretrained weights needed): cube-{single,double,triple,quadruple}, scene and
-puzzle-{3x3,4x4,4x5,4x6} with `play` (PlanOracle) or `noisy` (MarkovOracle + Gaussian noise + random actions)
-data, and pointmaze-{medium,large,giant,teleport} with `navigate` or `stitch` data. Ant/humanoid mazes and
-antsoccer need OGBench's pretrained SAC experts, visual-* sets need hours of software rendering per 1M
-transitions, and powderworld has no oracle in the wheel: for those the command exits 2 and says which file
-to place where.
+puzzle-{3x3,4x4,4x5,4x6} with `play` (PlanOracle) or `noisy` (MarkovOracle + Gaussian noise + random
+actions) data, and pointmaze-{medium,large,giant,teleport} with `navigate` or `stitch` data.
+Ant/humanoid mazes and antsoccer need OGBench's pretrained SAC experts, visual-* sets need hours of
+software rendering per 1M transitions, and powderworld has no oracle in the wheel: for those the
+command exits 2 and says which file to place where. Flags are absl flags (`--seed` is jaxlab's
+shared one); bad input exits 2 with one line. More in docs/ogbench.md.
 
-Measured on this 2-core box: about 1.5-2.1 s per 1000 transitions for manipulation, 0.13 s for pointmaze
-(a full 1M-transition manipulation set is a ~30 min one-off per core).
+Measured on this 2-core box: about 1.5-2.1 s per 1000 transitions for manipulation, 0.13 s for
+pointmaze (a full 1M-transition manipulation set is a ~30 min one-off per core).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
-import sys
 import tempfile
 import time
 from collections import defaultdict
 
 import numpy as np
+from absl import flags
+
+from jaxlab.core.errors import ConfigError, require
 
 DEFAULT_DATASET_DIR = "~/.ogbench/data"  # OGBench's own default (ogbench.utils.DEFAULT_DATASET_DIR)
 DATASET_URL = "https://rail.eecs.berkeley.edu/datasets/ogbench"
@@ -56,8 +63,11 @@ GENERATABLE = (
 )
 
 
-class UnsupportedDatasetError(ValueError):
-  """The name is not an OGBench data set, or it cannot be generated offline (message says what to do)."""
+class UnsupportedDatasetError(ConfigError):
+  """Not an OGBench data set, or one that cannot be generated offline (the message: what to do)."""
+
+  def __init__(self, message: str):
+    super().__init__("env_name", message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +88,9 @@ class GenSpec:
 
 def _placement_message(name: str, why: str) -> str:
   return (
-    f"{name}: {why} Place OGBench's files `{name}.npz` and `{name}-val.npz` (from {DATASET_URL}/{name}.npz "
-    f"and {DATASET_URL}/{name}-val.npz, fetched on a machine with network access) in OGBench's default folder "
+    f"{name}: {why} Place OGBench's files `{name}.npz` and `{name}-val.npz` (from "
+    f"{DATASET_URL}/{name}.npz and {DATASET_URL}/{name}-val.npz, fetched on a machine with network "
+    "access) in OGBench's default folder "
     f"{DEFAULT_DATASET_DIR}/ or in a folder passed as --dataset_dir. Offline generation supports: "
     + ", ".join(GENERATABLE)
     + "."
@@ -87,7 +98,7 @@ def _placement_message(name: str, why: str) -> str:
 
 
 def base_dataset_name(name: str) -> str:
-  """'cube-single-play-singletask-task2-v0' -> 'cube-single-play-v0' (plain data set names pass through)."""
+  """'cube-single-play-singletask-task2-v0' -> 'cube-single-play-v0' (data set names pass)."""
   parts = name.split("-")
   if "singletask" in parts:
     pos = parts.index("singletask")
@@ -134,7 +145,8 @@ def spec_for(name: str) -> GenSpec:
       _placement_message(
         dataset,
         "this data set is collected by OGBench's pretrained SAC expert policies (experts/ant, "
-        "experts/humanoid, experts/antball), which are not available offline, so it cannot be generated here.",
+        "experts/humanoid, experts/antball), which are not available offline, so it cannot be "
+        "generated here.",
       )
     )
   if _VISUAL_RE.match(dataset):
@@ -158,7 +170,7 @@ def spec_for(name: str) -> GenSpec:
   )
 
 
-# ----------------------------------------------------------------------------------------------- oracles
+# ------------------------------------------------------------------------------------------ oracles
 
 
 def _make_manip_oracles(env, spec: GenSpec):
@@ -220,7 +232,7 @@ def _scene_healthy(ep_qpos) -> bool:
 
 
 def _manip_episode(env, spec, agents, first_reset_seed):
-  """One data-collection episode; returns (episode dict of lists, number of sub-tasks the oracle finished)."""
+  """One data-collection episode: (episode dict of lists, sub-tasks the oracle finished)."""
   has_buttons = hasattr(env.unwrapped, "_cur_button_states")
   while True:  # scene: retry unhealthy episodes, as upstream
     ob, info = env.reset(seed=first_reset_seed) if first_reset_seed is not None else env.reset()
@@ -259,7 +271,7 @@ def _manip_episode(env, spec, agents, first_reset_seed):
 
 
 def _maze_cells(maze_map):
-  """All free cells, and the 'vertex' cells (free, not the middle of a straight hallway) goals come from."""
+  """All free cells, and the 'vertex' cells (free, not mid-hallway) that goals come from."""
   all_cells, vertex_cells = [], []
   for i in range(maze_map.shape[0]):
     for j in range(maze_map.shape[1]):
@@ -306,7 +318,7 @@ def _cells_at_distance(maze_map, start, steps=4):
 
 
 def _point_episode(env, spec, cells, first_reset_seed):
-  """One pointmaze episode: the 'expert' moves along the unit direction to the BFS oracle subgoal + noise."""
+  """One pointmaze episode: the 'expert' steps towards the BFS oracle subgoal, plus noise."""
   all_cells, vertex_cells = cells
   u = env.unwrapped
   init_ij = all_cells[np.random.randint(len(all_cells))]
@@ -345,7 +357,7 @@ def _point_episode(env, spec, cells, first_reset_seed):
   return ep, finished
 
 
-# ----------------------------------------------------------------------------------------------- writing
+# ------------------------------------------------------------------------------------------ writing
 
 
 def _as_arrays(episodes) -> dict:
@@ -358,7 +370,7 @@ def _as_arrays(episodes) -> dict:
 
 
 def _write_npz_atomic(path: str, arrays: dict) -> None:
-  """Write to a temporary file in the same folder, then rename: a crash never leaves a half-written file."""
+  """Writes a temporary file in the same folder, then renames: a crash never leaves half a file."""
   folder = os.path.dirname(path) or "."
   fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
   try:
@@ -379,65 +391,34 @@ def dataset_paths(dataset_name: str, dataset_dir: str) -> tuple[str, str]:
   return os.path.join(d, f"{dataset_name}.npz"), os.path.join(d, f"{dataset_name}-val.npz")
 
 
-def generate(
-  name: str,
-  num_episodes: int | None = None,
-  dataset_dir: str = DEFAULT_DATASET_DIR,
-  seed: int = 0,
-  noise: float | None = None,
-  p_random_action: float | None = None,
-  max_episode_steps: int | None = None,
-  num_val_episodes: int | None = None,
-  progress: bool = True,
-  drop_keys: tuple[str, ...] = (),
-) -> dict:
-  """Generate `<name>.npz` + `<name>-val.npz` in `dataset_dir`; returns a dict of statistics and the paths.
-
-  `num_episodes` train episodes (default: upstream count) plus `num_val_episodes` (default num_episodes // 10,
-  at least 1) of `max_episode_steps` steps each. Never overwrites: raises FileExistsError if either file exists.
-  `drop_keys` removes optional keys (e.g. 'qvel', which OGBench's loader and relabelling do not need) to make
-  small embedded files smaller.
-  """
+def _checked_spec(name: str, overrides: dict) -> GenSpec:
+  """The data set's settings with the caller's overrides (None: upstream's), each one checked."""
   spec = spec_for(name)
   if spec.dataset_name != name:
     print(
-      f"[ogbench_generate] {name} is a single-task name; generating its data set {spec.dataset_name}"
+      f"[ogbench_generate] {name} is a single-task name; generating its data set "
+      f"{spec.dataset_name}"
     )
-  overrides = {}
-  if num_episodes is not None:
-    overrides["num_episodes"] = int(num_episodes)
-  if noise is not None:
-    overrides["noise"] = float(noise)
-  if p_random_action is not None:
-    overrides["p_random_action"] = float(p_random_action)
-  if max_episode_steps is not None:
-    overrides["max_episode_steps"] = int(max_episode_steps)
-  spec = dataclasses.replace(spec, **overrides)
-  if spec.num_episodes < 1:
-    raise ValueError(f"--episodes must be >= 1, got {spec.num_episodes}")
-  if spec.max_episode_steps < 2:
-    raise ValueError(f"--max_episode_steps must be >= 2, got {spec.max_episode_steps}")
-  if not 0.0 <= spec.p_random_action <= 1.0:
-    raise ValueError(f"--p_random_action must be in [0, 1], got {spec.p_random_action}")
-  if spec.noise < 0:
-    raise ValueError(f"--noise must be >= 0, got {spec.noise}")
-  n_val = max(1, spec.num_episodes // 10) if num_val_episodes is None else int(num_val_episodes)
-  if n_val < 1:
-    raise ValueError(f"num_val_episodes must be >= 1, got {n_val}")
-  bad_drop = set(drop_keys) - {"qvel"}
-  if bad_drop:
-    raise ValueError(
-      f"drop_keys may only contain 'qvel' (the loader needs the rest), got {sorted(bad_drop)}"
-    )
+  spec = dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
+  require(spec.num_episodes >= 1, "episodes", f"must be >= 1, got {spec.num_episodes}")
+  require(
+    spec.max_episode_steps >= 2, "max_episode_steps", f"must be >= 2, got {spec.max_episode_steps}"
+  )
+  require(
+    0.0 <= spec.p_random_action <= 1.0,
+    "p_random_action",
+    f"must be in [0, 1], got {spec.p_random_action}",
+  )
+  require(
+    math.isfinite(spec.noise) and spec.noise >= 0,
+    "noise",
+    f"must be >= 0 and finite, got {spec.noise}",
+  )
+  return spec
 
-  train_path, val_path = dataset_paths(spec.dataset_name, dataset_dir)
-  for p in (train_path, val_path):
-    if os.path.exists(p):
-      raise FileExistsError(
-        f"{p} already exists; not overwriting it. Remove it or choose another --dataset_dir."
-      )
-  os.makedirs(os.path.dirname(train_path), exist_ok=True)
 
+def _run_episodes(spec: GenSpec, total: int, seed: int, progress: bool):
+  """``total`` episodes of the oracle in OGBench's data-collection env: (episodes, finished, s)."""
   import gymnasium
   import ogbench  # noqa: F401  (registers the environments)
 
@@ -455,8 +436,6 @@ def generate(
     else:
       cells = _maze_cells(env.unwrapped.maze_map)
       run = lambda s: _point_episode(env, spec, cells, s)  # noqa: E731
-
-    total = spec.num_episodes + n_val
     episodes, finished = [], 0
     t0 = time.perf_counter()
     it = range(total)
@@ -472,7 +451,52 @@ def generate(
     env.close()
   finally:
     np.random.set_state(np_state)
+  return episodes, finished, seconds
 
+
+def generate(
+  name: str,
+  num_episodes: int | None = None,
+  dataset_dir: str = DEFAULT_DATASET_DIR,
+  seed: int = 0,
+  noise: float | None = None,
+  p_random_action: float | None = None,
+  max_episode_steps: int | None = None,
+  num_val_episodes: int | None = None,
+  progress: bool = True,
+  drop_keys: tuple[str, ...] = (),
+) -> dict:
+  """Generate `<name>.npz` + `<name>-val.npz` in `dataset_dir`; returns a dict of statistics and the
+  paths.
+
+  `num_episodes` train episodes (default: upstream count) plus `num_val_episodes` (default
+  num_episodes // 10, at least 1) of `max_episode_steps` steps each. Never overwrites: raises
+  FileExistsError if either file exists. `drop_keys` removes optional keys (e.g. 'qvel', which
+  OGBench's loader and relabelling do not need) to make small embedded files smaller. Bad
+  arguments raise ConfigError naming the command-line flag.
+  """
+  overrides = dict(
+    num_episodes=None if num_episodes is None else int(num_episodes),
+    noise=None if noise is None else float(noise),
+    p_random_action=None if p_random_action is None else float(p_random_action),
+    max_episode_steps=None if max_episode_steps is None else int(max_episode_steps),
+  )
+  spec = _checked_spec(name, overrides)
+  n_val = max(1, spec.num_episodes // 10) if num_val_episodes is None else int(num_val_episodes)
+  require(n_val >= 1, "val_episodes", f"must be >= 1, got {n_val}")
+  bad_drop = sorted(set(drop_keys) - {"qvel"})
+  require(
+    not bad_drop, "drop_keys", f"may only hold 'qvel' (the loader needs the rest): {bad_drop}"
+  )
+  train_path, val_path = dataset_paths(spec.dataset_name, dataset_dir)
+  for p in (train_path, val_path):
+    if os.path.exists(p):
+      raise FileExistsError(
+        f"{p} already exists; not overwriting it. Remove it or choose another --dataset_dir."
+      )
+  os.makedirs(os.path.dirname(train_path), exist_ok=True)
+
+  episodes, finished, seconds = _run_episodes(spec, spec.num_episodes + n_val, seed, progress)
   train, val = _as_arrays(episodes[: spec.num_episodes]), _as_arrays(episodes[spec.num_episodes :])
   for k in drop_keys:
     train.pop(k, None)
@@ -501,86 +525,72 @@ def generate(
   return meta
 
 
-def main(argv=None) -> int:
-  import argparse
+def _define_flags() -> None:
+  """The generator's own flags (defined only when it runs as a program: `envs.ogbench` imports this
+  module next to experiments that define flags of the same names)."""
+  flags.DEFINE_string(
+    "env_name",
+    None,
+    "Data set name, e.g. cube-single-play-v0, pointmaze-medium-navigate-v0 (single-task names map "
+    "to their data set).",
+  )
+  flags.DEFINE_integer(
+    "episodes", None, "Train episodes (default: OGBench's count, e.g. 1000); validation adds 1/10."
+  )
+  flags.DEFINE_string("dataset_dir", DEFAULT_DATASET_DIR, "Output folder (created if missing).")
+  flags.DEFINE_float(
+    "noise",
+    None,
+    "play: plan noise (0.1); noisy: max Gaussian action noise (0.1); pointmaze: action noise "
+    "(0.5).",
+  )
+  flags.DEFINE_float("p_random_action", None, "noisy: 0.1 (cube/scene), 0.2 (puzzle).")
+  flags.DEFINE_integer("max_episode_steps", None, "Steps per episode (default 1001).")
+  flags.DEFINE_integer("val_episodes", None, "Validation episodes (default episodes // 10).")
+  flags.DEFINE_bool("drop_qvel", False, "Omit qvel (not needed by the loader) to save space.")
 
-  p = argparse.ArgumentParser(
-    prog="python -m envs.ogbench_generate",
-    description="Generate an OGBench data set offline with OGBench's environments and scripted oracles.",
-  )
-  p.add_argument(
-    "--env_name",
-    required=True,
-    help="data set name, e.g. cube-single-play-v0, "
-    "pointmaze-medium-navigate-v0 (single-task names map to their data set)",
-  )
-  p.add_argument(
-    "--episodes",
-    type=int,
-    default=None,
-    help="train episodes (default: OGBench's count, e.g. 1000); validation adds episodes // 10",
-  )
-  p.add_argument(
-    "--dataset_dir",
-    default=DEFAULT_DATASET_DIR,
-    help=f"output folder (default {DEFAULT_DATASET_DIR})",
-  )
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument(
-    "--noise",
-    type=float,
-    default=None,
-    help="play: plan noise (0.1); noisy: max Gaussian action "
-    "noise (0.1); pointmaze: action noise (0.5)",
-  )
-  p.add_argument(
-    "--p_random_action", type=float, default=None, help="noisy: 0.1 (cube/scene), 0.2 (puzzle)"
-  )
-  p.add_argument(
-    "--max_episode_steps", type=int, default=None, help="steps per episode (default 1001)"
-  )
-  p.add_argument(
-    "--val_episodes", type=int, default=None, help="validation episodes (default episodes // 10)"
-  )
-  p.add_argument(
-    "--drop_qvel", action="store_true", help="omit qvel (not needed by the loader) to save space"
-  )
-  args = p.parse_args(argv)
+
+_UNUSED_SHARED_FLAGS = ("workdir", "steps", "log_every", "ckpt_every", "mesh", "profile")
+
+
+def main(argv) -> None:
+  del argv
+  f = flags.FLAGS
+  for name in _UNUSED_SHARED_FLAGS:
+    require(not f[name].present, name, "is not used by envs.ogbench_generate; remove it")
+  require(bool(f.env_name), "env_name", "give the data set to generate, e.g. cube-single-play-v0")
   try:
     meta = generate(
-      args.env_name,
-      args.episodes,
-      args.dataset_dir,
-      seed=args.seed,
-      noise=args.noise,
-      p_random_action=args.p_random_action,
-      max_episode_steps=args.max_episode_steps,
-      num_val_episodes=args.val_episodes,
-      drop_keys=("qvel",) if args.drop_qvel else (),
+      f.env_name,
+      f.episodes,
+      f.dataset_dir,
+      seed=f.seed,
+      noise=f.noise,
+      p_random_action=f.p_random_action,
+      max_episode_steps=f.max_episode_steps,
+      num_val_episodes=f.val_episodes,
+      drop_keys=("qvel",) if f.drop_qvel else (),
     )
-  except UnsupportedDatasetError as e:
-    print(f"error: --env_name: {e}", file=sys.stderr)
-    return 2
   except FileExistsError as e:
-    print(f"error: --dataset_dir: {e}", file=sys.stderr)
-    return 2
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    raise ConfigError("dataset_dir", str(e)) from None
   size = sum(os.path.getsize(meta[k]) for k in ("train_path", "val_path"))
-  standard = spec_for(args.env_name).num_episodes
+  standard = spec_for(f.env_name).num_episodes
   if meta["num_episodes"] < standard:
     print(
-      f"note: this set has {meta['num_episodes']} episodes, OGBench's has {standard}; it sits under the "
-      f"standard name, so OGBench's downloader would skip this file later (delete it to fetch the real one)."
+      f"note: this set has {meta['num_episodes']} episodes, OGBench's has {standard}; it sits "
+      "under the standard name, so OGBench's downloader would skip this file later (delete it to "
+      "fetch the real one)."
     )
   print(
-    f"wrote {meta['train_path']} ({meta['train_steps']} steps) and {meta['val_path']} ({meta['val_steps']} "
-    f"steps), {size / 1e6:.2f} MB, in {meta['seconds']:.1f} s ({meta['seconds_per_1000_steps']:.2f} s per 1000 "
-    f"steps); oracle finished {meta['oracle_tasks_finished']} sub-tasks/goals"
+    f"wrote {meta['train_path']} ({meta['train_steps']} steps) and {meta['val_path']} "
+    f"({meta['val_steps']} steps), {size / 1e6:.2f} MB, in {meta['seconds']:.1f} s "
+    f"({meta['seconds_per_1000_steps']:.2f} s per 1000 steps); oracle finished "
+    f"{meta['oracle_tasks_finished']} sub-tasks/goals"
   )
-  return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from jaxlab.core import experiment  # defines the shared flags (--seed) and the exit-2 convention
+
+  _define_flags()
+  experiment.run(main)

@@ -1,24 +1,26 @@
 """UHM on OGBench: offline RL with universal horizon models (and its ablations), the main job.
 
   python -m experiments.uhm --env=ogbench
-      UHM on cube-single-play-singletask-task2-v0 with the embedded data set, on a CPU: ~80 s on 2 idle
-      cores (data load, 2000 updates at ~35/s, 10 evaluation episodes), progress bar, then the success
-      rate; results in runs/uhm/ (summary.json, learning_curve.png, curves.png, metrics.csv, eval.csv,
-      tb/, checkpoints/). 2000 updates on 12k transitions show the pipeline, not the paper's numbers.
-  python -m experiments.uhm --env=ogbench --agent=rebrac --workdir=runs/rebrac        # ablations:
-      --agent in {uhm, rebrac, ghm, dtd, mbtd}
+      UHM on cube-single-play-singletask-task2-v0 with the embedded data set, on a CPU: ~80 s on 2
+      idle cores (data load, 2000 updates at ~35/s, 10 evaluation episodes), progress bar, then the
+      success rate; results in runs/uhm/uhm/cube-single-play-singletask-task2-v0/ (summary.json,
+      learning_curve.png, curves.png, metrics.csv, eval.csv, tb/, checkpoints/). 2000 updates on 12k
+      transitions show the pipeline, not the paper's numbers.
+  python -m experiments.uhm --env=ogbench --agent=rebrac      # ablations, each in its own workdir:
+      --agent in {uhm, rebrac, ghm, dtd, mbtd}                # runs/uhm/<agent>/<env_name>
+  python -m envs.ogbench_generate --env_name=puzzle-3x3-play-v0 --dataset_dir=~/.ogbench/data
   python -m experiments.uhm --env=ogbench --env_name=puzzle-3x3-play-singletask-task4-v0 \\
-      --dataset_dir=~/.ogbench/data --steps=1000000 --config.model_hidden_dims='(512,512,512,512)' ...
-      the paper's protocol (1M updates; data from --dataset_dir, generated there if absent).
+      --dataset_dir=~/.ogbench/data --steps=1000000 --config.model_hidden_dims='(512,512,512,512)'
+      the paper's protocol (1M updates) on a full data set: generate it first (35-90 min), or add
+      --generate_missing to generate it in --dataset_dir when it is absent.
   python -m experiments.uhm --env=ogbench --mesh=data:-1   # batch sharded over all devices
 
-Config (`--config.<field>=...`) is the agent's `jaxlab.rl.uhm.get_config()`; every field is commented
-there. The experiment-level defaults below are sized for the CPU default run.
+Config (`--config.<field>=...`) is the agent's `jaxlab.rl.uhm.get_config()`; every field is
+commented there. Data sets: docs/ogbench.md. The method and our reconstruction choices: docs/uhm.md.
 """
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import jax
@@ -26,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment, runtime, sharding
+from jaxlab.core import experiment, plots, runtime, sharding
+from jaxlab.core.errors import require
 from jaxlab.rl import offline_data, uhm
 
 ENVS = ("ogbench",)
@@ -41,13 +44,19 @@ flags.DEFINE_string("agent", None, "Overrides config.agent: uhm, rebrac, ghm, dt
 flags.DEFINE_string(
   "dataset_dir",
   None,
-  "Folder with OGBench .npz files (default ~/.ogbench/data); "
-  "missing sets are generated there offline.",
+  "An existing folder with OGBench .npz files, or where --generate_missing / --episodes put a "
+  "generated set (default: ~/.ogbench/data, then the embedded set for the default task).",
+)
+flags.DEFINE_bool(
+  "generate_missing",
+  False,
+  "Generate the full standard data set (35-90 min on a CPU) in --dataset_dir when it is absent.",
 )
 flags.DEFINE_integer(
   "episodes",
   None,
-  "Generate/use a local set of this many episodes instead of the standard (or embedded) one.",
+  "Use a locally generated set of this many episodes (made once under "
+  "<dataset_dir>/jaxlab-generated/) instead of the standard (or embedded) one.",
 )
 flags.DEFINE_integer("eval_episodes", 10, "Evaluation episodes in the real environment.")
 flags.DEFINE_integer(
@@ -80,80 +89,36 @@ def make_policy():
   return lambda state: lambda obs: np.asarray(act(state, jnp.asarray(obs)))
 
 
-def main(argv):
-  del argv
-  config = _CONFIG.value
-  run = experiment.common(
-    "uhm",
-    default_steps=2000,
-    default_log_every=100,
-    default_ckpt_every=1000,
-    mesh_axes=("data", "fsdp"),
-  )
-  experiment.check_choice("env", FLAGS.env, ENVS)
-  if FLAGS.agent is not None:
-    experiment.check_choice("agent", FLAGS.agent, uhm.AGENTS)
-    config.agent = FLAGS.agent
-  if FLAGS.eval_episodes < 1:
-    experiment.fail("eval_episodes", f"must be >= 1, got {FLAGS.eval_episodes}")
+def _eval_every(run) -> int:
+  if FLAGS.eval_every is not None:
+    require(FLAGS.eval_every >= 0, "eval_every", f"must be >= 0, got {FLAGS.eval_every}")
+    return FLAGS.eval_every
   # A multiple of log_every keeps every chunk the same length: one compile for the whole run.
-  eval_every = (
-    max(run.log_every, run.steps // 4 // run.log_every * run.log_every)
-    if FLAGS.eval_every is None
-    else FLAGS.eval_every
-  )
-  if eval_every < 0:
-    experiment.fail("eval_every", f"must be >= 0, got {eval_every}")
-  if FLAGS.episodes is not None and FLAGS.episodes < 1:
-    experiment.fail("episodes", f"must be >= 1, got {FLAGS.episodes}")
-  try:
-    cfg = uhm.validate_config(config)
-  except ValueError as e:
-    msg = str(e)
-    field = msg.split("config.", 1)[1].split(" ", 1)[0] if "config." in msg else "config"
-    experiment.fail(f"config.{field}" if field != "config" else "config", msg)
-  if run.mesh is not None and cfg.batch_size % run.mesh.size:
-    experiment.fail(
-      "config.batch_size",
-      f"{cfg.batch_size} is not divisible by the {run.mesh.size} devices of --mesh",
-    )
+  return max(run.log_every, run.steps // 4 // run.log_every * run.log_every)
 
+
+def load_data(run):
+  """The task's data set (`envs.ogbench.load`); a missing or bad set raises ConfigError (exit 2)."""
   # gymnasium/glfw warn about float64 bounds and a missing X display; both are harmless here.
   warnings.filterwarnings("ignore", message=".*precision lowered.*")
   warnings.filterwarnings("ignore", message=".*DISPLAY.*")
   from envs import ogbench as og  # imports mujoco: only after the cheap checks
 
-  try:
-    og.parse_name(FLAGS.env_name)
-  except Exception as e:  # noqa: BLE001 - the loader's message lists what is allowed
-    experiment.fail("env_name", str(e))
-  try:
-    loaded = og.load(
-      FLAGS.env_name,
-      dataset_dir=FLAGS.dataset_dir,
-      num_episodes=FLAGS.episodes,
-      seed=run.seed,
-      embedded=FLAGS.dataset_dir is None,
-    )
-  except og.DatasetError as e:
-    experiment.fail("dataset_dir" if FLAGS.dataset_dir else "env_name", str(e))
-
-  experiment.prepare_workdir(run.workdir)
-  data = offline_data.make_offline_data(loaded.train)
-  obs_dim, act_dim = data.observations.shape[1], data.actions.shape[1]
-  key = jax.random.key_data(jax.random.key(run.seed))
-  state = uhm.create(
-    jax.random.fold_in(key, 0), obs_dim, act_dim, cfg, obs_stats=offline_data.obs_stats(data)
+  return og.load(
+    FLAGS.env_name,
+    dataset_dir=FLAGS.dataset_dir,
+    generate_if_missing=FLAGS.generate_missing,
+    embedded=FLAGS.dataset_dir is None and not FLAGS.generate_missing,
+    num_episodes=FLAGS.episodes,
+    seed=run.seed,
   )
 
-  # Data parallel over --mesh: the batch is split, parameters and the data set are replicated.
-  sample_fn = sharding.data_parallel(uhm.make_sample_fn(cfg), run.mesh)
-  state_sharding = data_sharding = None
-  if run.mesh is not None:
-    state_sharding = data_sharding = sharding.replicated(run.mesh)
+
+def make_eval_fn(run, env):
+  """Success rate, return and episode length of the deterministic actor in the real environment."""
+  from envs import ogbench as og
 
   policy = make_policy()
-  eval_env = loaded.env
 
   def eval_fn(state, step):
     del step
@@ -162,9 +127,52 @@ def main(argv):
       policy(state),
       num_episodes=FLAGS.eval_episodes,
       seed=10_000 + run.seed,
-      env=eval_env,
+      env=env,
     )
     return {"success": r["success"], "return": r["return"], "episode_len": r["episode_len"]}
+
+  return eval_fn
+
+
+def parse_flags(config):
+  """The validated shared flags, agent config and evaluation period; nothing is written."""
+  agent = FLAGS.agent if FLAGS.agent is not None else config.agent
+  run = experiment.common(
+    "uhm",
+    default_steps=2000,
+    default_log_every=100,
+    default_ckpt_every=1000,
+    variant=(agent, FLAGS.env_name),
+    mesh_axes=("data", "fsdp"),
+  )
+  experiment.check_choice("env", FLAGS.env, ENVS)
+  config.agent = experiment.check_choice("agent", agent, uhm.AGENTS)
+  require(FLAGS.eval_episodes >= 1, "eval_episodes", f"must be >= 1, got {FLAGS.eval_episodes}")
+  require(
+    FLAGS.episodes is None or FLAGS.episodes >= 1, "episodes", f"must be >= 1, got {FLAGS.episodes}"
+  )
+  eval_every = _eval_every(run)
+  cfg = uhm.validate_config(config)
+  run.check_batch("config.batch_size", cfg.batch_size)
+  return run, cfg, eval_every
+
+
+def main(argv):
+  del argv
+  run, cfg, eval_every = parse_flags(_CONFIG.value)
+  loaded = load_data(run)
+  data = offline_data.make_offline_data(loaded.train)
+  key = jax.random.key_data(jax.random.key(run.seed))
+  state = uhm.create(
+    jax.random.fold_in(key, 0),
+    data.observations.shape[1],
+    data.actions.shape[1],
+    cfg,
+    obs_stats=offline_data.obs_stats(data),
+  )
+  # Data parallel over --mesh: the batch is split, parameters and the data set are replicated.
+  sample_fn = sharding.data_parallel(uhm.make_sample_fn(cfg), run.mesh)
+  replicated = None if run.mesh is None else sharding.replicated(run.mesh)
 
   print(
     f"[uhm] agent={cfg.agent} env={FLAGS.env_name} data={loaded.source} "
@@ -172,56 +180,49 @@ def main(argv):
     f"mesh={run.mesh_spec or 'none'} workdir={run.workdir}",
     flush=True,
   )
-  t0 = time.perf_counter()
-  state, summary = runtime.train(
+  loop = run.loop(
+    eval_every=eval_every, progress_keys=("critic_loss", "q_mean", "bc_mse", "flow_loss")
+  )
+  _, result = runtime.train(
     state,
     uhm.update,
-    num_steps=run.steps,
-    workdir=run.workdir,
+    loop,
     key=key,
+    workdir=run.workdir,
     data=data,
     sample_fn=sample_fn,
-    log_every=run.log_every,
-    ckpt_every=run.ckpt_every,
-    keep=run.keep,
-    eval_fn=eval_fn,
-    eval_every=eval_every,
+    eval_fn=make_eval_fn(run, loaded.env),
     mesh=run.mesh,
-    state_sharding=state_sharding,
-    data_sharding=data_sharding,
-    progress_keys=("critic_loss", "q_mean", "bc_mse", "flow_loss"),
+    state_sharding=replicated,
+    data_sharding=replicated,
     config={
       "agent": cfg.to_dict(),
       "env_name": FLAGS.env_name,
       "data": loaded.source,
       "data_path": loaded.path,
       "transitions": data.size,
-      "flags": {"steps": run.steps, "seed": run.seed, "mesh": run.mesh_spec},
+      "seed": run.seed,
     },
   )
-  summary.update(
-    {
-      "agent": cfg.agent,
-      "env_name": FLAGS.env_name,
-      "data_source": loaded.source,
-      "transitions": int(data.size),
-      "total_wall_s": time.perf_counter() - t0,
-    }
-  )
-  experiment.write_summary(run.workdir, summary)
-  evals = runtime.read_csv(run.workdir / "eval.csv") if (run.workdir / "eval.csv").exists() else {}
-  if evals:
-    experiment.plot_curves(
+  report(run, cfg, result)
+
+
+def report(run, cfg, result) -> None:
+  """The success-rate learning curve of this session's evaluations, and one line of results."""
+  if result.evals:
+    steps = sorted(result.evals)
+    plots.lines(
       run.workdir / "learning_curve.png",
-      {cfg.agent: (evals["step"], 100 * evals["success"])},
+      {cfg.agent: (steps, [result.evals[s]["success"] for s in steps])},
       "update step",
-      "success rate (%)",
+      "success rate",
       title=f"{cfg.agent} on {FLAGS.env_name}",
     )
+  s = result.summary
   print(
     f"[uhm] {cfg.agent} on {FLAGS.env_name}: success rate "
-    f"{100 * summary.get('eval/success', float('nan')):.1f}% over {FLAGS.eval_episodes} episodes "
-    f"after {summary['step']} steps -> {run.workdir}/summary.json",
+    f"{100 * s.get('eval/success', float('nan')):.1f}% over {FLAGS.eval_episodes} episodes "
+    f"after {s.get('step')} steps -> {run.workdir}/summary.json",
     flush=True,
   )
 

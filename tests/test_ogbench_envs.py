@@ -1,7 +1,11 @@
-"""OGBench data layer: offline generation in OGBench's raw format, loading through ogbench's own loader,
-the embedded default set, clear errors, and evaluation in the real environment (no rendering)."""
+"""OGBench data layer: offline generation in OGBench's raw format, loading through ogbench's own
+loader, the embedded default set, data folders that must exist, clear errors (exit 2 from the
+generator's command line), and evaluation in the real environment (no rendering)."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -51,8 +55,8 @@ def test_cube_generation_is_ogbench_raw_format(cube_dir):
     301,
   ]
   assert np.abs(train["actions"]).max() <= 1.0
-  # observation t and qpos t describe the same state (info['prev_qpos'] is recorded with the pre-step obs):
-  # the arm joints and the cube position (scaled, centred) appear in both.
+  # observation t and qpos t describe the same state (info['prev_qpos'] is recorded with the
+  # pre-step obs): the arm joints and the cube position (scaled, centred) appear in both.
   obs, qpos = train["observations"], train["qpos"]
   np.testing.assert_allclose(obs[:, :6], qpos[:, :6], atol=1e-5)
   np.testing.assert_allclose(
@@ -118,10 +122,23 @@ def test_embedded_default_loads(tmp_path):
     0 < (data.train["rewards"] == 0).sum() < len(data.train["rewards"])
   )  # the task-2 goal is visited
   assert list(tmp_path.iterdir()) == []  # nothing written to the data folder
-  with pytest.raises(og.DatasetError, match="generate_if_missing=False"):
-    og.load(
-      og.DEFAULT_ENV_NAME, dataset_dir=str(tmp_path), embedded=False, generate_if_missing=False
-    )
+  # Without the embedded set a missing standard set is an error that gives the generator command.
+  with pytest.raises(og.DatasetError) as e:
+    og.load(og.DEFAULT_ENV_NAME, dataset_dir=str(tmp_path), embedded=False)
+  command = f"python -m envs.ogbench_generate --env_name={CUBE} --dataset_dir={tmp_path}"
+  assert e.value.field == "dataset_dir" and command in e.value.message
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_dataset_dir_must_be_an_existing_folder(tmp_path):
+  missing = tmp_path / "typo"
+  with pytest.raises(og.DatasetError) as e:
+    og.load(og.DEFAULT_ENV_NAME, dataset_dir=str(missing))
+  assert e.value.field == "dataset_dir" and str(missing) in e.value.message
+  assert "does not exist" in e.value.message and not missing.exists()
+  (tmp_path / "f.npz").write_bytes(b"")
+  with pytest.raises(og.DatasetError, match="is a file"):
+    og.load(og.DEFAULT_ENV_NAME, dataset_dir=str(tmp_path / "f.npz"))
 
 
 def test_small_generation_is_cached_apart_and_reused(tmp_path, capsys):
@@ -146,20 +163,19 @@ def test_small_generation_is_cached_apart_and_reused(tmp_path, capsys):
     "antsoccer-arena-navigate-v0",
   ],
 )
-def test_expert_sets_say_which_file_to_place(name, tmp_path, capsys):
-  rc = gen.main([f"--env_name={name}", f"--dataset_dir={tmp_path}"])
-  err = capsys.readouterr().err
-  base = gen.base_dataset_name(name)
-  assert (
-    rc == 2 and f"`{base}.npz`" in err and f"`{base}-val.npz`" in err and "~/.ogbench/data" in err
-  )
+def test_expert_sets_say_which_file_to_place(name, tmp_path):
+  with pytest.raises(gen.UnsupportedDatasetError) as e:
+    gen.generate(name, dataset_dir=str(tmp_path))
+  err, base = e.value.message, gen.base_dataset_name(name)
+  assert e.value.field == "env_name"
+  assert f"`{base}.npz`" in err and f"`{base}-val.npz`" in err and "~/.ogbench/data" in err
   assert "expert" in err and list(tmp_path.iterdir()) == []
   if "singletask" in name:
     with pytest.raises(og.DatasetError, match=f"{base}.npz"):
       og.load(name, dataset_dir=str(tmp_path))
 
 
-def test_unknown_names_list_allowed(capsys):
+def test_unknown_names_list_allowed():
   for bad, msg in [
     ("cube-single-foo-singletask-v0", "singletask.*generated offline"),
     ("walker-run-v0", "unknown OGBench env_name"),
@@ -170,8 +186,8 @@ def test_unknown_names_list_allowed(capsys):
   with pytest.raises(og.DatasetError, match="task_id"):
     og.parse_name(CUBE)  # goal-conditioned name without a task
   assert og.parse_name(CUBE, task_id=3).env_id == "cube-single-singletask-task3-v0"
-  assert gen.main(["--env_name=cube-single-v1", "--dataset_dir=/nonexistent"]) == 2
-  assert "puzzle-{3x3,4x4,4x5,4x6}-{play,noisy}-v0" in capsys.readouterr().err
+  with pytest.raises(gen.UnsupportedDatasetError, match=r"puzzle-\{3x3,4x4,4x5,4x6\}-\{play"):
+    gen.spec_for("cube-single-v1")
 
 
 def test_bad_files_raise_clearly_and_are_never_overwritten(tmp_path, cube_dir):
@@ -197,7 +213,42 @@ def test_bad_files_raise_clearly_and_are_never_overwritten(tmp_path, cube_dir):
       CUBE, num_episodes=1, dataset_dir=str(tmp_path), max_episode_steps=5, progress=False
     )
   assert path.read_bytes() == b"not a zip"
-  assert gen.main([f"--env_name={CUBE}", "--episodes=1", f"--dataset_dir={tmp_path}"]) == 2
+
+
+def test_non_finite_data_is_rejected(tmp_path, cube_dir):
+  d, _ = cube_dir
+  for suffix in ("", "-val"):
+    src = dict(np.load(os.path.join(d, f"{CUBE}{suffix}.npz")))
+    if not suffix:
+      src["observations"][5, 3] = np.nan
+    np.savez(tmp_path / f"{CUBE}{suffix}.npz", **src)
+  with pytest.raises(og.DatasetError, match="'observations' holds 1 non-finite") as e:
+    og.load("cube-single-play-singletask-task2-v0", dataset_dir=str(tmp_path), verbose=False)
+  assert e.value.field == "dataset_dir"
+
+
+def _generator(args, cwd):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env.pop("XLA_FLAGS", None)
+  cmd = [sys.executable, "-m", "envs.ogbench_generate", *args]
+  return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+  "args, needle",
+  [
+    (["--env_name=antmaze-large-navigate-v0"], "--env_name: antmaze-large-navigate-v0: this data"),
+    ([f"--env_name={CUBE}", "--noise=nan"], "--noise: must be >= 0 and finite, got nan"),
+    ([f"--env_name={CUBE}", "--episodes=0"], "--episodes: must be >= 1"),
+    ([f"--env_name={CUBE}", "--steps=5"], "--steps: is not used"),
+    (["--episodes=2"], "--env_name: give the data set"),
+  ],
+)
+def test_generator_command_line_exits_2(tmp_path, args, needle):
+  r = _generator([*args, f"--dataset_dir={tmp_path / 'out'}"], tmp_path)
+  err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+  assert r.returncode == 2 and len(err) == 1 and needle in err[0], r.stderr[-2000:]
+  assert list(tmp_path.iterdir()) == []  # no folder made, nothing written to the cwd
 
 
 def test_evaluate_trivial_and_oracle_policies():
@@ -231,13 +282,11 @@ def test_evaluate_trivial_and_oracle_policies():
 
 
 def test_concurrent_runs_generate_a_missing_set_once(tmp_path):
-  """Two runs of a sweep asking for the same missing set: one generates, the other waits and loads."""
-  import subprocess
-  import sys
-
+  """Two runs of a sweep asking for the same missing set: one generates, the other waits, loads."""
   code = (
     "from envs import ogbench as og; d = og.load('pointmaze-medium-stitch-singletask-task1-v0', "
-    f"dataset_dir={str(tmp_path)!r}, num_episodes=2, verbose=True); print('N', len(d.train['rewards']))"
+    f"dataset_dir={str(tmp_path)!r}, num_episodes=2, verbose=True); "
+    "print('N', len(d.train['rewards']))"
   )
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   procs = [
@@ -256,3 +305,14 @@ def test_concurrent_runs_generate_a_missing_set_once(tmp_path):
   assert sum("generating pointmaze-medium-stitch-v0 locally" in s for s in stdout) == 1
   sizes = {line for s in stdout for line in s.splitlines() if line.startswith("N ")}
   assert len(sizes) == 1  # both loaded the same set
+
+
+def test_generator_command_line_writes_a_set(tmp_path):
+  out = tmp_path / "out"
+  args = [f"--env_name={POINT}", "--episodes=1", "--val_episodes=1", "--max_episode_steps=20"]
+  r = _generator([*args, "--seed=3", f"--dataset_dir={out}"], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "wrote" in r.stdout and (out / f"{POINT}.npz").exists()
+  assert (out / f"{POINT}-val.npz").exists()
+  meta = json.loads((out / f"{POINT}.npz.json").read_text())
+  assert meta["seed"] == 3 and meta["train_steps"] == 20

@@ -1,5 +1,6 @@
-"""UHM exactness tests (brief rl.md §1.3): nu-operator identities, tabular UHM = n-step law, flow UHM on a
-Gaussian random walk, the GHM limit, and a jitted update for every agent variant."""
+"""UHM exactness tests (docs/uhm.md, "Checks"): nu-operator identities, tabular UHM = n-step law,
+flow UHM on a Gaussian random walk, the GHM limit, a jitted update for every agent variant, and
+checkpoints of the agent's state."""
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +8,9 @@ import numpy as np
 import optax
 import pytest
 
+from jaxlab.core import checkpoint
+from jaxlab.core.errors import ConfigError
+from jaxlab.core.train_state import TrainState
 from jaxlab.rl import horizon, offline_data, uhm
 from jaxlab.rl import tabular_uhm as T
 from jaxlab.rl.networks import VelocityField
@@ -15,7 +19,7 @@ GAMMA, LAM, KMAX = 0.9, 0.8, 5
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
-# ---------------------------------------------------------------- (1) nu-operator identities, float64
+# -------------------------------------------------------------- (1) nu-operator identities, float64
 @pytest.fixture(scope="module")
 def mdp():
   P, R, pi = T.random_mdp(0, 6, 3)
@@ -82,7 +86,7 @@ def test_horizon_samplers_match_laws():
   assert T.tv(freq, 0.4 * 0.6 ** np.arange(39)) < 0.005
 
 
-# ---------------------------------------------------------------- (2) tabular UHM = exact n-step law
+# --------------------------------------------------------------- (2) tabular UHM = exact n-step law
 TAB_K, GHM_GAMMA = 24, 0.6  # GHM tail beyond k_max: 0.6^24 = 5e-6
 
 
@@ -103,7 +107,7 @@ def test_tabular_uhm_matches_n_step_law(tabular):
   assert T.tv(m[1:], T.exact_n_step(P, pi, TAB_K)[:-1]).max() > 0.1
 
 
-# ---------------------------------------------------------------- (4) GHM limit
+# ------------------------------------------------------------------------------------ (4) GHM limit
 def test_ghm_limit_pooled_uhm_is_successor_measure(tabular):
   P, pi, m = tabular
   SA = m.shape[1]
@@ -122,22 +126,21 @@ def test_ghm_limit_pooled_uhm_is_successor_measure(tabular):
   assert T.tv(m[0], sm).max() > 0.1
 
 
-# ---------------------------------------------------------------- (3) flow UHM on a Gaussian random walk
+# ----------------------------------------------------------- (3) flow UHM on a Gaussian random walk
 RW_K, RW_A0, RW_STEPS = 16, 0.05, 3000
 RW_SCALE = float(np.sqrt(0.4**2 / 12 + 0.01))  # std of s' - s under the data distribution
 
 
 @pytest.fixture(scope="module")
 def random_walk_flow():
-  """TD^2-CFM on s' = s + a + 0.1 eps, data a ~ U(-0.2, 0.2), policy a' = 0.05; displacement coords."""
+  """TD^2-CFM on s' = s + a + 0.1 eps, data a ~ U(-0.2, 0.2), policy a' = 0.05; displacements."""
   net = VelocityField((64, 64), 1, RW_K, 16, True)
   z = jnp.zeros((1, 1))
-  params = net.init(jax.random.PRNGKey(0), jnp.zeros(1), z, z, z, jnp.ones(1, jnp.int32))
+  params = net.init(jax.random.PRNGKey(0), jnp.zeros(1), z, z, z, jnp.ones(1, jnp.int32))["params"]
   tx = optax.adam(optax.cosine_decay_schedule(1e-3, RW_STEPS, 0.1))
   B, tau = 256, 0.05
 
-  def step(carry, key):
-    p, tp, o = carry
+  def step(model, key):
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
     s = jax.random.uniform(k1, (B, 1), minval=-2, maxval=2)
     a = jax.random.uniform(k2, (B, 1), minval=-0.2, maxval=0.2)
@@ -145,37 +148,32 @@ def random_walk_flow():
     ap = jnp.full((B, 1), RW_A0)
     n = uhm.model_horizons(k4, B, RW_K, 0.25)
     d = (sp - s) / RW_SCALE
-    loss, g = jax.value_and_grad(uhm.td_flow_loss, argnums=1)(
-      net, p, tp, s, a, n, sp, ap, jnp.maximum(n - 1, 1), d, d, n == 1, k5, 5, "td2_cfm"
-    )
-    u, o = tx.update(g, o, p)
-    p = optax.apply_updates(p, u)
-    return (p, jax.tree.map(lambda x, y: tau * x + (1 - tau) * y, p, tp), o), loss
+
+    def loss_fn(p):
+      v_online = lambda t, x: model(t, x, s, a, n, params=p)
+      v_target = lambda t, x: model(t, x, sp, ap, jnp.maximum(n - 1, 1), params=model.target_params)
+      loss = uhm.td_flow_loss(v_online, v_target, d, d, n == 1, k5, 5, "td2_cfm")
+      return loss, loss
+
+    model, loss = model.apply_loss(loss_fn)
+    return model.update_target(tau), loss
 
   @jax.jit
-  def train(p, key):
-    (p, tp, _), losses = jax.lax.scan(step, (p, p, tx.init(p)), jax.random.split(key, RW_STEPS))
-    return tp, losses
+  def train(model, key):
+    return jax.lax.scan(step, model, jax.random.split(key, RW_STEPS))
 
-  tp, losses = train(params, jax.random.PRNGKey(1))
-  return net, tp, np.asarray(losses)
+  model, losses = train(TrainState.create(net, params, tx, target=True), jax.random.PRNGKey(1))
+  return model, np.asarray(losses)
 
 
 @pytest.mark.parametrize("n", [1, 4, 16])
 def test_flow_uhm_random_walk_moments(random_walk_flow, n):
-  net, tp, losses = random_walk_flow
+  model, losses = random_walk_flow
   assert np.isfinite(losses).all()
   M, s0 = 4000, 1.0
-  s = jnp.full((M, 1), s0)
-  y = uhm.flow_sample(
-    net,
-    tp,
-    s,
-    jnp.full((M, 1), RW_A0),
-    jnp.full((M,), n, jnp.int32),
-    jax.random.normal(jax.random.PRNGKey(n), (M, 1)),
-    5,
-  )
+  s, a, n_M = jnp.full((M, 1), s0), jnp.full((M, 1), RW_A0), jnp.full((M,), n, jnp.int32)
+  v = lambda t, x: model(t, x, s, a, n_M, params=model.target_params)
+  y = uhm.flow_sample(v, jax.random.normal(jax.random.PRNGKey(n), (M, 1)), 5)
   x = np.asarray(s0 + RW_SCALE * y)[:, 0]
   mean, var = s0 + n * RW_A0, 0.01 * n  # exact law N(s + n a, 0.01 n) with a held at 0.05
   assert abs(x.mean() - mean) < 0.1 * mean, (x.mean(), mean)
@@ -187,23 +185,20 @@ def test_euler_vs_midpoint_on_exact_gaussian_field():
   """Why the default solver is midpoint: 10 Euler steps shrink a Gaussian's variance by ~24%."""
   mu, sig = 0.3, 0.65
 
-  class Exact:  # exact marginal field of the independent-coupling path N(0,1) -> N(mu, sig^2)
-    @staticmethod
-    def apply(params, t, x, s, a, n):
-      tt = t[:, None]
-      return mu + (x - tt * mu) * (tt * sig**2 - (1 - tt)) / ((1 - tt) ** 2 + tt**2 * sig**2)
+  def exact(t, x):  # exact marginal field of the independent-coupling path N(0,1) -> N(mu, sig^2)
+    tt = t[:, None]
+    return mu + (x - tt * mu) * (tt * sig**2 - (1 - tt)) / ((1 - tt) ** 2 + tt**2 * sig**2)
 
   x0 = jax.random.normal(jax.random.PRNGKey(0), (50_000, 1))
-  args = (Exact, None, None, None, None, x0)
-  eu = np.asarray(uhm.flow_sample(*args, 10, solver="euler"))
-  mid = np.asarray(uhm.flow_sample(*args, 5, solver="midpoint"))
+  eu = np.asarray(uhm.flow_sample(exact, x0, 10, solver="euler"))
+  mid = np.asarray(uhm.flow_sample(exact, x0, 5, solver="midpoint"))
   ref = np.asarray(mu + sig * x0)  # pushforward is affine in x0: compare samples path-wise
   assert abs(eu.std() / ref.std() - 1) > 0.1
   assert abs(mid.std() / ref.std() - 1) < 0.005
   np.testing.assert_allclose(mid, ref, atol=0.01)
 
 
-# ---------------------------------------------------------------- offline data sampler
+# ----------------------------------------------------------------------------- offline data sampler
 def _toy_dataset(N=40, O=3, A=2, traj=10, seed=0):
   rng = np.random.default_rng(seed)
   obs = rng.normal(size=(N + 1, O)).astype(np.float32)
@@ -243,7 +238,10 @@ def test_sampler_windows_follow_trajectories():
     offline_data.make_offline_data({k: v for k, v in d.items() if k != "masks"})
 
 
-# ---------------------------------------------------------------- (5) every agent variant: one jitted update
+# ------------------------------------------------------- (5) every agent variant: one jitted update
+NETWORKS = ("critic", "actor", "flow", "reward")
+
+
 def _tiny_config(agent):
   c = uhm.get_config()
   c.agent, c.batch_size, c.k_max, c.flow_steps = agent, 16, 3, 2
@@ -266,13 +264,21 @@ def test_update_every_agent(agent):
   update = jax.jit(uhm.update).lower(state, batch, key).compile(FAST_COMPILE)
   new, metrics = update(state, batch, key)
   assert metrics and all(np.isfinite(float(v)) for v in metrics.values()), metrics
-  for name in state.params:  # step 0 is an actor step, so every group moves
-    diff = jax.tree.map(
-      lambda x, y: float(jnp.abs(x - y).max()), new.params[name], state.params[name]
-    )
+  has_model = agent in uhm.FLOW_AGENTS
+  assert (state.flow is not None) == has_model and (state.reward is not None) == has_model
+  for name in NETWORKS:  # step 0 is an actor step, so every network moves
+    if getattr(state, name) is None:
+      continue
+    old, moved = getattr(state, name), getattr(new, name)
+    diff = jax.tree.map(lambda x, y: float(jnp.abs(x - y).max()), moved.params, old.params)
     assert max(jax.tree.leaves(diff)) > 0, name
-  assert int(new.step) == 1
-  assert ("flow_loss" in metrics) == (agent in uhm.FLOW_AGENTS)
+    if old.target_params is not None:  # targets follow by Polyak averaging
+      diff = jax.tree.map(
+        lambda x, y: float(jnp.abs(x - y).max()), moved.target_params, old.target_params
+      )
+      assert max(jax.tree.leaves(diff)) > 0, name
+  assert int(new.step) == 1 and int(new.actor.step) == 1
+  assert ("flow_loss" in metrics) == has_model
   act = uhm.sample_actions(new, batch["observations"])
   assert act.shape == (16, 2) and float(jnp.abs(act).max()) <= 1.0
 
@@ -297,8 +303,8 @@ def test_config_errors_name_the_field():
 
 
 def test_dtd_target_is_truncated_lambda_return():
-  """DTD's nu-weighted window target equals the recursive lambda-return, truncated at k_max or at the
-  trajectory end (full bootstrap there) and cut by true terminals (masks)."""
+  """DTD's nu-weighted window target equals the recursive lambda-return, truncated at k_max or at
+  the trajectory end (full bootstrap there) and cut by true terminals (masks)."""
   d = _toy_dataset(N=60)
   d["rewards"] = np.random.default_rng(5).normal(size=60).astype(np.float32)
   data = offline_data.make_offline_data(d)
@@ -310,12 +316,10 @@ def test_dtd_target_is_truncated_lambda_return():
   batch = offline_data.sample(data, key, batch_size=64, k_max=4)
   idx = np.asarray(jax.random.randint(key, (64,), 0, 60))
   G, _ = jax.jit(uhm.value_target)(state, batch, jax.random.PRNGKey(4))
-  nets = uhm.networks(state.config, 3, 2)
   S = d["next_observations"]
-  A_ = np.asarray(nets["actor"].apply(state.target_params["actor"], S))
-  Q = np.asarray(jnp.min(nets["critic"].apply(state.target_params["critic"], S, A_), 0)).astype(
-    np.float64
-  )
+  A_ = np.asarray(state.actor(S, params=state.actor.target_params))
+  Q = np.asarray(jnp.min(state.critic(S, A_, params=state.critic.target_params), 0))
+  Q = Q.astype(np.float64)
   r, m, g, lam = d["rewards"].astype(np.float64), d["masks"], c.discount, c.lam
   for row, i in enumerate(idx):
     end = (i // 10) * 10 + 9
@@ -325,3 +329,58 @@ def test_dtd_target_is_truncated_lambda_return():
       V = (1 - lam) * Q[i + k - 1] + lam * (r[i + k] + g * m[i + k] * V)
     ref = r[i] + g * m[i] * V
     np.testing.assert_allclose(float(G[row]), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_truncated_lambda_tables_match_closed_forms():
+  """Row j of DTD's tables is TD(lam) fully bootstrapping at step j: nu = (1-lam)(lam g)^{k-1} for
+  k < j, (lam g)^{j-1} at j; xi = lam^k g^{k-1} for k < j; both 0 after j (and rows sum like nu)."""
+  nu, xi = horizon.truncated_lambda_tables(LAM, GAMMA, KMAX)
+  lg = LAM * GAMMA
+  for j in range(1, KMAX + 1):
+    k = np.arange(1, KMAX + 1)
+    nu_ref = np.where(k < j, (1 - LAM) * lg ** (k - 1.0), np.where(k == j, lg ** (j - 1.0), 0))
+    xi_ref = np.where(k < j, LAM**k * GAMMA ** (k - 1.0), 0.0)
+    np.testing.assert_allclose(nu[j - 1], nu_ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(xi[j - 1], xi_ref, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(nu[-1], horizon.winsorized_nu(LAM, GAMMA, KMAX), rtol=0, atol=1e-15)
+
+
+def test_every_agent_has_one_table_row():
+  assert set(uhm.AGENT_SPECS) == set(uhm.AGENTS) == {"uhm", "rebrac", "ghm", "dtd", "mbtd"}
+  assert set(uhm.FLOW_AGENTS) == {"uhm", "ghm", "mbtd"}
+  assert [a for a, s in uhm.AGENT_SPECS.items() if s.windows] == ["dtd"]
+
+
+def test_config_errors_are_typed_and_reject_non_finite():
+  c = uhm.get_config()
+  c.lr = float("nan")
+  with pytest.raises(ConfigError) as e:
+    uhm.validate_config(c)
+  assert e.value.field == "config.lr"
+  c = uhm.get_config()
+  c.model_hidden_dims = (16, 0)
+  with pytest.raises(ConfigError) as e:
+    uhm.validate_config(c)
+  assert e.value.field == "config.model_hidden_dims"
+
+
+@pytest.mark.parametrize("agent", ["uhm", "rebrac"])
+def test_state_checkpoint_round_trip(agent, tmp_path):
+  """A saved state restores into a freshly created one (rebrac has no flow/reward networks)."""
+  c = _tiny_config(agent)
+  state = uhm.create(jax.random.PRNGKey(0), 3, 2, c)
+  mngr = checkpoint.manager(tmp_path)
+  checkpoint.save(mngr, 7, state)
+  mngr.close()
+  like = uhm.create(jax.random.PRNGKey(1), 3, 2, c)
+  restored, step = checkpoint.restore(tmp_path, like)
+  assert step == 7 and (restored.flow is None) == (agent == "rebrac")
+  # Leaf by leaf: the optimizers of two created states are distinct (static) closures.
+  leaves, saved = jax.tree.leaves(restored), jax.tree.leaves(state)
+  assert len(leaves) == len(saved)
+  for x, y in zip(leaves, saved):
+    np.testing.assert_array_equal(x, y)
+  fresh = zip(jax.tree.leaves(like.critic.params), jax.tree.leaves(state.critic.params))
+  assert not all(np.array_equal(x, y) for x, y in fresh)  # the restore did replace values
+  act = uhm.sample_actions(restored, jnp.zeros((4, 3)))
+  np.testing.assert_array_equal(act, uhm.sample_actions(state, jnp.zeros((4, 3))))

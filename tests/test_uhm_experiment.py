@@ -1,4 +1,5 @@
-"""experiments.uhm end to end on a tiny generated OGBench set: finite losses, resume, bad input, mesh."""
+"""experiments.uhm end to end on a tiny generated OGBench set: finite losses, resume, bad input,
+default workdirs per agent and task, data folders that must exist, mesh."""
 
 import json
 import os
@@ -37,6 +38,7 @@ def _run(args, cwd):
 
 
 def test_end_to_end_generated_data_and_resume(tmp_path):
+  # --dataset_dir does not exist yet: --episodes asks for a generated set, so it may be created.
   common = [
     "--env=ogbench",
     f"--env_name={ENV}",
@@ -51,7 +53,8 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   assert "generating" in r.stdout and "success rate" in r.stdout
   first = json.loads((tmp_path / "run" / "summary.json").read_text())
-  assert first["step"] == 60 and first["data_source"] == "generated"
+  record = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert first["step"] == 60 and record["data"] == "generated" and record["agent"]["agent"] == "uhm"
   losses = {k: v for k, v in first.items() if k.startswith("train/")}
   assert {"train/critic_loss", "train/flow_loss", "train/actor_loss"} <= set(losses)
   assert all(np.isfinite(v) for v in losses.values()), losses
@@ -100,15 +103,58 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   ],
 )
 def test_bad_input_exits_2(tmp_path, args, flag):
+  (tmp_path / "data").mkdir()
   r = _run([f"--workdir={tmp_path / 'run'}", f"--dataset_dir={tmp_path / 'data'}", *args], tmp_path)
+  _assert_exit_2(r, flag)
+  assert not (tmp_path / "run").exists() and list((tmp_path / "data").iterdir()) == []
+
+
+def _assert_exit_2(r, *needles):
   assert r.returncode == 2, r.stderr[-2000:]
   err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
-  assert len(err) == 1 and flag in err[0], r.stderr[-2000:]
-  assert not (tmp_path / "run").exists()
+  assert len(err) == 1 and all(n in err[0] for n in needles), r.stderr[-2000:]
+  return err[0]
+
+
+def test_dataset_dir_must_exist_and_hold_the_set(tmp_path):
+  """A mistyped --dataset_dir never creates a folder nor starts a long generation."""
+  missing = tmp_path / "no" / "such"
+  r = _run([f"--dataset_dir={missing}"], tmp_path)
+  _assert_exit_2(r, "--dataset_dir", str(missing), "does not exist", "--generate_missing")
+  assert not missing.exists() and not missing.parent.exists()
+  assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/, nothing in the cwd
+  (tmp_path / "a_file").write_text("x")
+  r = _run([f"--dataset_dir={tmp_path / 'a_file'}"], tmp_path)
+  _assert_exit_2(r, "--dataset_dir", "is a file")
+  (tmp_path / "empty").mkdir()
+  r = _run([f"--dataset_dir={tmp_path / 'empty'}"], tmp_path)
+  command = "python -m envs.ogbench_generate --env_name=cube-single-play-v0 --dataset_dir="
+  _assert_exit_2(r, "--dataset_dir", command + str(tmp_path / "empty"))
+  assert list((tmp_path / "empty").iterdir()) == [] and not (tmp_path / "runs").exists()
+
+
+def test_default_workdirs_are_distinct_per_agent_and_task(tmp_path):
+  """Without --workdir, runs of other agents or tasks never share (and break) a run directory."""
+  quick = ["--steps=2", "--log_every=1", "--eval_episodes=1", "--eval_every=0", *SMALL]
+  for agent, task in (("rebrac", 2), ("dtd", 1)):
+    r = _run(
+      [f"--agent={agent}", f"--env_name=cube-single-play-singletask-task{task}-v0", *quick],
+      tmp_path,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+  runs = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("runs/uhm/*/*"))
+  assert runs == [
+    "runs/uhm/dtd/cube-single-play-singletask-task1-v0",
+    "runs/uhm/rebrac/cube-single-play-singletask-task2-v0",
+  ]
+  for run in runs:
+    summary = json.loads((tmp_path / run / "summary.json").read_text())
+    assert summary["step"] == 2 and 0.0 <= summary["eval/success"] <= 1.0
 
 
 def test_data_parallel_update_equals_single_device(tmp_path):
-  from jaxlab.core import mesh as mesh_lib, runtime, sharding
+  from jaxlab.core import mesh as mesh_lib
+  from jaxlab.core import runtime, sharding
   from jaxlab.rl import offline_data, uhm
 
   rng = np.random.default_rng(0)
@@ -142,22 +188,21 @@ def test_data_parallel_update_equals_single_device(tmp_path):
     out[name], _ = runtime.train(
       init,
       uhm.update,
-      num_steps=6,
+      runtime.Loop(num_steps=6, log_every=3, ckpt_every=0, progress=False, plot=False),
       workdir=tmp_path / name,
       key=key,
       data=data,
       sample_fn=sharding.data_parallel(uhm.make_sample_fn(cfg), mesh),
-      log_every=3,
-      ckpt_every=0,
-      progress=False,
-      plot=False,
       mesh=mesh,
       state_sharding=None if mesh is None else sharding.replicated(m),
     )
-  jax.tree.map(
-    lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
-    out["eight"].params,
-    out["one"].params,
+  for net in ("critic", "actor", "flow", "reward"):
+    jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
+      getattr(out["eight"], net).params,
+      getattr(out["one"], net).params,
+    )
+  moved = jax.tree.map(
+    lambda a, b: float(np.abs(a - b).max()), out["one"].flow.params, init.flow.params
   )
-  moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), out["one"].params, init.params)
   assert max(jax.tree.leaves(moved)) > 0

@@ -1,11 +1,12 @@
 """Flax linen networks for the offline-RL agents (ReBRAC-style actor/critic, UHM velocity field).
 
-Layout follows OGBench impls / FQL `utils/networks.py`: Dense -> GELU -> (LayerNorm) per hidden layer.
+Layout follows OGBench impls / FQL `utils/networks.py` (arXiv 2502.02538): Dense -> GELU ->
+(LayerNorm) per hidden layer.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -89,7 +90,7 @@ def time_features(t_B, num_freqs: int = 8):
 class VelocityField(nn.Module):
   """Horizon-conditioned flow velocity v(t, x | s, a, n) -> dx/dt, shape like x.
 
-  n is an integer horizon in [0, num_horizons]; it gets a learned embedding (0 is the unused/GHM slot).
+  n is an integer horizon in [0, num_horizons] with a learned embedding (0 is the GHM slot).
   """
 
   hidden_dims: Sequence[int]

@@ -1,8 +1,8 @@
-"""Offline dataset on device plus a jit-able batch sampler (with optional k-step trajectory windows).
+"""Offline dataset on device plus a jit-able batch sampler (and k-step trajectory windows).
 
-Input: a dict of numpy arrays in the OGBench / FQL layout, N transitions:
-    observations (N,O), actions (N,A), rewards (N,), masks (N,) [0 = true terminal, no bootstrap],
-    terminals (N,) [1 = last transition of a trajectory, timeouts included], next_observations (N,O).
+Input: a dict of numpy arrays in the OGBench / FQL layout, N transitions: observations (N,O),
+actions (N,A), rewards (N,), masks (N,) [0 = true terminal, no bootstrap], terminals (N,) [1 = last
+transition of a trajectory, timeouts included], next_observations (N,O).
 
     data = make_offline_data(np_dict)
     batch = jax.jit(partial(sample, batch_size=256, k_max=8))(data, key)
@@ -16,18 +16,20 @@ Batch keys (B = batch_size, K = k_max):
     window_actions BxKxA       (actions[i+k+1], the dataset action at s_{k+1}),
     window_rewards BxK         (rewards[i+k]),
     window_masks BxK           (masks[i+k]),
-    window_valid BxK           (1 while i+k is inside the trajectory; entries past the end repeat the
-                                last transition and must be ignored).
+    window_valid BxK           (1 while i+k is inside the trajectory; entries past the end
+                                repeat the last transition and must be ignored).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import flax.struct as struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxlab.core.errors import check_finite_array, require
 
 REQUIRED = ("observations", "actions", "rewards", "masks", "terminals", "next_observations")
 
@@ -46,25 +48,27 @@ class OfflineData(struct.PyTreeNode):
 
 
 def make_offline_data(d: Mapping[str, np.ndarray]) -> OfflineData:
-  """Validate a numpy dataset dict and move it to device with trajectory-end indices."""
+  """Validate a numpy dataset dict and move it to device with trajectory-end indices.
+
+  Bad data (missing keys, ragged or empty arrays, NaN/inf) raises ``ConfigError('data', ...)``.
+  """
   missing = [k for k in REQUIRED if k not in d]
-  if missing:
-    raise ValueError(f"offline dataset is missing keys {missing}; required keys: {list(REQUIRED)}")
+  require(not missing, "data", f"missing keys {missing}; required keys: {list(REQUIRED)}")
   N = len(d["rewards"])
-  if N == 0:
-    raise ValueError("offline dataset is empty")
+  require(N > 0, "data", "the offline dataset is empty")
   for k in REQUIRED:
-    if len(d[k]) != N:
-      raise ValueError(
-        f"offline dataset key {k!r} has {len(d[k])} rows, expected {N} (len of rewards)"
-      )
+    require(
+      len(d[k]) == N, "data", f"key {k!r} has {len(d[k])} rows, expected {N} (len of rewards)"
+    )
   for k in ("observations", "next_observations", "actions"):
-    if np.ndim(d[k]) != 2:
-      raise ValueError(
-        f"offline dataset key {k!r} must be 2-D (N, dim), got shape {np.shape(d[k])}"
-      )
-  if np.shape(d["observations"]) != np.shape(d["next_observations"]):
-    raise ValueError("observations and next_observations must have the same shape")
+    require(np.ndim(d[k]) == 2, "data", f"key {k!r} must be 2-D (N, dim), got {np.shape(d[k])}")
+  require(
+    np.shape(d["observations"]) == np.shape(d["next_observations"]),
+    "data",
+    "observations and next_observations must have the same shape",
+  )
+  for k in REQUIRED:
+    check_finite_array(f"data.{k}", d[k])
   term = np.asarray(d["terminals"]).reshape(N).astype(bool).copy()
   term[-1] = True  # the array end always closes a trajectory
   ends = np.nonzero(term)[0]

@@ -3,7 +3,7 @@ trained with the bootstrapped recursion (used by tests/test_uhm.py).
 
 Conventions: P_SxAxS transition tensor, pi_SxA policy, state-action index (s, a) -> s * A + a.
 M (SA x SA) is the state-action transition matrix M[(s,a),(s',a')] = P(s'|s,a) pi(a'|s').
-Exact maths is float64 numpy; the trained table uses jax (float32) with lax.scan.
+Exact maths is float64 numpy; the trained table uses jax (float32) on the in-memory runtime.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core import runtime
 from jaxlab.rl import horizon
 
 
@@ -25,7 +26,7 @@ def random_mdp(seed: int, S: int, A: int):
 
 
 def chain_mdp(S: int = 10, p_move: float = 0.8, p_stay: float = 0.1):
-  """S-state chain, actions left/right: move w.p. p_move, stay p_stay, slip the other way otherwise."""
+  """S-state chain, actions left/right: move w.p. p_move, stay p_stay, else slip the other way."""
   P = np.zeros((S, 2, S))
   for s in range(S):
     for a, d in ((0, -1), (1, 1)):
@@ -82,7 +83,7 @@ def one_sample_expectation(Q, P, R, pi, gamma, p_H, w_xi, w_nu):
 
 
 def successor_measure(P, pi, gamma) -> np.ndarray:
-  """State law of s_n, n ~ Geom(1 - gamma) on {1, 2, ...}: (1-gamma) (I - gamma M)^{-1} P, SA x S."""
+  """Law of s_n, n ~ Geom(1 - gamma) on {1, 2, ...}: (1-gamma) (I - gamma M)^{-1} P, SA x S."""
   S, A, _ = P.shape
   M = sa_matrix(P, pi)
   return (1 - gamma) * np.linalg.solve(np.eye(S * A) - gamma * M, P.reshape(S * A, S))
@@ -110,22 +111,24 @@ def train_tabular_uhm(
 ):
   """Tabular UHM m[n-1, (s,a), :] trained on offline data with the bootstrapped recursion.
 
-  Each iteration draws a minibatch, a' ~ pi(s'), and moves every level towards the per-(s,a) average of
-  its target: one-hot(s') for n = 1 and the target (previous) table at (s', a', n-1) for n > 1, with step
-  size (t+1)^-lr_power (Robbins-Monro). Returns the table, k_max x SA x S (float32).
+  Each iteration draws a minibatch, a' ~ pi(s'), and moves every level towards the per-(s,a)
+  average of its target: one-hot(s') for n = 1 and the target (previous) table at (s', a', n-1)
+  for n > 1, with step size (t+1)^-lr_power (Robbins-Monro). Runs in memory on the jaxlab runtime.
+  Returns the table, k_max x SA x S (float32).
   """
   S, A = pi.shape
   SA = S * A
-  sa_N, sp_N = jnp.asarray(sa_N), jnp.asarray(sp_N)
+  data = (jnp.asarray(sa_N), jnp.asarray(sp_N))
   logpi = jnp.log(jnp.asarray(pi, jnp.float32))
-  m0 = jnp.full((k_max, SA, S), 1.0 / S, jnp.float32)
 
-  def step(m, inp):
-    t, k = inp
-    ki, ka = jax.random.split(k)
-    idx = jax.random.randint(ki, (batch_size,), 0, sa_N.shape[0])
-    sa, sp = sa_N[idx], sp_N[idx]
-    ap = jax.random.categorical(ka, logpi[sp])
+  def sample(data, key):
+    idx = jax.random.randint(key, (batch_size,), 0, data[0].shape[0])
+    return data[0][idx], data[1][idx]
+
+  def update(state, batch, key):
+    m, t = state
+    sa, sp = batch
+    ap = jax.random.categorical(key, logpi[sp])
     base = jax.nn.one_hot(sp, S)[None]  # 1 x B x S
     boot = m[:-1, sp * A + ap]  # (k_max-1) x B x S (target = previous table)
     tgt = jnp.concatenate([base, boot], 0)  # k_max x B x S
@@ -134,10 +137,11 @@ def train_tabular_uhm(
     avg = tot / jnp.maximum(cnt, 1)[None, :, None]
     lr = (t + 1.0) ** (-lr_power)
     m = jnp.where((cnt > 0)[None, :, None], m + lr * (avg - m), m)
-    return m, None
+    return (m, t + 1.0), {"lr": lr}
 
-  ts = jnp.arange(num_iters, dtype=jnp.float32)
-  m, _ = jax.lax.scan(step, m0, (ts, jax.random.split(key, num_iters)))
+  m0 = jnp.full((k_max, SA, S), 1.0 / S, jnp.float32)
+  loop = runtime.Loop(num_steps=num_iters, log_every=num_iters, progress=False)
+  (m, _), _ = runtime.train((m0, jnp.zeros(())), update, loop, key=key, data=data, sample_fn=sample)
   return m
 
 

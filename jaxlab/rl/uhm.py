@@ -1,79 +1,82 @@
 """UHM: offline RL with Universal Horizon Models (Chung, Lee, Oh; ICML 2026, arXiv 2605.15603).
 
-One agent file in OGBench-impls style, with its ablations selected by `config.agent`:
+One agent file in OGBench-impls style. Its ablations, selected by `config.agent`, are rows of the
+table `AGENT_SPECS` at the end of the "Agents" section (each row: the agent's critic target and
+model loss):
 
 | agent  | value target |
 |--------|--------------|
 | uhm    | n ~ p_H (winsorized Geom(1-lam*gamma) at k_max), s_e ~ m(.|s,a,n), one-sample G^nu |
-| rebrac | one-step TD with ReBRAC's critic penalty (model-free baseline) |
+| rebrac | one-step TD with ReBRAC's critic penalty (model-free baseline; arXiv 2305.09836) |
 | ghm    | n-agnostic geometric model (TD-Flow gamma-model, discount lam*gamma), constant weights |
 | dtd    | model-free TD(lam) on dataset trajectory windows, truncated/bootstrapped at k_max |
 | mbtd   | TD(lam) over k_max-step rollouts of a one-step flow model (n = 1) |
 
-What is the paper's [P, project page]: the UHM recursion m(x|s,a,1) = P(x|s,a),
-m(x|s,a,n+1) = E_{s',a'~pi} m(x|s',a',n); the nu-operator and the one-sample target
-G^nu = r + gamma (w_xi R(s_e,a_e) + w_nu Q(s_e,a_e)); the winsorized weights (`jaxlab.rl.horizon`);
-"we follow temporal difference flow to train the flow network".
+From the paper (its project page, arXiv 2605.15603 Prop. C.1 and figures): the UHM recursion
+m(x|s,a,1) = P(x|s,a), m(x|s,a,n+1) = E_{s',a'~pi} m(x|s',a',n); the nu-operator and the one-sample
+target G^nu = r + gamma (w_xi R(s_e,a_e) + w_nu Q(s_e,a_e)); the winsorized weights
+(`jaxlab.rl.horizon`); "we follow temporal difference flow" (TD-Flow, arXiv 2503.09817).
 
-What is a reconstruction / team choice (the paper body was not readable):
-  * the TD-Flow variant: TD^2-CFM (default) or coupled TD-CFM (`flow_loss`), base case n = 1 CFM on the
-    dataset s', n > 1 bootstrapped through the EMA target model at (s', a' = mu(s')) with the current actor;
+Our reconstruction where the paper body was not readable (reasons and checks: docs/uhm.md):
+  * the TD-Flow variant: TD^2-CFM (default) or coupled TD-CFM (`flow_loss`); base case n = 1 is CFM
+    on the dataset s', n > 1 bootstraps through the EMA target model at (s', a' = mu(s'));
   * how n is drawn when training the model (`model_horizon_sampling`; default n = 1 w.p. 0.25, else
     uniform on 2..k_max);
-  * k_max, lam, flow steps, network sizes (defaults below; the paper's values are unknown);
-  * the ODE sampler: 5 midpoint steps (10 network evaluations, the cost of the brief's "10 Euler steps").
-    10 Euler steps shrink the std of a N(mu, 0.65^2) law by ~13% even with the exact field
-    (test_euler_vs_midpoint_on_exact_gaussian_field); `flow_solver="euler", flow_steps=10` restores them;
+  * k_max, lam, flow steps, network sizes (defaults below);
+  * the ODE sampler: 5 midpoint steps (10 network evaluations, the cost of 10 Euler steps, which
+    shrink the std of a N(mu, 0.65^2) law by ~13% even with the exact field:
+    test_euler_vs_midpoint_on_exact_gaussian_field);
   * the target flow model (EMA) generates s_e for the value target and the MBTD rollouts;
-  * policy extraction: ReBRAC-style deterministic actor (DDPG + BC, Q normalised by mean |Q|);
+  * policy extraction: ReBRAC-style deterministic actor (DDPG + BC, Q normalised by mean |Q|, as in
+    FQL's ReBRAC, arXiv 2502.02538);
   * R at imagined states: a learned reward head r_psi(s, a) (default) or a known reward function;
-  * termination: only the first transition's mask is used by model-based targets (imagined states are
-    treated as non-terminal); the ReBRAC critic penalty needs a dataset action at the bootstrap state,
-    so it is applied by rebrac and dtd only;
-  * model coordinates: the velocity field is conditioned on standardised observations (`obs_mean`,
-    `obs_std`) and generates the displacement (x - s) / `delta_std` (`flow_delta`, default) or the
-    standardised x; `delta_std` is the dataset's per-dimension std of s' - s, so the one-step law is O(1)
-    in flow space (the random-walk test under-fits the one-step variance without it);
-  * GHM shares lam: model discount lam*gamma, weights (lam, 1-lam)/(1-lam*gamma); lam = 1 gives the
-    pure gamma-model (n ~ Geom(1-gamma), nu = 0);
-  * DTD uses the dataset rewards along the window (uncorrected off-policy TD(lam)), the expected
-    (all-k) lambda-return, and winsorizes at the trajectory end when it comes before k_max.
+  * termination: model-based targets use only the first transition's mask; the ReBRAC critic
+    penalty needs a dataset action at the bootstrap state, so only rebrac and dtd apply it;
+  * model coordinates: the velocity field is conditioned on standardised observations and generates
+    the displacement (x - s) / `delta_std` (`flow_delta`, default) or the standardised x;
+  * GHM shares lam: model discount lam*gamma, weights (lam, 1-lam)/(1-lam*gamma);
+  * DTD uses the dataset rewards along the window (uncorrected off-policy TD(lam)) and winsorizes at
+    the trajectory end when it comes before k_max.
 
-API:  state = create(key, obs_dim, act_dim, config, obs_stats=offline_data.obs_stats(data), reward_fn=None)
+API:  state = create(key, obs_dim, act_dim, config, obs_stats=offline_data.obs_stats(data))
       state, metrics = update(state, batch, key)          # pure; jit it (the config is static)
-      act_BxA = sample_actions(state, obs_BxO)            # deterministic actor
+      act_BxA = sample_actions(state, obs_BxO)            # deterministic actor, = state.actor(obs)
       sample_fn = make_sample_fn(config)                  # partial(offline_data.sample, ...)
-Cost on 2 shared CPU cores (default config, batch 256, 3x256 nets, cube-single 28-D obs, noisy machine):
+Each network is a `jaxlab.core.train_state.TrainState` (module, params, optimizer state, target
+copy): `state.critic`, `state.actor`, `state.flow` and `state.reward` (None for agents without).
+Cost on 2 shared CPU cores (default config, batch 256, 3x256 nets, cube-single 28-D obs):
 UHM ~109 ms/update vs ReBRAC ~35 ms (3.1x; paper on GPU ~1.8x), GHM ~114, DTD ~99, MBTD ~225.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from collections.abc import Callable
 
 import flax.struct as struct
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
+from jaxlab.core.errors import ConfigError, check_config, require
+from jaxlab.core.train_state import TrainState
 from jaxlab.rl import horizon, offline_data
 from jaxlab.rl.networks import Actor, EnsembleCritic, RewardModel, VelocityField
 
-AGENTS = ("uhm", "rebrac", "ghm", "dtd", "mbtd")
 FLOW_LOSSES = ("td2_cfm", "td_cfm_coupled")
 REWARD_SOURCES = ("learned", "fn")
 MODEL_HORIZON_SAMPLING = ("uniform", "p_H")
 FLOW_SOLVERS = ("midpoint", "euler")
-FLOW_AGENTS = ("uhm", "ghm", "mbtd")
+_HIDDEN_DIMS = ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims", "reward_hidden_dims")
 
 
 def get_config() -> ml_collections.ConfigDict:
   """Agent config. Defaults are sized for a CPU run; paper-scale nets are 4x512 (`(512,)*4`).
 
-  Values marked [team] are our choices where the paper is silent; [FQL] follow seohongpark/fql ReBRAC.
+  Values marked [team] are our choices where the paper is silent; [FQL] follow FQL's ReBRAC
+  (arXiv 2502.02538, github.com/seohongpark/fql).
   """
   c = ml_collections.ConfigDict()
   c.agent = "uhm"  # one of uhm, rebrac, ghm, dtd, mbtd (see module docstring)
@@ -103,12 +106,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.flow_loss = "td2_cfm"  # td2_cfm (TD^2-CFM) or td_cfm_coupled (TD-CFM(C)) [team]
   c.flow_delta = True  # the flow generates x - s (displacement), not x [team]
   c.flow_steps = 5  # ODE steps to sample the flow model (targets, rollouts, TD^2) [team]
-  c.flow_solver = (
-    "midpoint"  # midpoint (2 evals/step) or euler; 5 midpoint = cost of 10 Euler [team]
-  )
-  c.model_horizon_sampling = (
-    "uniform"  # n for model training: "uniform" (see model_base_frac) or p_H [team]
-  )
+  c.flow_solver = "midpoint"  # midpoint (2 evals/step) or euler; 5 midpoint = 10 Euler [team]
+  c.model_horizon_sampling = "uniform"  # n for model training: uniform (model_base_frac) or p_H
   c.model_base_frac = 0.25  # uniform sampling: P(n = 1), rest uniform on 2..k_max; with 1/k_max the
   # one-step law was under-fit in the random-walk test [team]
   c.horizon_emb_dim = 32  # learned embedding size of n in the velocity field [team]
@@ -116,197 +115,198 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _dims(name, v):
+def _dims(name, v) -> tuple[int, ...]:
   try:
     dims = tuple(int(d) for d in v)
-  except TypeError:
-    raise ValueError(f"config.{name} must be a sequence of positive ints, got {v!r}") from None
-  if not dims or any(d <= 0 for d in dims):
-    raise ValueError(f"config.{name} must be a non-empty sequence of positive ints, got {v!r}")
+  except (TypeError, ValueError):
+    raise ConfigError(f"config.{name}", f"must be a sequence of positive ints, got {v!r}") from None
+  require(
+    bool(dims) and all(d > 0 for d in dims),
+    f"config.{name}",
+    f"must be a non-empty sequence of positive ints, got {v!r}",
+  )
   return dims
 
 
+def _int_at_least_1(v) -> str | None:
+  return None if int(v) == v and v >= 1 else f"must be an integer >= 1, got {v!r}"
+
+
+def _in_unit_interval(v) -> str | None:
+  return None if 0.0 < v <= 1.0 else f"must be in (0, 1], got {v}"
+
+
+_INT_FIELDS = ("batch_size", "k_max", "flow_steps", "num_critics", "actor_freq", "horizon_emb_dim")
+_NONNEG_FIELDS = (
+  "lr",
+  "actor_noise",
+  "actor_noise_clip",
+  "alpha_actor",
+  "alpha_critic",
+  "actor_fc_scale",
+)
+
+
+def _field_checks() -> dict:
+  """``jaxlab.core.errors.check_config`` checks of every field but the hidden-layer sizes."""
+  checks = {
+    "agent": AGENTS,
+    "flow_loss": FLOW_LOSSES,
+    "reward_source": REWARD_SOURCES,
+    "model_horizon_sampling": MODEL_HORIZON_SAMPLING,
+    "flow_solver": FLOW_SOLVERS,
+    "discount": "open_prob",
+    "lam": "prob",
+    "model_base_frac": "prob",
+    "tau": _in_unit_interval,
+    "model_tau": _in_unit_interval,
+  }
+  checks.update({name: _int_at_least_1 for name in _INT_FIELDS})
+  checks.update({name: "nonneg" for name in _NONNEG_FIELDS})
+  return checks
+
+
 def validate_config(config) -> ml_collections.FrozenConfigDict:
-  """Check every field; return a hashable frozen copy (hidden dims as tuples)."""
+  """Checks every field (ConfigError naming ``config.<field>``); returns a hashable frozen copy."""
   c = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict") else dict(config))
   expected = set(get_config().keys())
-  unknown = set(c.keys()) - expected
-  if unknown:
-    raise ValueError(f"unknown config field(s) {sorted(unknown)}; allowed: {sorted(expected)}")
-  missing = expected - set(c.keys())
-  if missing:
-    raise ValueError(f"config is missing field(s) {sorted(missing)}")
-  for name, allowed in (
-    ("agent", AGENTS),
-    ("flow_loss", FLOW_LOSSES),
-    ("reward_source", REWARD_SOURCES),
-    ("model_horizon_sampling", MODEL_HORIZON_SAMPLING),
-    ("flow_solver", FLOW_SOLVERS),
-  ):
-    if c[name] not in allowed:
-      raise ValueError(f"config.{name} = {c[name]!r} is not allowed; choose one of {list(allowed)}")
-  for name in ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims", "reward_hidden_dims"):
+  unknown = sorted(set(c.keys()) - expected)
+  require(
+    not unknown,
+    f"config.{unknown[0] if unknown else ''}",
+    f"unknown field; allowed: {', '.join(sorted(expected))}",
+  )
+  missing = sorted(expected - set(c.keys()))
+  require(not missing, "config", f"missing field(s) {missing}")
+  check_config(c, _field_checks())
+  for name in _HIDDEN_DIMS:
     c[name] = _dims(name, c[name])
-  for name in ("batch_size", "k_max", "flow_steps", "num_critics", "actor_freq", "horizon_emb_dim"):
-    if int(c[name]) != c[name] or c[name] < 1:
-      raise ValueError(f"config.{name} must be an integer >= 1, got {c[name]!r}")
-  if not 0.0 < c.discount < 1.0:
-    raise ValueError(f"config.discount must be in (0, 1), got {c.discount}")
-  if not 0.0 <= c.lam <= 1.0:
-    raise ValueError(f"config.lam must be in [0, 1], got {c.lam}")
-  for name in ("tau", "model_tau"):
-    if not 0.0 < c[name] <= 1.0:
-      raise ValueError(f"config.{name} must be in (0, 1], got {c[name]}")
-  if not 0.0 <= c.model_base_frac <= 1.0:
-    raise ValueError(f"config.model_base_frac must be in [0, 1], got {c.model_base_frac}")
-  for name in (
-    "lr",
-    "actor_noise",
-    "actor_noise_clip",
-    "alpha_actor",
-    "alpha_critic",
-    "actor_fc_scale",
-  ):
-    if c[name] < 0:
-      raise ValueError(f"config.{name} must be >= 0, got {c[name]}")
   return ml_collections.FrozenConfigDict(c)
 
 
-# ----------------------------------------------------------------------------------------------------
-# State and networks
-# ----------------------------------------------------------------------------------------------------
+def _validated(config) -> ml_collections.FrozenConfigDict:
+  """``validate_config`` returns a frozen config: one that is frozen already was validated."""
+  if isinstance(config, ml_collections.FrozenConfigDict):
+    return config
+  return validate_config(config)
+
+
+# --------------------------------------------------------------------------------------------------
+# State
+# --------------------------------------------------------------------------------------------------
 
 
 class UHMState(struct.PyTreeNode):
-  step: jax.Array  # int32 update counter
-  params: dict  # {"critic", "actor"[, "flow"][, "reward"]}
-  target_params: dict  # {"critic", "actor"[, "flow"]}: EMA copies
-  opt_state: dict  # optax state per params group
+  """The agent's networks, each a TrainState holding module, params, optimizer and target copy."""
+
+  critic: TrainState  # ensemble Q(s, a) -> Q_ExB; target_params: the target critic
+  actor: TrainState  # deterministic mu(s); target_params: the target (smoothed) actor
+  flow: TrainState | None  # velocity field v(t, x | s, a, n); target: the EMA bootstrap model
+  reward: TrainState | None  # r_psi(s, a); no target copy
   obs_mean: jax.Array  # O, standardisation of the flow model's conditioning inputs
   obs_std: jax.Array  # O
   delta_std: jax.Array  # O, scale of the displacement coordinates (flow_delta)
-  config: Any = struct.field(pytree_node=False)  # FrozenConfigDict (hashable, static)
-  obs_dim: int = struct.field(pytree_node=False)
-  act_dim: int = struct.field(pytree_node=False)
-  reward_fn: Optional[Callable] = struct.field(pytree_node=False, default=None)
+  config: ml_collections.FrozenConfigDict = struct.field(pytree_node=False)
+  reward_fn: Callable | None = struct.field(pytree_node=False, default=None)
 
-
-def networks(config, obs_dim: int, act_dim: int) -> dict:
-  c = config
-  nets = dict(
-    critic=EnsembleCritic(c.value_hidden_dims, c.num_critics, c.layer_norm),
-    actor=Actor(c.actor_hidden_dims, act_dim, c.actor_layer_norm, c.actor_fc_scale),
-  )
-  if c.agent in FLOW_AGENTS:
-    nets["flow"] = VelocityField(
-      c.model_hidden_dims, obs_dim, c.k_max, c.horizon_emb_dim, c.model_layer_norm
-    )
-    if c.reward_source == "learned":
-      nets["reward"] = RewardModel(c.reward_hidden_dims, c.model_layer_norm)
-  return nets
-
-
-def _tx(config):
-  return optax.adam(config.lr)
+  @property
+  def step(self) -> jax.Array:
+    """Updates done so far (the critic steps every update)."""
+    return self.critic.step
 
 
 def create(
-  key, obs_dim: int, act_dim: int, config, obs_stats=None, reward_fn: Optional[Callable] = None
+  key, obs_dim: int, act_dim: int, config, obs_stats=None, reward_fn: Callable | None = None
 ) -> UHMState:
-  """Initialise params, targets and optimizer states.
+  """Networks with initial params, target copies and Adam states.
 
-  obs_stats: dict(mean=O, std=O, delta_std=O) from `offline_data.obs_stats(data)`; None means 0 / 1 / 1.
-  reward_fn: reward_fn(obs_BxO, act_BxA) -> r_B, pure jax; required iff config.reward_source == "fn".
+  obs_stats: dict(mean=O, std=O, delta_std=O) from `offline_data.obs_stats(data)`; None: 0 / 1 / 1.
+  reward_fn: reward_fn(obs_BxO, act_BxA) -> r_B, pure jax; needed iff config.reward_source == "fn".
   """
-  cfg = validate_config(config)
-  if cfg.reward_source == "fn" and reward_fn is None and cfg.agent in FLOW_AGENTS:
-    raise ValueError("config.reward_source = 'fn' needs create(..., reward_fn=fn(obs, act) -> r)")
-  nets = networks(cfg, obs_dim, act_dim)
-  o = jnp.zeros((1, obs_dim))
-  a = jnp.zeros((1, act_dim))
-  keys = dict(zip(("critic", "actor", "flow", "reward"), jax.random.split(key, 4)))
-  params = {}
-  for name, net in nets.items():
-    if name == "flow":
-      params[name] = net.init(keys[name], jnp.zeros((1,)), o, o, a, jnp.ones((1,), jnp.int32))
-    elif name == "actor":
-      params[name] = net.init(keys[name], o)
-    else:
-      params[name] = net.init(keys[name], o, a)
-  tx = _tx(cfg)
+  c = _validated(config)
+  has_model = AGENT_SPECS[c.agent].model_loss is not None
+  require(
+    not (has_model and c.reward_source == "fn" and reward_fn is None),
+    "config.reward_source",
+    "'fn' needs create(..., reward_fn=fn(obs, act) -> r)",
+  )
+  o, a = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
+  k_critic, k_actor, k_flow, k_reward = jax.random.split(key, 4)
+  tx = optax.adam(c.lr)
+
+  def make(module, init_key, *inputs, target=True):
+    return TrainState.create(module, module.init(init_key, *inputs)["params"], tx, target=target)
+
+  flow = reward = None
+  if has_model:
+    vel = VelocityField(
+      c.model_hidden_dims, obs_dim, c.k_max, c.horizon_emb_dim, c.model_layer_norm
+    )
+    flow = make(vel, k_flow, jnp.zeros((1,)), o, o, a, jnp.ones((1,), jnp.int32))
+    if c.reward_source == "learned":
+      reward = make(
+        RewardModel(c.reward_hidden_dims, c.model_layer_norm), k_reward, o, a, target=False
+      )
   stats = dict(mean=jnp.zeros(obs_dim), std=jnp.ones(obs_dim), delta_std=jnp.ones(obs_dim))
-  if obs_stats is not None:
-    unknown = set(obs_stats) - set(stats)
-    if unknown:
-      raise ValueError(f"obs_stats has unknown keys {sorted(unknown)}; allowed: {sorted(stats)}")
-    stats.update(obs_stats)
+  unknown = sorted(set(obs_stats or {}) - set(stats))
+  require(not unknown, "obs_stats", f"unknown keys {unknown}; allowed: {sorted(stats)}")
+  stats.update(obs_stats or {})
   f32 = lambda k: jnp.broadcast_to(jnp.asarray(stats[k], jnp.float32), (obs_dim,))
   return UHMState(
-    step=jnp.zeros((), jnp.int32),
-    params=params,
-    target_params={k: v for k, v in params.items() if k != "reward"},
-    opt_state={k: tx.init(v) for k, v in params.items()},
+    critic=make(EnsembleCritic(c.value_hidden_dims, c.num_critics, c.layer_norm), k_critic, o, a),
+    actor=make(
+      Actor(c.actor_hidden_dims, act_dim, c.actor_layer_norm, c.actor_fc_scale), k_actor, o
+    ),
+    flow=flow,
+    reward=reward,
     obs_mean=f32("mean"),
     obs_std=f32("std"),
     delta_std=f32("delta_std"),
-    config=cfg,
-    obs_dim=int(obs_dim),
-    act_dim=int(act_dim),
+    config=c,
     reward_fn=reward_fn,
   )
 
 
 def make_sample_fn(config):
-  """Batch sampler for this agent: offline_data.sample with the window only for dtd."""
-  cfg = validate_config(config)
-  k = cfg.k_max if cfg.agent == "dtd" else 0
-  return functools.partial(offline_data.sample, batch_size=cfg.batch_size, k_max=k)
+  """Batch sampler for this agent: offline_data.sample, with trajectory windows if it needs them."""
+  c = _validated(config)
+  k = c.k_max if AGENT_SPECS[c.agent].windows else 0
+  return functools.partial(offline_data.sample, batch_size=c.batch_size, k_max=k)
 
 
 def sample_actions(state: UHMState, obs_BxO) -> jax.Array:
   """Deterministic actor mu(s) in [-1, 1]^A (evaluation policy)."""
-  return networks(state.config, state.obs_dim, state.act_dim)["actor"].apply(
-    state.params["actor"], obs_BxO
-  )
+  return state.actor(obs_BxO)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Flow model: sampling and TD-Flow losses (pure; reused by tests)
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+
+Velocity = Callable[[jax.Array, jax.Array], jax.Array]  # v(t_B, x_BxD) -> dx/dt, conditioning bound
 
 
-def flow_sample(
-  flow_net,
-  params,
-  s_BxO,
-  a_BxA,
-  n_B,
-  x0_BxO,
-  num_steps: int,
-  t_end_B=None,
-  solver: str = "midpoint",
-):
-  """Integrate dx/dt = v(t, x | s, a, n) from x0 at t = 0 to t_end (default 1), per sample.
+def flow_sample(velocity: Velocity, x0_BxD, num_steps: int, t_end_B=None, solver: str = "midpoint"):
+  """Integrate dx/dt = velocity(t, x) from x0 at t = 0 to t_end (default 1), per sample.
 
   solver: "euler" (1 evaluation per step) or "midpoint" (2 per step). With the exact field of a
   N(mu, 0.65^2) target, 10 Euler steps shrink the variance by ~24%; 5 midpoint steps (same cost) are
   within 0.5% (test_euler_vs_midpoint_on_exact_gaussian_field).
   """
   if solver not in FLOW_SOLVERS:
-    raise ValueError(f"flow_solver = {solver!r} is not allowed; choose one of {list(FLOW_SOLVERS)}")
-  B = x0_BxO.shape[0]
-  t_end_B = jnp.ones((B,), x0_BxO.dtype) if t_end_B is None else t_end_B
+    raise ConfigError("config.flow_solver", f"got {solver!r}; allowed: {', '.join(FLOW_SOLVERS)}")
+  B = x0_BxD.shape[0]
+  t_end_B = jnp.ones((B,), x0_BxD.dtype) if t_end_B is None else t_end_B
   dt_B = t_end_B / num_steps
-  v = lambda t, x: flow_net.apply(params, t, x, s_BxO, a_BxA, n_B)
 
   def body(x, i):
     t = i * dt_B
     if solver == "euler":
-      return x + dt_B[:, None] * v(t, x), None
-    xm = x + 0.5 * dt_B[:, None] * v(t, x)
-    return x + dt_B[:, None] * v(t + 0.5 * dt_B, xm), None
+      return x + dt_B[:, None] * velocity(t, x), None
+    xm = x + 0.5 * dt_B[:, None] * velocity(t, x)
+    return x + dt_B[:, None] * velocity(t + 0.5 * dt_B, xm), None
 
-  x, _ = jax.lax.scan(body, x0_BxO, jnp.arange(num_steps, dtype=x0_BxO.dtype))
+  x, _ = jax.lax.scan(body, x0_BxD, jnp.arange(num_steps, dtype=x0_BxD.dtype))
   return x
 
 
@@ -320,15 +320,8 @@ def model_horizons(key, batch_size: int, k_max: int, base_frac: float) -> jax.Ar
 
 
 def td_flow_loss(
-  flow_net,
-  params,
-  target_params,
-  s_BxO,
-  a_BxA,
-  n_B,
-  sp_BxO,
-  ap_BxA,
-  n_target_B,
+  v_online: Velocity,
+  v_target: Velocity,
   x1_base_BxD,
   shift_BxD,
   is_base_B,
@@ -337,18 +330,20 @@ def td_flow_loss(
   variant: str = "td2_cfm",
   solver: str = "midpoint",
 ):
-  """TD-Flow loss for v(t, x | s, a, n); conditioning inputs and flow coordinates given by the caller.
+  """TD-Flow loss (arXiv 2503.09817) of the online field v(t, x | s, a, n).
 
-  Base items (is_base): CFM on the straight path x0 -> x1_base (the dataset s' in flow coordinates).
-  Other items bootstrap through the target model conditioned on (s', a', n_target), whose flow
-  coordinates differ from the online model's by `shift` (0 for absolute coordinates, (s' - s)/scale for
-  displacement coordinates; paths and velocities then shift by t*shift and shift):
-    td2_cfm:        integrate the target ODE from x0 to t, regress onto v_target(t, y_t | s', a', n_target);
-    td_cfm_coupled: x1 = target ODE from the same x0 to 1, regress onto x1 - x0 on the straight path.
+  `v_online` and `v_target` are velocity fields with their conditioning bound: the online model at
+  (s, a, n) and the target model at (s', a', n_target). Base items (is_base): CFM on the straight
+  path x0 -> x1_base (the dataset s' in flow coordinates). Other items bootstrap through the target
+  model, whose flow coordinates differ from the online model's by `shift` (0 for absolute
+  coordinates, (s' - s)/scale for displacement coordinates; paths and velocities then shift by
+  t*shift and shift):
+    td2_cfm:        integrate the target ODE from x0 to t, regress onto v_target(t, y_t);
+    td_cfm_coupled: x1 = target ODE from the same x0 to 1, regress onto x1 - x0 (straight path).
   """
   if variant not in FLOW_LOSSES:
-    raise ValueError(f"flow_loss = {variant!r} is not allowed; choose one of {list(FLOW_LOSSES)}")
-  B = s_BxO.shape[0]
+    raise ConfigError("config.flow_loss", f"got {variant!r}; allowed: {', '.join(FLOW_LOSSES)}")
+  B = x1_base_BxD.shape[0]
   k0, kt = jax.random.split(key)
   x0 = jax.random.normal(k0, x1_base_BxD.shape)
   t_B = jax.random.uniform(kt, (B,))
@@ -356,28 +351,22 @@ def td_flow_loss(
   xt_base = (1 - tt) * x0 + tt * x1_base_BxD
   u_base = x1_base_BxD - x0
   if variant == "td2_cfm":
-    yt = flow_sample(
-      flow_net, target_params, sp_BxO, ap_BxA, n_target_B, x0, num_steps, t_B, solver
-    )
+    yt = flow_sample(v_target, x0, num_steps, t_B, solver)
     xt_boot = yt + tt * shift_BxD
-    u_boot = flow_net.apply(target_params, t_B, yt, sp_BxO, ap_BxA, n_target_B) + shift_BxD
+    u_boot = v_target(t_B, yt) + shift_BxD
   else:
-    x1 = (
-      flow_sample(flow_net, target_params, sp_BxO, ap_BxA, n_target_B, x0, num_steps, None, solver)
-      + shift_BxD
-    )
+    x1 = flow_sample(v_target, x0, num_steps, None, solver) + shift_BxD
     xt_boot = (1 - tt) * x0 + tt * x1
     u_boot = x1 - x0
   base = is_base_B[:, None]
   xt = jax.lax.stop_gradient(jnp.where(base, xt_base, xt_boot))
   u = jax.lax.stop_gradient(jnp.where(base, u_base, u_boot))
-  v = flow_net.apply(params, t_B, xt, s_BxO, a_BxA, n_B)
-  return jnp.mean(jnp.sum((v - u) ** 2, -1))
+  return jnp.mean(jnp.sum((v_online(t_B, xt) - u) ** 2, -1))
 
 
-# ----------------------------------------------------------------------------------------------------
-# Losses
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# Shared pieces of the targets
+# --------------------------------------------------------------------------------------------------
 
 
 def _norm(state, s):
@@ -397,120 +386,206 @@ def from_flow_coords(state, y, s):
   return y * state.obs_std + state.obs_mean
 
 
-def _target_action(state, nets, obs, key):
+def _target_action(state, obs, key):
   """ReBRAC target policy smoothing: clip(mu_bar(s) + clip(N(0, sigma^2)), -1, 1)."""
   c = state.config
-  a = nets["actor"].apply(state.target_params["actor"], obs)
-  noise = jnp.clip(
-    c.actor_noise * jax.random.normal(key, a.shape), -c.actor_noise_clip, c.actor_noise_clip
-  )
-  return jnp.clip(a + noise, -1.0, 1.0)
+  a = state.actor(obs, params=state.actor.target_params)
+  noise = c.actor_noise * jax.random.normal(key, a.shape)
+  return jnp.clip(a + jnp.clip(noise, -c.actor_noise_clip, c.actor_noise_clip), -1.0, 1.0)
 
 
-def _q_target(state, nets, obs, act):
-  return jnp.min(nets["critic"].apply(state.target_params["critic"], obs, act), 0)
+def _q_target(state, obs, act):
+  return jnp.min(state.critic(obs, act, params=state.critic.target_params), 0)
 
 
-def _reward(state, nets, obs, act):
+def _reward(state, obs, act):
   if state.config.reward_source == "fn":
     return state.reward_fn(obs, act)
-  return nets["reward"].apply(state.params["reward"], obs, act)
+  return state.reward(obs, act)
 
 
-def _flow_sample_target(state, nets, s, a, n, key):
+def _imagine(state, s, a, n, key):
+  """s_e ~ m(. | s, a, n) from the target flow model."""
   c = state.config
-  x0 = jax.random.normal(key, s.shape)
-  y = flow_sample(
-    nets["flow"],
-    state.target_params["flow"],
-    _norm(state, s),
-    a,
-    n,
-    x0,
-    c.flow_steps,
-    solver=c.flow_solver,
-  )
+  s_norm = _norm(state, s)
+  v = lambda t, x: state.flow(t, x, s_norm, a, n, params=state.flow.target_params)
+  y = flow_sample(v, jax.random.normal(key, s.shape), c.flow_steps, solver=c.flow_solver)
   return from_flow_coords(state, y, s)
 
 
-def value_target(state: UHMState, batch, key):
-  """Critic regression target G_B for the configured agent (no gradient flows through it)."""
+def _one_sample_target(state, batch, n, w_xi, w_nu, key):
+  """G = r + gamma m (w_xi R(s_e, a_e) + w_nu Q(s_e, a_e)), s_e ~ m(. | s, a, n)."""
   c = state.config
-  nets = networks(c, state.obs_dim, state.act_dim)
-  r, m = batch["rewards"], batch["masks"]
-  B = r.shape[0]
-  info = {}
-  if c.agent == "rebrac":
-    sp = batch["next_observations"]
-    ap = _target_action(state, nets, sp, key)
-    q = _q_target(state, nets, sp, ap) - c.alpha_critic * jnp.sum(
-      (ap - batch["next_actions"]) ** 2, -1
-    )
-    G = r + c.discount * m * q
-  elif c.agent in ("uhm", "ghm"):
-    kn, ks, ka = jax.random.split(key, 3)
-    if c.agent == "uhm":
-      n = horizon.sample_winsorized(kn, (B,), c.lam, c.discount, c.k_max)
-      w_xi_tab, w_nu_tab = horizon.winsorized_weights(c.lam, c.discount, c.k_max)
-      w_xi = jnp.asarray(w_xi_tab, jnp.float32)[n - 1]
-      w_nu = jnp.asarray(w_nu_tab, jnp.float32)[n - 1]
-      info["horizon_mean"] = jnp.mean(n.astype(jnp.float32))
-    else:
-      n = jnp.zeros((B,), jnp.int32)
-      w_xi, w_nu = horizon.ghm_weights(c.lam, c.discount)
-    s_e = _flow_sample_target(state, nets, batch["observations"], batch["actions"], n, ks)
-    a_e = _target_action(state, nets, s_e, ka)
-    G = r + c.discount * m * (
-      w_xi * _reward(state, nets, s_e, a_e) + w_nu * _q_target(state, nets, s_e, a_e)
-    )
-  elif c.agent == "mbtd":
-    nu = jnp.asarray(horizon.winsorized_nu(c.lam, c.discount, c.k_max), jnp.float32)
-    xi = jnp.asarray(
-      horizon.xi_from_nu(horizon.winsorized_nu(c.lam, c.discount, c.k_max), c.discount), jnp.float32
-    )
-    ones = jnp.ones((B,), jnp.int32)
+  ks, ka = key
+  s_e = _imagine(state, batch["observations"], batch["actions"], n, ks)
+  a_e = _target_action(state, s_e, ka)
+  future = w_xi * _reward(state, s_e, a_e) + w_nu * _q_target(state, s_e, a_e)
+  return batch["rewards"] + c.discount * batch["masks"] * future
 
-    def roll(carry, k_key):
-      s, a = carry
-      k1, k2 = jax.random.split(k_key)
-      s_next = _flow_sample_target(state, nets, s, a, ones, k1)
-      a_next = _target_action(state, nets, s_next, k2)
-      out = (_reward(state, nets, s_next, a_next), _q_target(state, nets, s_next, a_next))
-      return (s_next, a_next), out
 
-    _, (R_KxB, Q_KxB) = jax.lax.scan(
-      roll, (batch["observations"], batch["actions"]), jax.random.split(key, c.k_max)
-    )
-    G = r + c.discount * m * jnp.sum(xi[:, None] * R_KxB + nu[:, None] * Q_KxB, 0)
-  elif c.agent == "dtd":
-    K = c.k_max
-    obs_BxKxO = batch["window_observations"]
-    valid_BxK = batch["window_valid"]
-    a_BxKxA = _target_action(state, nets, obs_BxKxO, key)
-    q_BxK = jnp.min(nets["critic"].apply(state.target_params["critic"], obs_BxKxO, a_BxKxA), 0)
-    q_BxK = q_BxK - c.alpha_critic * jnp.sum((a_BxKxA - batch["window_actions"]) ** 2, -1)
-    # R(s_k, a_k) = rewards[i+k] = window_rewards[:, k] for k = 1..K-1; xi(K) = 0 so k = K is unused.
-    R_BxK = jnp.concatenate([batch["window_rewards"][:, 1:], jnp.zeros((B, 1))], -1)
-    cont_BxK = jnp.cumprod(batch["window_masks"], -1)  # s_k reached without a true terminal
-    k_eff_B = jnp.maximum(jnp.sum(valid_BxK, -1), 1.0)  # winsorize at the trajectory end
-    k = jnp.arange(1, K + 1, dtype=jnp.float32)[None]
-    lg = c.lam * c.discount
-    nu = jnp.where(
-      k < k_eff_B[:, None],
-      (1 - c.lam) * lg ** (k - 1),
-      jnp.where(k == k_eff_B[:, None], lg ** (k - 1), 0.0),
-    )
-    xi = jnp.where(k < k_eff_B[:, None], c.lam**k * c.discount ** (k - 1), 0.0)
-    G = r + c.discount * jnp.sum(cont_BxK * (xi * R_BxK + nu * q_BxK), -1)
-    info["window_len_mean"] = jnp.mean(k_eff_B)
-  else:  # unreachable after validate_config
-    raise ValueError(f"config.agent = {c.agent!r}")
+def _flow_model_loss(params, state, batch, key, n, is_base, n_target):
+  """TD-Flow loss of m(.|s, a, n): base items regress onto s', others bootstrap m(.|s', a', n_t)."""
+  c = state.config
+  obs, next_obs = batch["observations"], batch["next_observations"]
+  x1_base = to_flow_coords(state, next_obs, obs)
+  # Online and target coordinates differ by the change of conditioning state s -> s'.
+  shift = x1_base if c.flow_delta else jnp.zeros_like(x1_base)
+  # a' = mu(s') from the current actor makes m the on-policy model m^pi [team choice].
+  ap = jax.lax.stop_gradient(state.actor(next_obs))
+  s_norm, sp_norm = _norm(state, obs), _norm(state, next_obs)
+  v_online = lambda t, x: state.flow(t, x, s_norm, batch["actions"], n, params=params)
+  v_target = lambda t, x: state.flow(t, x, sp_norm, ap, n_target, params=state.flow.target_params)
+  loss = td_flow_loss(
+    v_online, v_target, x1_base, shift, is_base, key, c.flow_steps, c.flow_loss, c.flow_solver
+  )
+  return loss, dict(flow_loss=loss)
+
+
+# --------------------------------------------------------------------------------------------------
+# Agents: each one's critic target (state, batch, key) -> (G_B, info) and model loss
+# (flow_params, state, batch, key) -> (loss, info)
+# --------------------------------------------------------------------------------------------------
+
+
+def _rebrac_target(state, batch, key):
+  """r + gamma m (min_i Qbar_i(s', a~') - alpha_critic ||a~' - a'_data||^2), a~' smoothed."""
+  c = state.config
+  sp = batch["next_observations"]
+  ap = _target_action(state, sp, key)
+  q = _q_target(state, sp, ap) - c.alpha_critic * jnp.sum((ap - batch["next_actions"]) ** 2, -1)
+  return batch["rewards"] + c.discount * batch["masks"] * q, {}
+
+
+def _uhm_target(state, batch, key):
+  """n ~ p_H (winsorized geometric), one-sample G^nu with the winsorized weights w(n)."""
+  c = state.config
+  kn, ks, ka = jax.random.split(key, 3)
+  n = horizon.sample_winsorized(kn, batch["rewards"].shape, c.lam, c.discount, c.k_max)
+  w_xi, w_nu = (
+    jnp.asarray(w, jnp.float32)[n - 1]
+    for w in horizon.winsorized_weights(c.lam, c.discount, c.k_max)
+  )
+  G = _one_sample_target(state, batch, n, w_xi, w_nu, (ks, ka))
+  return G, {"horizon_mean": jnp.mean(n.astype(jnp.float32))}
+
+
+def _uhm_model_loss(params, state, batch, key):
+  """n from `model_horizon_sampling`; n = 1 regresses onto s', n > 1 bootstraps through n - 1."""
+  c = state.config
+  kn, kl = jax.random.split(key)
+  B = batch["rewards"].shape[0]
+  if c.model_horizon_sampling == "uniform":
+    n = model_horizons(kn, B, c.k_max, c.model_base_frac)
+  else:
+    n = horizon.sample_winsorized(kn, (B,), c.lam, c.discount, c.k_max)
+  return _flow_model_loss(params, state, batch, kl, n, n == 1, jnp.maximum(n - 1, 1))
+
+
+def _ghm_target(state, batch, key):
+  """n-agnostic model (n = 0 slot) with the constant weights of an untruncated TD(lam)."""
+  c = state.config
+  _, ks, ka = jax.random.split(key, 3)  # the first key would draw n; GHM has none
+  n = jnp.zeros(batch["rewards"].shape, jnp.int32)
+  w_xi, w_nu = horizon.ghm_weights(c.lam, c.discount)
+  return _one_sample_target(state, batch, n, w_xi, w_nu, (ks, ka)), {}
+
+
+def _ghm_model_loss(params, state, batch, key):
+  """TD-Flow gamma-model with discount lam*gamma: target s' w.p. 1 - lam*gamma, else bootstrap."""
+  c = state.config
+  kn, kl = jax.random.split(key)
+  n = jnp.zeros(batch["rewards"].shape, jnp.int32)
+  is_base = jax.random.uniform(kn, n.shape) >= c.lam * c.discount
+  return _flow_model_loss(params, state, batch, kl, n, is_base, n)
+
+
+def _mbtd_target(state, batch, key):
+  """TD(lam) truncated at k_max over a k_max-step rollout of the one-step model."""
+  c = state.config
+  nu = horizon.winsorized_nu(c.lam, c.discount, c.k_max)
+  xi = jnp.asarray(horizon.xi_from_nu(nu, c.discount), jnp.float32)
+  nu = jnp.asarray(nu, jnp.float32)
+  ones = jnp.ones(batch["rewards"].shape, jnp.int32)
+
+  def roll(carry, k_key):
+    s, a = carry
+    k1, k2 = jax.random.split(k_key)
+    s_next = _imagine(state, s, a, ones, k1)
+    a_next = _target_action(state, s_next, k2)
+    return (s_next, a_next), (_reward(state, s_next, a_next), _q_target(state, s_next, a_next))
+
+  _, (R_KxB, Q_KxB) = jax.lax.scan(
+    roll, (batch["observations"], batch["actions"]), jax.random.split(key, c.k_max)
+  )
+  future = jnp.sum(xi[:, None] * R_KxB + nu[:, None] * Q_KxB, 0)
+  return batch["rewards"] + c.discount * batch["masks"] * future, {}
+
+
+def _mbtd_model_loss(params, state, batch, key):
+  """One-step model only: every item is a base (CFM on s') item at n = 1."""
+  _, kl = jax.random.split(key)
+  n = jnp.ones(batch["rewards"].shape, jnp.int32)
+  return _flow_model_loss(params, state, batch, kl, n, jnp.ones(n.shape, bool), n)
+
+
+def _dtd_target(state, batch, key):
+  """Model-free TD(lam) on the dataset window, truncated at k_max or at the trajectory end."""
+  c = state.config
+  B = batch["rewards"].shape[0]
+  obs_BxKxO = batch["window_observations"]
+  a_BxKxA = _target_action(state, obs_BxKxO, key)
+  q_BxK = _q_target(state, obs_BxKxO, a_BxKxA)
+  q_BxK = q_BxK - c.alpha_critic * jnp.sum((a_BxKxA - batch["window_actions"]) ** 2, -1)
+  # R(s_k, a_k) = rewards[i+k] = window_rewards[:, k] for k = 1..K-1; xi(K) = 0 so k = K is unused.
+  R_BxK = jnp.concatenate([batch["window_rewards"][:, 1:], jnp.zeros((B, 1))], -1)
+  cont_BxK = jnp.cumprod(batch["window_masks"], -1)  # s_k reached without a true terminal
+  k_eff_B = jnp.maximum(jnp.sum(batch["window_valid"], -1), 1.0)  # winsorize at the trajectory end
+  nu_tab, xi_tab = horizon.truncated_lambda_tables(c.lam, c.discount, c.k_max)
+  row_B = k_eff_B.astype(jnp.int32) - 1
+  nu_BxK = jnp.asarray(nu_tab, jnp.float32)[row_B]
+  xi_BxK = jnp.asarray(xi_tab, jnp.float32)[row_B]
+  G = batch["rewards"] + c.discount * jnp.sum(cont_BxK * (xi_BxK * R_BxK + nu_BxK * q_BxK), -1)
+  return G, {"window_len_mean": jnp.mean(k_eff_B)}
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSpec:
+  """What makes an agent: its critic target, its model loss (None: model-free) and its batches."""
+
+  value_target: Callable  # (state, batch, key) -> (G_B, info)
+  model_loss: Callable | None = None  # (flow_params, state, batch, key) -> (loss, info)
+  windows: bool = False  # batches carry k_max-step trajectory windows
+
+
+AGENT_SPECS = {
+  "uhm": AgentSpec(_uhm_target, _uhm_model_loss),
+  "rebrac": AgentSpec(_rebrac_target),
+  "ghm": AgentSpec(_ghm_target, _ghm_model_loss),
+  "dtd": AgentSpec(_dtd_target, windows=True),
+  "mbtd": AgentSpec(_mbtd_target, _mbtd_model_loss),
+}
+AGENTS = tuple(AGENT_SPECS)
+FLOW_AGENTS = tuple(name for name, spec in AGENT_SPECS.items() if spec.model_loss is not None)
+
+
+def value_target(state: UHMState, batch, key):
+  """Critic regression target G_B of the configured agent (no gradient flows through it)."""
+  G, info = AGENT_SPECS[state.config.agent].value_target(state, batch, key)
   return jax.lax.stop_gradient(G), info
 
 
+def model_loss(flow_params, state: UHMState, batch, key):
+  """TD-Flow loss of the configured agent's model (UHM: horizon-conditioned; GHM; MBTD: n = 1)."""
+  return AGENT_SPECS[state.config.agent].model_loss(flow_params, state, batch, key)
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses shared by every agent, and the update
+# --------------------------------------------------------------------------------------------------
+
+
 def critic_loss(critic_params, state: UHMState, batch, G_B):
-  nets = networks(state.config, state.obs_dim, state.act_dim)
-  q_ExB = nets["critic"].apply(critic_params, batch["observations"], batch["actions"])
+  q_ExB = state.critic(batch["observations"], batch["actions"], params=critic_params)
   loss = jnp.mean((q_ExB - G_B[None]) ** 2)
   return loss, dict(critic_loss=loss, q_mean=jnp.mean(q_ExB), target_mean=jnp.mean(G_B))
 
@@ -518,9 +593,8 @@ def critic_loss(critic_params, state: UHMState, batch, G_B):
 def actor_loss(actor_params, state: UHMState, batch):
   """ReBRAC / DDPG+BC: -Q(s, mu(s)) / mean|Q| + alpha_actor * ||mu(s) - a||^2."""
   c = state.config
-  nets = networks(c, state.obs_dim, state.act_dim)
-  act = nets["actor"].apply(actor_params, batch["observations"])
-  q = jnp.min(nets["critic"].apply(state.params["critic"], batch["observations"], act), 0)
+  act = state.actor(batch["observations"], params=actor_params)
+  q = jnp.min(state.critic(batch["observations"], act), 0)
   scale = jax.lax.stop_gradient(1.0 / (jnp.mean(jnp.abs(q)) + 1e-6)) if c.normalize_q_loss else 1.0
   q_loss = -scale * jnp.mean(q)
   bc = jnp.mean(jnp.sum((act - batch["actions"]) ** 2, -1))
@@ -528,115 +602,40 @@ def actor_loss(actor_params, state: UHMState, batch):
   return loss, dict(actor_loss=loss, actor_q_loss=q_loss, bc_mse=bc, actor_q=jnp.mean(q))
 
 
-def model_loss(flow_params, state: UHMState, batch, key):
-  """TD-Flow loss of the agent's model: UHM (horizon-conditioned), GHM (geometric), MBTD (n = 1)."""
-  c = state.config
-  nets = networks(c, state.obs_dim, state.act_dim)
-  B = batch["rewards"].shape[0]
-  kn, kl = jax.random.split(key)
-  obs, next_obs = batch["observations"], batch["next_observations"]
-  x1_base = to_flow_coords(state, next_obs, obs)
-  # Online and target coordinates differ by the change of conditioning state s -> s'.
-  shift = x1_base if c.flow_delta else jnp.zeros_like(x1_base)
-  # a' = mu(s') from the current actor makes m the on-policy model m^pi [team choice].
-  ap = jax.lax.stop_gradient(nets["actor"].apply(state.params["actor"], batch["next_observations"]))
-  if c.agent == "uhm":
-    if c.model_horizon_sampling == "uniform":
-      n = model_horizons(kn, B, c.k_max, c.model_base_frac)
-    else:
-      n = horizon.sample_winsorized(kn, (B,), c.lam, c.discount, c.k_max)
-    is_base, n_target = n == 1, jnp.maximum(n - 1, 1)
-  elif c.agent == "ghm":  # TD-Flow gamma-model: target s' w.p. 1 - lam*gamma, else bootstrap
-    n = jnp.zeros((B,), jnp.int32)
-    is_base, n_target = jax.random.uniform(kn, (B,)) >= c.lam * c.discount, n
-  else:  # mbtd: one-step model only
-    n = jnp.ones((B,), jnp.int32)
-    is_base, n_target = jnp.ones((B,), bool), n
-  loss = td_flow_loss(
-    nets["flow"],
-    flow_params,
-    state.target_params["flow"],
-    _norm(state, obs),
-    batch["actions"],
-    n,
-    _norm(state, next_obs),
-    ap,
-    n_target,
-    x1_base,
-    shift,
-    is_base,
-    kl,
-    c.flow_steps,
-    c.flow_loss,
-    c.flow_solver,
-  )
-  return loss, dict(flow_loss=loss)
-
-
 def reward_loss(reward_params, state: UHMState, batch):
-  nets = networks(state.config, state.obs_dim, state.act_dim)
-  pred = nets["reward"].apply(reward_params, batch["observations"], batch["actions"])
+  pred = state.reward(batch["observations"], batch["actions"], params=reward_params)
   loss = jnp.mean((pred - batch["rewards"]) ** 2)
   return loss, dict(reward_loss=loss)
 
 
-# ----------------------------------------------------------------------------------------------------
-# Update
-# ----------------------------------------------------------------------------------------------------
-
-
-def _apply(state, name, grads, enabled=True):
-  tx = _tx(state.config)
-  upd, new_opt = tx.update(grads, state.opt_state[name], state.params[name])
-  new_params = optax.apply_updates(state.params[name], upd)
-  if enabled is not True:  # traced flag: keep the old values when disabled
-    sel = lambda new, old: jax.tree.map(lambda x, y: jnp.where(enabled, x, y), new, old)
-    new_params, new_opt = sel(new_params, state.params[name]), sel(new_opt, state.opt_state[name])
-  return state.replace(
-    params={**state.params, name: new_params}, opt_state={**state.opt_state, name: new_opt}
-  )
-
-
-def _ema(new, old, tau):
-  return jax.tree.map(lambda p, t: tau * p + (1 - tau) * t, new, old)
-
-
 def update(state: UHMState, batch: dict, key) -> tuple[UHMState, dict]:
-  """One gradient step of every network of the agent, then the EMA targets. Pure and jit-able."""
+  """One gradient step of every network of the agent, then the EMA targets. Pure and jit-able.
+
+  Order: reward head, flow model, critic (on the target built with the new reward head and the
+  old target model), actor (every `actor_freq` steps, on the new critic), then the targets.
+  """
   c = state.config
+  actor_step = (state.step % c.actor_freq) == 0
   k_model, k_target = jax.random.split(key)
   metrics = {}
-  if "reward" in state.params:
-    (_, info), g = jax.value_and_grad(reward_loss, has_aux=True)(
-      state.params["reward"], state, batch
-    )
-    state = _apply(state, "reward", g)
+  if state.reward is not None:
+    reward, info = state.reward.apply_loss(reward_loss, state, batch)
+    state = state.replace(reward=reward)
     metrics.update(info)
-  if "flow" in state.params:
-    (_, info), g = jax.value_and_grad(model_loss, has_aux=True)(
-      state.params["flow"], state, batch, k_model
-    )
-    state = _apply(state, "flow", g)
+  if state.flow is not None:
+    flow, info = state.flow.apply_loss(model_loss, state, batch, k_model)
+    state = state.replace(flow=flow)
     metrics.update(info)
   G, info = value_target(state, batch, k_target)
   metrics.update(info)
-  (_, info), g = jax.value_and_grad(critic_loss, has_aux=True)(
-    state.params["critic"], state, batch, G
-  )
-  state = _apply(state, "critic", g)
+  critic, info = state.critic.apply_loss(critic_loss, state, batch, G)
+  state = state.replace(critic=critic)
   metrics.update(info)
-  actor_step = (state.step % c.actor_freq) == 0
-  (_, info), g = jax.value_and_grad(actor_loss, has_aux=True)(state.params["actor"], state, batch)
-  state = _apply(state, "actor", g, enabled=actor_step)
+  actor, info = state.actor.apply_loss(actor_loss, state, batch, enabled=actor_step)
   metrics.update(info)
-  tp = dict(state.target_params)
-  tp["critic"] = _ema(state.params["critic"], tp["critic"], c.tau)
-  tp["actor"] = jax.tree.map(
-    lambda x, y: jnp.where(actor_step, x, y),
-    _ema(state.params["actor"], tp["actor"], c.tau),
-    tp["actor"],
+  state = state.replace(
+    critic=state.critic.update_target(c.tau),
+    actor=actor.update_target(c.tau, enabled=actor_step),
+    flow=None if state.flow is None else state.flow.update_target(c.model_tau),
   )
-  if "flow" in tp:
-    tp["flow"] = _ema(state.params["flow"], tp["flow"], c.model_tau)
-  state = state.replace(target_params=tp, step=state.step + 1)
   return state, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}

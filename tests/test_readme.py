@@ -29,7 +29,7 @@ def _snippets():
   readme = (ROOT / "README.md").read_text()
   section = readme.split("## Use from Python", 1)[1].split("\n## ", 1)[0]
   out = {}
-  for m in re.finditer(r"\*\*(.+?)\*\*[^\n]*\n+```python\n(.*?)```", section, re.S):
+  for m in re.finditer(r"^\*\*([^\n*]+?)\*\*[^\n]*\n+```python\n(.*?)```", section, re.S | re.M):
     out[m.group(1)] = m.group(2)
   return out
 

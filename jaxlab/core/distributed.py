@@ -80,7 +80,8 @@ def initialize(
     return False
   # A dead peer is detected after this many seconds (jax's default is 100); the survivors then
   # exit instead of waiting in a collective forever.
-  kwargs.setdefault("heartbeat_timeout_seconds", int(os.environ.get("JAXLAB_HEARTBEAT_TIMEOUT", 100)))
+  timeout = int(os.environ.get("JAXLAB_HEARTBEAT_TIMEOUT", 100))
+  kwargs.setdefault("heartbeat_timeout_seconds", timeout)
   if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
     # CPU processes need a collectives backend to form one mesh (local multi-process checks, CI).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")

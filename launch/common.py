@@ -149,3 +149,11 @@ def parse_flags(define_flags: Callable, prog: str, argv: Sequence[str]) -> flags
   if len(rest) > 1:
     raise ConfigError(rest[1], f"unexpected argument {rest[1]!r}; flags look like --name=value")
   return fv
+
+
+def from_flags(cls, fv, **given):
+  """``cls`` (a dataclass of launcher options) filled from the flags of the same name."""
+  import dataclasses
+
+  names = [f.name for f in dataclasses.fields(cls) if f.name not in given]
+  return cls(**{n: getattr(fv, n) for n in names}, **given)

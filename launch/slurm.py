@@ -106,22 +106,8 @@ def validate(opts: Options) -> Options:
 
 def options(fv: flags.FlagValues, command) -> Options:
   script_dir = pathlib.Path(os.path.expanduser(fv.script_dir or DEFAULT_SCRIPT_DIR)).absolute()
-  return validate(
-    Options(
-      command=tuple(command),
-      nodes=fv.nodes,
-      gpus_per_node=fv.gpus_per_node,
-      cpus_per_task=fv.cpus_per_task,
-      time=fv.time,
-      partition=fv.partition,
-      account=fv.account,
-      job_name=fv.job_name,
-      setup=fv.setup,
-      script_dir=script_dir,
-      max_requeues=fv.max_requeues,
-      dry_run=fv.dry_run,
-    )
-  )
+  opts = common.from_flags(Options, fv, command=tuple(command), script_dir=script_dir)
+  return validate(opts)
 
 
 def parse(argv: list[str]) -> Options:

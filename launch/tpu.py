@@ -175,21 +175,9 @@ def validate(opts: Options) -> Options:
 
 
 def options(fv: flags.FlagValues, command, action: str | None) -> Options:
+  extras = tuple(fv.extras)
   return validate(
-    Options(
-      action=action,
-      name=fv.name,
-      zone=fv.zone,
-      project=fv.project,
-      accelerator=fv.accelerator,
-      version=fv.version,
-      spot=fv.spot,
-      extras=tuple(fv.extras),
-      foreground=fv.foreground,
-      log_worker=fv.log_worker,
-      dry_run=fv.dry_run,
-      command=tuple(command),
-    )
+    common.from_flags(Options, fv, action=action, extras=extras, command=tuple(command))
   )
 
 

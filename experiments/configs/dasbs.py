@@ -21,115 +21,6 @@ from jaxlab.sampling import dasbs
 
 # The authors' README table (their batch sizes are per GPU of 2). Every preset uses log-linear noise
 # with alpha = 0.5, 5 stages and the ropesit controller / corrector (hidden 32, 6 blocks).
-PRESETS = {
-  "ising_high": dict(
-    target="ising",  # Ising, N = 2
-    beta=0.28,  # high temperature (beta < beta_c = 0.4407)
-    L=24,  # 24 x 24 periodic lattice
-    batch_size=64,  # pairs per step
-    num_repl=8,  # t draws per pair
-    buffer_size=512,  # replay buffer (pairs)
-    ctrl_steps=400,  # controller steps per stage
-    corr_steps=200,  # corrector steps per stage
-    lr=1e-3,  # AdamW learning rate
-    resample_freq=20,  # steps between buffer refills
-    sampling_steps=200,  # tau-leaping steps
-    ctrl_loss="tm",  # controller: target (adjoint) matching
-    corr_loss="tm",  # corrector: target matching (needs the uniform source)
-    source="uniform",  # beta_init = 0
-    gamma=1.0,  # reference rate scale
-  ),
-  "ising_critical": dict(
-    target="ising",  # Ising, N = 2
-    beta=0.4407,  # beta_c = ln(1 + sqrt 2) / 2
-    L=24,  # 24 x 24 periodic lattice
-    batch_size=64,  # pairs per step
-    num_repl=8,  # t draws per pair
-    buffer_size=512,  # replay buffer (pairs)
-    ctrl_steps=400,  # controller steps per stage
-    corr_steps=200,  # corrector steps per stage
-    lr=5e-4,  # AdamW learning rate
-    resample_freq=20,  # steps between buffer refills
-    sampling_steps=200,  # tau-leaping steps
-    ctrl_loss="tm",  # controller: target (adjoint) matching
-    corr_loss="dm",  # corrector: denoising matching
-    source="constant",  # beta_init = inf: the two ground states
-    gamma=1.0,  # reference rate scale
-  ),
-  "ising_low": dict(
-    target="ising",  # Ising, N = 2
-    beta=0.6,  # low temperature
-    L=24,  # 24 x 24 periodic lattice
-    batch_size=64,  # pairs per step
-    num_repl=8,  # t draws per pair
-    buffer_size=512,  # replay buffer (pairs)
-    ctrl_steps=500,  # controller steps per stage
-    corr_steps=250,  # corrector steps per stage
-    lr=5e-4,  # AdamW learning rate
-    resample_freq=20,  # steps between buffer refills
-    sampling_steps=200,  # tau-leaping steps
-    ctrl_loss="tm",  # controller: target (adjoint) matching
-    corr_loss="dm",  # corrector: denoising matching
-    source="constant",  # beta_init = inf: the two ground states
-    gamma=0.25,  # slower reference: P(site unchanged over [0, 1]) = 0.88
-  ),
-  "potts_high": dict(
-    target="potts",  # Potts, N = q
-    q=4,  # colours
-    beta=0.9,  # high temperature (beta < beta_c = ln 3)
-    L=16,  # 16 x 16 periodic lattice
-    batch_size=128,  # pairs per step
-    num_repl=16,  # t draws per pair
-    buffer_size=512,  # replay buffer (pairs)
-    ctrl_steps=500,  # controller steps per stage
-    corr_steps=250,  # corrector steps per stage
-    lr=1e-3,  # AdamW learning rate
-    resample_freq=20,  # steps between buffer refills
-    sampling_steps=100,  # tau-leaping steps
-    ctrl_loss="tm",  # controller: target (adjoint) matching
-    corr_loss="tm",  # corrector: target matching (needs the uniform source)
-    source="uniform",  # beta_init = 0
-    gamma=1.0,  # reference rate scale
-  ),
-  "potts_critical": dict(
-    target="potts",  # Potts, N = q
-    q=4,  # colours
-    beta=1.0986,  # beta_c = ln(1 + sqrt q) = ln 3
-    L=16,  # 16 x 16 periodic lattice
-    batch_size=128,  # pairs per step
-    num_repl=16,  # t draws per pair
-    buffer_size=4096,  # replay buffer (pairs)
-    ctrl_steps=200,  # controller steps per stage
-    corr_steps=100,  # corrector steps per stage
-    lr=5e-4,  # AdamW learning rate
-    resample_freq=10,  # steps between buffer refills
-    sampling_steps=100,  # tau-leaping steps
-    ctrl_loss="tm",  # controller: target (adjoint) matching
-    corr_loss="dm",  # corrector: denoising matching
-    source="constant",  # beta_init = inf: the q ground states
-    gamma=1.0,  # reference rate scale
-  ),
-  "potts_low": dict(
-    target="potts",  # Potts, N = q
-    q=4,  # colours
-    beta=1.3,  # low temperature
-    L=16,  # 16 x 16 periodic lattice
-    batch_size=128,  # pairs per step
-    num_repl=16,  # t draws per pair
-    buffer_size=4096,  # replay buffer (pairs)
-    ctrl_steps=500,  # controller steps per stage
-    corr_steps=250,  # corrector steps per stage
-    lr=1e-3,  # AdamW learning rate
-    resample_freq=20,  # steps between buffer refills
-    sampling_steps=100,  # tau-leaping steps
-    ctrl_loss="tm",  # controller: target (adjoint) matching
-    corr_loss="dm",  # corrector: denoising matching
-    source="constant",  # beta_init = inf: the q ground states
-    gamma=0.25,  # slower reference: P(site unchanged over [0, 1]) = 0.82
-  ),
-}
-
-# Shared by the six presets.
 COMMON = dict(
   noise="log_linear",  # gamma(t) = gamma / (alpha + t)
   alpha=0.5,  # log-linear offset
@@ -137,7 +28,50 @@ COMMON = dict(
   model="ropesit",  # transformer controller and corrector
   hidden=32,  # width
   depth=6,  # blocks
+  ctrl_loss="tm",  # controller: target (adjoint) matching
+  resample_freq=20,  # steps between buffer refills
+  gamma=1.0,  # reference rate scale
 )
+ISING = dict(
+  target="ising",  # Ising, N = 2
+  L=24,  # 24 x 24 periodic lattice
+  batch_size=64,  # pairs per step
+  num_repl=8,  # t draws per pair
+  buffer_size=512,  # replay buffer (pairs)
+  sampling_steps=200,  # tau-leaping steps
+)
+POTTS = dict(
+  target="potts",  # Potts, N = q
+  q=4,  # colours
+  L=16,  # 16 x 16 periodic lattice
+  batch_size=128,  # pairs per step
+  num_repl=16,  # t draws per pair
+  buffer_size=4096,  # replay buffer (pairs)
+  sampling_steps=100,  # tau-leaping steps
+)
+# High temperature starts from the uniform source (beta_init = 0), where the corrector can use
+# target matching; critical and low temperature start from the ground states (beta_init = inf) and
+# use denoising matching. Low temperature slows the reference: P(site unchanged over [0, 1]) = 0.82.
+UNIFORM = dict(source="uniform", corr_loss="tm")
+GROUND = dict(source="constant", corr_loss="dm")
+LONG = dict(ctrl_steps=500, corr_steps=250)  # controller / corrector steps per stage
+SHORT = dict(ctrl_steps=400, corr_steps=200)
+PRESETS = {
+  "ising_high": dict(**ISING, **UNIFORM, **SHORT, beta=0.28, lr=1e-3),  # beta < beta_c = 0.4407
+  "ising_critical": dict(**ISING, **GROUND, **SHORT, beta=0.4407, lr=5e-4),  # ln(1 + sqrt 2) / 2
+  "ising_low": {**ISING, **GROUND, **LONG, "beta": 0.6, "lr": 5e-4, "gamma": 0.25},
+  "potts_high": {**POTTS, **UNIFORM, **LONG, "beta": 0.9, "lr": 1e-3, "buffer_size": 512},
+  "potts_critical": {  # beta_c = ln(1 + sqrt q) = ln 3
+    **POTTS,
+    **GROUND,
+    "beta": 1.0986,
+    "lr": 5e-4,
+    "ctrl_steps": 200,
+    "corr_steps": 100,
+    "resample_freq": 10,
+  },
+  "potts_low": {**POTTS, **GROUND, **LONG, "beta": 1.3, "lr": 1e-3, "gamma": 0.25},
+}
 
 
 def get_config(arg: str | None = None):
@@ -148,5 +82,5 @@ def get_config(arg: str | None = None):
 
     experiment.fail("config", f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
   config = dasbs.get_config()
-  config.update(**COMMON, **PRESETS[name])
+  config.update(**{**COMMON, **PRESETS[name]})
   return config

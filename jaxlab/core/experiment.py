@@ -116,14 +116,8 @@ class Common:
 
   def loop(self, **overrides) -> Loop:
     """The runtime schedule these flags ask for (``eval_every`` etc. as overrides)."""
-    kw = dict(
-      num_steps=self.steps,
-      log_every=self.log_every,
-      ckpt_every=self.ckpt_every,
-      keep=self.keep,
-      profile=self.profile,
-    )
-    return Loop(**{**kw, **overrides})
+    kw = {k: getattr(self, k) for k in ("log_every", "ckpt_every", "keep", "profile")}
+    return Loop(**{"num_steps": self.steps, **kw, **overrides})
 
   def check_batch(self, field: str, batch_size: int) -> None:
     """A data-parallel batch must split evenly over the mesh's batch axes."""

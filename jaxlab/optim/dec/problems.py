@@ -262,20 +262,27 @@ def digits_logistic(
   test_frac: float = 0.2,
 ) -> Problem:
   """Multinomial logistic regression (L2 ``reg``) on non-IID digits."""
-  inputs, targets, counts, test = _load_digits(n, alpha, seed, test_frac)
   x0 = {"w": jnp.zeros((64, 10), jnp.float32), "b": jnp.zeros((10,), jnp.float32)}
-  smooth = _softmax_smoothness(inputs, counts) + reg
+  return _digits_problem(
+    n, alpha, seed, test_frac, x0, _linear_logits, "logistic", batch_size, reg=reg
+  )
+
+
+def _digits_problem(n, alpha, seed, test_frac, x0, logits, name, batch_size, reg=0.0, **kw):
+  """A non-IID digits classification problem; smoothness of the linear softmax model (+ reg)."""
+  inputs, targets, counts, test = _load_digits(n, alpha, seed, test_frac)
   return Problem(
     inputs=inputs,
     targets=targets,
     counts=counts,
     x0=x0,
-    example_loss=_classification_loss(_linear_logits),
-    name="logistic",
+    example_loss=_classification_loss(logits),
+    name=name,
     reg=reg,
     batch_size=batch_size,
-    smoothness=smooth,
+    smoothness=_softmax_smoothness(inputs, counts) + reg,
     test=test,
+    **kw,
   )
 
 
@@ -289,23 +296,11 @@ def digits_mlp(
   test_frac: float = 0.2,
 ) -> Problem:
   """64-``hidden``-10 tanh MLP on non-IID digits (non-convex; f* := 0)."""
-  inputs, targets, counts, test = _load_digits(n, alpha, seed, test_frac)
   model = MLP(hidden=hidden)
   x0 = model.init(jax.random.key(seed), jnp.zeros((64,)))["params"]
   logits = lambda params, a: model.apply({"params": params}, a)
-  smooth = _softmax_smoothness(inputs, counts)  # of the linear model: a scale for the step rule
-  return Problem(
-    inputs=inputs,
-    targets=targets,
-    counts=counts,
-    x0=x0,
-    example_loss=_classification_loss(logits),
-    name="mlp",
-    batch_size=batch_size,
-    smoothness=smooth,
-    convex=False,
-    test=test,
-  )
+  # smoothness is the linear model's: a scale for the step rule, not a bound for the MLP
+  return _digits_problem(n, alpha, seed, test_frac, x0, logits, "mlp", batch_size, convex=False)
 
 
 def _lbfgs_fstar(p: Problem, lam, iters: int = 500) -> float:

@@ -330,3 +330,11 @@ def test_corrupted_checkpoint_is_one_clear_error(tmp_path, data):
   with pytest.raises(ConfigError, match="cannot be restored") as e:
     _train(tmp_path, data, 40)
   assert e.value.field == "workdir" and len(str(e.value)) < 400
+
+
+def test_write_table_round_trips(tmp_path):
+  from jaxlab.core import metrics
+
+  p = metrics.write_table(tmp_path / "t.csv", [{"step": 1, "a": 0.5}, {"step": 2, "b": 3.0}])
+  cols = metrics.read_csv(p)
+  assert list(cols) == ["step", "a", "b"] and cols["b"][1] == 3.0 and np.isnan(cols["b"][0])

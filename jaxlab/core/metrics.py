@@ -75,6 +75,21 @@ class MetricsWriter:
       self._tb.close()
 
 
+def write_table(path: str | os.PathLike, rows: list[Mapping[str, Any]]) -> pathlib.Path:
+  """A whole CSV table (one dict per row, columns in first-seen order), written atomically."""
+  path = pathlib.Path(path)
+  fields: list[str] = []
+  for r in rows:
+    fields += [k for k in r if k not in fields]
+  tmp = path.with_suffix(path.suffix + ".tmp")
+  with open(tmp, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=fields)
+    w.writeheader()
+    w.writerows(rows)
+  os.replace(tmp, path)
+  return path
+
+
 def read_csv(path: str | os.PathLike) -> dict[str, np.ndarray]:
   """Columns of a metrics CSV as float arrays (empty cells -> nan)."""
   rows = _read_rows(pathlib.Path(path))

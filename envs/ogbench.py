@@ -32,6 +32,7 @@ import time
 import zipfile
 
 import numpy as np
+from absl import logging
 
 from envs import ogbench_generate as gen
 from jaxlab.core.errors import ConfigError, check_finite_array
@@ -57,13 +58,21 @@ class DatasetError(ConfigError):
   (``dataset_dir`` or ``env_name``); the message says what to do."""
 
 
+def _mujoco_warning(message: str) -> None:
+  logging.warning("MuJoCo: %s", message)
+
+
 def _require_ogbench():
   try:
+    import mujoco
     import ogbench  # noqa: F401  (registers the environments)
   except ImportError as e:
     raise ImportError(
       f"OGBench is not installed ({e}); install it with: pip install -e '.[ogbench]'"
     ) from None
+  # MuJoCo's default warning handler appends to ./MUJOCO_LOG.TXT: nothing goes to the current
+  # directory unasked, so warnings go to the log instead.
+  mujoco.set_mju_user_warning(_mujoco_warning)
   return ogbench
 
 
@@ -170,9 +179,9 @@ def check_dataset_file(path: str, env=None, need_qpos: bool = True) -> dict:
   except FileNotFoundError:
     raise DatasetError("dataset_dir", f"{path}: file not found") from None
   except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-    raise DatasetError(
-      "dataset_dir", f"{path}: not a readable .npz file ({type(e).__name__}: {e})"
-    ) from None
+    # numpy reports any bytes that are neither zip nor .npy as "pickled data": say what it is.
+    why = "unrecognised format" if "pickle" in str(e) else f"{type(e).__name__}: {e}"
+    raise DatasetError("dataset_dir", f"{path}: not a readable .npz file ({why})") from None
   required = ["observations", "actions", "terminals"] + (["qpos"] if need_qpos else [])
   missing = [k for k in required if k not in shapes]
   if missing:

@@ -31,16 +31,17 @@ def _recorded_config(workdir: pathlib.Path):
   """The run's agent config and env name, as `experiments.uhm` recorded them in config.json."""
   path = workdir / "config.json"
   require(path.exists(), "workdir", f"{workdir} has no config.json: not a UHM run directory")
-  record = metrics.read_json(path)
-  require(
-    "agent" in record and "env_name" in record,
-    "workdir",
-    f"{path} is not the config of an experiments.uhm run",
-  )
-  config = uhm.get_config()
-  for k, v in record["agent"].items():
-    config[k] = tuple(v) if isinstance(v, list) else v
-  return uhm.validate_config(config), record["env_name"]
+  try:
+    record = metrics.read_json(path)
+    config = uhm.get_config()
+    for k, v in record["agent"].items():
+      config[k] = tuple(v) if isinstance(v, list) else v
+    return uhm.validate_config(config), str(record["env_name"])
+  except (ValueError, KeyError, TypeError, AttributeError) as e:  # ConfigError is a ValueError
+    why = e.message if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
+    raise ConfigError(
+      "workdir", f"{path} is not the config of an experiments.uhm run ({why})"
+    ) from None
 
 
 def main(argv):

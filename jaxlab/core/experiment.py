@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import math
+import os
 import pathlib
 import re
 import sys
@@ -322,8 +323,23 @@ def _flags_parser(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
+# XLA's multi-threaded Eigen pool on CPU can wedge on vmapped graphs (main thread in
+# block_until_ready, every worker idle; seen in `experiments.goma`, 2 of 9 runs, and reported
+# upstream-adjacent with the same workaround). Single-threaded Eigen only affects the CPU backend's
+# intra-op threading; XLA still runs independent ops in parallel. Opt out: XLA_FLAGS=
+# --xla_cpu_multi_thread_eigen=true.
+_CPU_EIGEN_FLAG = "--xla_cpu_multi_thread_eigen=false"
+
+
+def _safe_cpu_threading() -> None:
+  xla_flags = os.environ.get("XLA_FLAGS", "")
+  if "xla_cpu_multi_thread_eigen" not in xla_flags:
+    os.environ["XLA_FLAGS"] = f"{xla_flags} {_CPU_EIGEN_FLAG}".strip()
+
+
 def run(main) -> None:
   """``absl.app.run`` with jaxlab's flag-error convention (exit 2, one clear line)."""
+  _safe_cpu_threading()  # before the first computation creates the CPU client
 
   def _main(argv):
     if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):

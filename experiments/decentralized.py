@@ -15,7 +15,6 @@ in which every strategy diverged exits with status 3 after writing its summary.
 
 from __future__ import annotations
 
-import csv
 import sys
 import time
 
@@ -24,8 +23,9 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment, plots
+from jaxlab.core import experiment, metrics
 from jaxlab.optim import decentralized as dec
+from jaxlab.optim.dec import compare
 
 _TOPOLOGY = flags.DEFINE_string(
   "topology", "erdos_renyi", f"Communication graph: {', '.join(dec.TOPOLOGIES)}."
@@ -84,39 +84,48 @@ _CONFIG = experiment.define_config(get_config())
 # ------------------------------------------------------------------------------------------------
 # Flags -> validated run description (nothing is written before this returns).
 
+CHECKS = {
+  "n": lambda v: None if v >= 2 else f"must be >= 2, got {v}",
+  "er_p": lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}",
+  "lam_alpha": "positive",
+  "split_alpha": "positive",
+  "dim": "positive",
+  "rows": "positive",
+  "batch_size": "nonneg",
+  "lr": "nonneg",
+  "lr_factor": "positive",
+  "order": dec.ORDERS,
+  "row_kind": dec.ROW_MIXINGS,
+  "comm": dec.COMMS,
+  "tail": lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}",
+  "tie_tol": "nonneg",
+}
 
-def _parse_lam(field: str, spec: str, alpha: float) -> tuple[str, float]:
-  """``kind`` or ``dirichlet:α`` -> (kind, α); α must be a finite number > 0."""
-  name, sep, a = spec.strip().partition(":")
-  experiment.check_choice(field, name, dec.LAMBDAS)
-  if sep:
-    experiment.require(name == "dirichlet", field, f"{spec!r}: only dirichlet takes ':α'")
-    try:
-      alpha = float(a)
-    except ValueError:
-      alpha = float("nan")
-    ok = np.isfinite(alpha) and alpha > 0
-    experiment.require(ok, field, f"{spec!r}: Dirichlet α must be a finite number > 0")
-  return name, alpha
+
+def _graph(config, topology):
+  return dec.make_graph(topology, config.n, p=config.er_p, seed=config.graph_seed)
 
 
-def _row_kind_error(config, topos, lams):
-  """degree_average is λ-reversible only for λ ∝ degree+1 (uniform λ on a regular graph)."""
-  if config.row_kind != "degree_average":
-    return None
+def _check_cells(config, run, topos, lams):
+  field = "config.sweep_topologies" if _SWEEP.value else "topology"
+  for t in topos:  # hypercube needs 2^k nodes, torus a composite n, ER a connected sample
+    msg = dec.topology_error(t, config.n, p=config.er_p, seed=config.graph_seed)
+    # n >= 2 was checked, so what can fail for Erdős–Rényi is its edge probability
+    experiment.require(msg is None, "config.er_p" if t == "erdos_renyi" else field, msg)
   for t in topos:
-    graph = dec.make_graph(t, config.n, p=config.er_p, seed=config.graph_seed)
-    regular = np.all(graph.degrees == graph.degrees[0])
+    graph = _graph(config, t)
     for name, _ in lams:
-      if name != "degree" and not (name == "uniform" and regular):
-        return f"degree_average needs λ ∝ degree+1; --lam={name} on {t} is not (use auto)"
-  return None
+      msg = compare.row_kind_error(config.row_kind, graph, name)
+      experiment.require(msg is None, "config.row_kind", msg)
+  got = None if run.mesh is None else dict(run.mesh.shape)
+  msg = f"distributed mode puts one node per device: needs nodes:{config.n} (config.n), got {got}"
+  experiment.require(got is None or got.get("nodes") == config.n, "mesh", msg)
 
 
 def _validate(config):
   topology = experiment.check_choice("topology", _TOPOLOGY.value, dec.TOPOLOGIES)
   problem = experiment.check_choice("problem", _PROBLEM.value, dec.PROBLEMS)
-  lam = _parse_lam("lam", _LAM.value, config.lam_alpha)
+  lam = dec.parse_lambda(_LAM.value, config.lam_alpha, "lam")
   run = experiment.common(
     "decentralized",
     default_steps=4000,
@@ -125,50 +134,19 @@ def _validate(config):
     variant=("sweep" if _SWEEP.value else topology, problem),
     unused=UNUSED_FLAGS,
   )
-  experiment.check_config(
-    config,
-    {
-      "n": lambda v: None if v >= 2 else f"must be >= 2, got {v}",
-      "er_p": lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}",
-      "lam_alpha": "positive",
-      "split_alpha": "positive",
-      "dim": "positive",
-      "rows": "positive",
-      "batch_size": "nonneg",
-      "lr": "nonneg",
-      "lr_factor": "positive",
-      "order": dec.ORDERS,
-      "row_kind": dec.ROW_MIXINGS,
-      "comm": dec.COMMS,
-      "tail": lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}",
-      "tie_tol": "nonneg",
-    },
-  )
+  experiment.check_config(config, CHECKS)
   topos = experiment.check_list("config.sweep_topologies", config.sweep_topologies, dec.TOPOLOGIES)
   specs = [s for s in config.sweep_lams.split(",") if s.strip()]
   experiment.require(bool(specs), "config.sweep_lams", f"empty; allowed: {', '.join(dec.LAMBDAS)}")
-  lams = [_parse_lam("config.sweep_lams", s, config.lam_alpha) for s in specs]
+  lams = [dec.parse_lambda(s, config.lam_alpha, "config.sweep_lams") for s in specs]
   if not _SWEEP.value:
     topos, lams = [topology], [lam]
-  field = "config.sweep_topologies" if _SWEEP.value else "topology"
-  for t in topos:  # hypercube needs 2^k nodes, torus a composite n, ER a connected sample
-    msg = dec.topology_error(t, config.n, p=config.er_p, seed=config.graph_seed)
-    # n >= 2 was checked, so what can fail for Erdős–Rényi is its edge probability
-    experiment.require(msg is None, "config.er_p" if t == "erdos_renyi" else field, msg)
-  msg = _row_kind_error(config, topos, lams)
-  experiment.require(msg is None, "config.row_kind", msg)
-  if run.mesh is not None:
-    got = dict(run.mesh.shape)
-    experiment.require(
-      got.get("nodes") == config.n,
-      "mesh",
-      f"distributed mode puts one node per device: needs nodes:{config.n} (config.n), got {got}",
-    )
+  _check_cells(config, run, topos, lams)
   return run, topos, lams
 
 
 # ------------------------------------------------------------------------------------------------
-# Data, runs, verdicts.
+# Data and one (graph, λ) comparison.
 
 
 def _problem(config, seed):
@@ -179,248 +157,54 @@ def _problem(config, seed):
 
 
 def _compare(config, run, problem, graph, lam_name, alpha):
-  """Runs both strategies on one (graph, λ); returns (results by strategy, diagnostic, lr, λ)."""
-  lam = dec.make_lambda(
-    lam_name, graph, alpha=alpha, seed=config.graph_seed, counts=np.asarray(problem.counts)
-  )
-  lr = config.lr or dec.default_lr(problem, lam, config.lr_factor)
-  diag = dec.diagnose(graph, lam, row_kind=config.row_kind)
-  f_star = problem.f_star(lam)
+  counts = np.asarray(problem.counts)
+  lam = dec.make_lambda(lam_name, graph, alpha=alpha, seed=config.graph_seed, counts=counts)
+  opts = {k: config[k] for k in ("lr_factor", "order", "row_kind", "comm")}
   key = jax.random.key(run.seed)
-  results = {}
-  for s in dec.STRATEGIES:
-    if s == "II" and graph.directed:
-      continue  # no λ-reversible A on a directed graph
-    results[s] = dec.run(
-      s,
-      graph,
-      lam,
-      problem,
-      run.steps,
-      lr,
-      key=key,
-      order=config.order,
-      row_kind=config.row_kind,
-      mesh=run.mesh,
-      comm=config.comm,
-      f_star=f_star,
-    )
-  return results, diag, lr, lam
-
-
-def _tail(x, frac):
-  k = max(1, int(round(frac * len(x))))
-  return float(np.mean(x[-k:]))
-
-
-def _identical(results, lam) -> bool:
-  """Uniform λ (n λ_i = 1) and A = W: the two strategies are the same algorithm."""
-  if "II" not in results:
-    return False
-  same = np.array_equal(results["I"].mixing, results["II"].mixing)
-  return bool(same and np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0))
-
-
-def _winner(results, metric, tol, identical=False):
-  """ "I", "II", "tie" or "identical (A = W)"; a diverged strategy never wins."""
-  if identical:
-    return "identical (A = W)"
-  if "II" not in results:
-    return "I (II n/a)" if results["I"].diverged_at is None else "none (I diverged, II n/a)"
-  div = {s: r.diverged_at is not None for s, r in results.items()}
-  if div["I"] and div["II"]:
-    return "none (both diverged)"
-  if div["I"] or div["II"]:
-    return "II (I diverged)" if div["I"] else "I (II diverged)"
-  i, ii = (_tail(getattr(results[s], metric), tol[1]) for s in ("I", "II"))
-  if abs(i - ii) <= tol[0] * max(abs(i), abs(ii)):
-    return "tie"
-  return "II" if ii < i else "I"
-
-
-def _fmt(v):
-  if isinstance(v, (bool, np.bool_)):
-    return str(bool(v))
-  if isinstance(v, (float, np.floating)):
-    return f"{v:.3g}"
-  return str(v)
-
-
-def _md_table(rows, cols):
-  lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-  lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
-  return "\n".join(lines) + "\n"
-
-
-DIAG_COLS = [
-  "n_max_lam",
-  "gap_W",
-  "rho_lam_W",
-  "asym_W",
-  "gap_lam_A",
-  "rho_lam_A",
-  "asym_A",
-  "loewner_min",
-  "loewner_max",
-  "rayleigh_min",
-  "rayleigh_max",
-  "predict_II",
-]
-METRICS = ("gap", "consensus", "gap_tracked")
-
-
-# ------------------------------------------------------------------------------------------------
-# One (graph, λ): curves, diagnostic, summary.
-
-
-def _write_single(run, problem, graph, results, diag):
-  steps = np.arange(1, run.steps + 1)
-  label = {"I": "I: nλ_i f_i + doubly stochastic W", "II": "II: f_i + λ-reversible A"}
-  title = f"{problem.name}, {graph.name}, λ={_LAM.value}"
-  for name, metric, ylabel, floor in (
-    ("gap.png", "gap", "f(x̄_λ) − f*", 1e-12),
-    ("consensus.png", "consensus", "Σ λ_i ‖x_i − x̄_λ‖²", 1e-16),
-  ):
-    curves = {label[s]: (steps, np.maximum(getattr(r, metric), floor)) for s, r in results.items()}
-    plots.lines(run.workdir / name, curves, "step", ylabel, logy=True, title=title)
-  with open(run.workdir / "metrics.csv", "w", newline="") as f:
-    w = csv.writer(f)
-    w.writerow(["step"] + [f"{m}_{s}" for s in results for m in METRICS])
-    for k in range(0, run.steps, run.log_every):
-      w.writerow([k + 1] + [getattr(results[s], m)[k] for s in results for m in METRICS])
-  (run.workdir / "diagnostic.md").write_text(
-    f"Diagnostic for {graph.name} (n={graph.n}), λ={_LAM.value} "
-    "(reconstructed quantities; see jaxlab/optim/dec/geometry.py)\n\n"
-    + _md_table([{"graph": graph.name, **diag}], ["graph"] + DIAG_COLS)
-  )
-
-
-def _final(config, problem, results, lam):
-  final = {}
-  for s, r in results.items():
-    final[s] = {m: _tail(getattr(r, m), config.tail) for m in METRICS}
-    final[s].update(comm=r.comm, diverged_at=r.diverged_at)
-    if problem.test is not None and r.diverged_at is None:
-      xbar = jax.tree.map(lambda v: np.tensordot(lam, np.asarray(v), 1), r.x)
-      final[s]["test_accuracy"] = problem.accuracy(xbar)
-  return final
-
-
-def _print_single(final, summary, diag, workdir):
-  for s, v in final.items():
-    if v["diverged_at"] is not None:
-      print(f"Strategy {s}: diverged (non-finite from step {v['diverged_at']})")
-      continue
-    acc = f"  test acc {v['test_accuracy']:.3f}" if "test_accuracy" in v else ""
-    print(f"Strategy {s}: f(x̄_λ)−f* {v['gap']:.3e}  consensus {v['consensus']:.3e}{acc}")
-  print(
-    f"winner (gap): {summary['winner_gap']}; diagnostic gap_W {diag['gap_W']:.3f} "
-    f"gap_λ(A) {diag['gap_lam_A']:.3f}  -> {workdir}"
-  )
+  lr = config.lr or None  # 0 = auto (dec.default_lr), the same γ for both strategies
+  return compare.compare(graph, lam, problem, run.steps, key=key, lr=lr, mesh=run.mesh, **opts)
 
 
 def single(config, run, lam_spec):
-  graph = dec.make_graph(_TOPOLOGY.value, config.n, p=config.er_p, seed=config.graph_seed)
+  graph = _graph(config, _TOPOLOGY.value)
   problem = _problem(config, run.seed)
   experiment.prepare_workdir(run.workdir)
   t0 = time.time()
-  results, diag, lr, lam = _compare(config, run, problem, graph, *lam_spec)
+  comp = _compare(config, run, problem, graph, *lam_spec)
   wall = time.time() - t0
-  _write_single(run, problem, graph, results, diag)
-  final = _final(config, problem, results, lam)
-  tol = (config.tie_tol, config.tail)
-  identical = _identical(results, lam)
+  compare.plot_curves(run.workdir, comp, f"{problem.name}, {graph.name}, λ={_LAM.value}")
+  metrics.write_table(run.workdir / "metrics.csv", compare.metric_rows(comp.results, run.log_every))
+  diag = comp.diagnostic
+  (run.workdir / "diagnostic.md").write_text(compare.diagnostic_markdown(graph, _LAM.value, diag))
+  verdicts = compare.verdicts(comp, problem, tie_tol=config.tie_tol, tail=config.tail)
   summary = {
     "problem": problem.name,
     "topology": graph.name,
     "lam": _LAM.value,
     "n": graph.n,
     "steps": run.steps,
-    "lr": lr,
-    "f_star": results["I"].f_star,
+    "lr": comp.lr,
+    "f_star": comp.results["I"].f_star,
     "order": config.order,
     "distributed": run.mesh is not None,
-    "final": final,
-    "diagnostic": diag,
-    "winner_gap": _winner(results, "gap", tol, identical),
-    "winner_consensus": _winner(results, "consensus", tol, identical),
+    **verdicts,
     "wall_s": wall,
     "config": config.to_dict(),
   }
   experiment.write_summary(run.workdir, summary)
-  _print_single(final, summary, diag, run.workdir)
-  if all(r.diverged_at is not None for r in results.values()):
-    print(
-      "error: every strategy diverged; lower --config.lr (or --config.lr_factor)",
-      file=sys.stderr,
-      flush=True,
-    )
+  print("\n".join(compare.final_lines(verdicts["final"])))
+  print(
+    f"winner (gap): {verdicts['winner_gap']}; diagnostic gap_W {diag['gap_W']:.3f} "
+    f"gap_λ(A) {diag['gap_lam_A']:.3f}  -> {run.workdir}"
+  )
+  if compare.all_diverged(comp.results):
+    msg = "error: every strategy diverged; lower --config.lr (or --config.lr_factor)"
+    print(msg, file=sys.stderr, flush=True)
     sys.exit(3)
 
 
 # ------------------------------------------------------------------------------------------------
 # Topologies × λ.
-
-
-def _sweep_row(config, t, name, alpha, results, diag, lr, lam):
-  def tail_or(s, metric):
-    r = results.get(s)
-    if r is None:
-      return "n/a"
-    return "diverged" if r.diverged_at is not None else _tail(getattr(r, metric), config.tail)
-
-  identical = _identical(results, lam)
-  tol = (config.tie_tol, config.tail)
-  return {
-    "topology": t,
-    "lam": name + (f":{alpha:g}" if name == "dirichlet" else ""),
-    "lr": lr,
-    "gap_I": tail_or("I", "gap"),
-    "gap_II": tail_or("II", "gap"),
-    "cons_I": tail_or("I", "consensus"),
-    "cons_II": tail_or("II", "consensus"),
-    "winner_gap": _winner(results, "gap", tol, identical),
-    "winner_cons": _winner(results, "consensus", tol, identical),
-    **{
-      k: diag[k]
-      for k in ("n_max_lam", "gap_W", "gap_lam_A", "rho_lam_W", "rho_lam_A", "predict_II")
-    },
-  }
-
-
-SWEEP_COLS = [
-  "topology",
-  "lam",
-  "n_max_lam",
-  "gap_W",
-  "gap_lam_A",
-  "rho_lam_W",
-  "rho_lam_A",
-  "gap_I",
-  "gap_II",
-  "cons_I",
-  "cons_II",
-  "winner_gap",
-  "winner_cons",
-  "predict_II",
-]
-
-
-def _sweep_header(config, run, problem, rows):
-  wins = sum(r["winner_gap"] == "II" for r in rows)
-  same = sum(r["winner_gap"].startswith("identical") for r in rows)
-  decided = [r for r in rows if r["winner_gap"] in ("I", "II")]
-  agree = sum((r["winner_gap"] == "II") == r["predict_II"] for r in decided)
-  text = (
-    f"# Strategy I vs II: {problem.name}, n={config.n}, {run.steps} steps, order="
-    f"{config.order}, batch {config.batch_size}, same γ per cell\n\n"
-    f"f(x̄_λ) − f* and Σλ‖x_i − x̄_λ‖² averaged over the last {config.tail:.0%} of steps; "
-    f"'tie' = within {config.tie_tol:.0%}; 'identical' = uniform λ and A = W (the same "
-    f"algorithm); a diverged strategy never wins. II wins f-gap in {wins}/{len(rows)} cells "
-    f"({same} identical). predict_II (gap_λ(A) > gap(W), a heuristic, not the paper's "
-    f"condition) matches the decided winner in {agree}/{len(decided)} cells.\n\n"
-  )
-  return text, wins, [agree, len(decided)]
 
 
 def sweep(config, run, topos, lams):
@@ -429,36 +213,24 @@ def sweep(config, run, topos, lams):
   rows = []
   t0 = time.time()
   for t in topos:
-    graph = dec.make_graph(t, config.n, p=config.er_p, seed=config.graph_seed)
+    graph = _graph(config, t)
     for name, alpha in lams:
-      results, diag, lr, lam = _compare(config, run, problem, graph, name, alpha)
-      rows.append(_sweep_row(config, t, name, alpha, results, diag, lr, lam))
-      r = rows[-1]
-      print(
-        f"{t:>22s} {r['lam']:>14s}  I {_fmt(r['gap_I'])}  II {_fmt(r['gap_II'])}  -> "
-        f"{r['winner_gap']}"
-      )
-  header, wins, agreement = _sweep_header(config, run, problem, rows)
-  (run.workdir / "sweep.md").write_text(header + _md_table(rows, SWEEP_COLS))
-  with open(run.workdir / "sweep.csv", "w", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-  experiment.write_summary(
-    run.workdir,
-    {
-      "problem": problem.name,
-      "n": config.n,
-      "steps": run.steps,
-      "rows": rows,
-      "II_wins_gap": wins,
-      "cells": len(rows),
-      "predict_agreement": agreement,
-      "wall_s": time.time() - t0,
-      "config": config.to_dict(),
-    },
+      comp = _compare(config, run, problem, graph, name, alpha)
+      label = compare.lambda_label(name, alpha)
+      rows.append(compare.sweep_row(t, label, comp, tie_tol=config.tie_tol, tail=config.tail))
+      print(compare.sweep_line(rows[-1]))
+  title = (
+    f"Strategy I vs II: {problem.name}, n={config.n}, {run.steps} steps, order={config.order}, "
+    f"batch {config.batch_size}, same γ per cell"
   )
-  print(f"II wins f-gap in {wins}/{len(rows)} cells -> {run.workdir}/sweep.md")
+  md = compare.sweep_markdown(rows, title, tail=config.tail, tie_tol=config.tie_tol)
+  (run.workdir / "sweep.md").write_text(md)
+  metrics.write_table(run.workdir / "sweep.csv", rows)
+  summary = {"problem": problem.name, "n": config.n, "steps": run.steps}
+  summary |= compare.sweep_summary(rows) | {"wall_s": time.time() - t0}
+  experiment.write_summary(run.workdir, summary | {"config": config.to_dict()})
+  counts = f"{summary['II_wins_gap']}/{summary['cells']}"
+  print(f"II wins f-gap in {counts} cells -> {run.workdir}/sweep.md")
 
 
 def main(argv):

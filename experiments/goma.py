@@ -23,17 +23,15 @@ measured at the update sequence z_k with the exact operator. GOMA here is a reco
 
 from __future__ import annotations
 
-import csv
 import time
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment, plots
-from jaxlab.optim import problems, vi
+from jaxlab.core import experiment, metrics, plots
+from jaxlab.optim import problems, report, vi, vi_compare
 
 PROBLEMS = ("bilinear", "stochastic_bilinear", "quadratic", "rotation")
 NOISES = ("additive", "multiplicative")
@@ -49,14 +47,6 @@ DEFAULT_METHODS = {
   "rotation": "gda,eg,popov,eag_v,feg,apv,goma",
   "stochastic_bilinear": "goma_stochastic,dseg,popov_anchored_1step,apv",
 }
-CSV_COLUMNS = (
-  "method",
-  "iteration",
-  "oracle_calls",
-  "residual_sq_center",
-  "residual_sq_min",
-  "residual_sq_max",
-)
 # Shared flags this experiment has no use for: one vmapped solve per method, no checkpoints.
 UNUSED_FLAGS = ("ckpt_every", "keep", "mesh", "log_every", "profile")
 
@@ -160,56 +150,24 @@ def _solve(problem, cfg, noise, method, iters, keys):
   return jax.jit(jax.vmap(one))(keys)
 
 
-def _hparams(method) -> dict:
+def _summarize(method, out, secs, stochastic, fit):
   base, extra = VARIANTS.get(method, (method, {}))
-  out = {k: (v if isinstance(v, str) else float(v)) for k, v in vi.default_hparams(base).items()}
-  return out | extra
+  hparams = vi_compare.method_hparams(base, extra)
+  kw = {"stochastic": stochastic, "fit": fit, "seconds": secs, "hparams": hparams}
+  return vi_compare.method_summary(*out, **kw)
 
 
-def _method_result(method, out, secs, stochastic, fit):
-  """Summary entry and the (center, lo, hi) curves of one method's vmapped runs."""
-  res, calls, lips, r2 = (np.asarray(x, np.float64) for x in out)
-  calls = calls[0].astype(np.int64)
-  iters = res.shape[1] - 1
-  center = res.mean(0) if stochastic else np.exp(np.log(np.maximum(res, 1e-300)).mean(0))
-  slope = lsq = None
-  if np.all(np.isfinite(center)) and fit[0] < fit[1]:
-    ks = np.arange(iters + 1)
-    slope = float(vi.fit_slope(ks, center, *fit))
-    lsq = float(vi.fit_slope(ks, center, *fit, method="lsq"))
-  entry = {
-    "slope": slope,
-    "slope_lsq": lsq,
-    "residual_sq_final": float(center[-1]),
-    "oracle_calls_final": int(calls[-1]),
-    "oracle_calls_per_iter": float((calls[-1] - calls[1]) / max(iters - 1, 1)),
-    "seconds": round(secs, 2),
-    "hparams": _hparams(method),
-  }
-  if not stochastic:  # k^2 ||F||^2 / (L^2 R^2) is the O(1/k^2) constant; noise makes it moot
-    const = iters**2 * res[:, -1] / (lips**2 * r2)
-    entry["constant"] = float(np.exp(np.log(np.maximum(const, 1e-300)).mean()))
-    entry["constant_max"] = float(const.max())
-  return entry, (calls, center, res.min(0), res.max(0))
-
-
-def _print_line(method, entry, fit):
-  parts = [f"{method:22s}"]
-  if entry["slope"] is not None:
-    parts.append(f"slope[{fit[0]}..{fit[1]}] {entry['slope']:+.3f}")
-  if "constant" in entry:
-    parts.append(f"k^2|F|^2/(L^2R^2) {entry['constant']:.3g}")
-  parts.append(f"|F(z_K)|^2 {entry['residual_sq_final']:.3g}")
-  parts.append(f"calls {entry['oracle_calls_final']}  ({entry['seconds']:.1f}s)")
-  print("  ".join(parts), flush=True)
-
-
-def _write_csv(path, curves, pts):
-  with open(path, "w", newline="") as f:
-    w = csv.writer(f)
-    w.writerow(CSV_COLUMNS)
-    for m, (calls, center, lo, hi) in curves.items():
-      w.writerows([m, int(i), int(calls[i]), center[i], lo[i], hi[i]] for i in pts)
+def _plot(path, curves, points, stochastic, title):
+  what = "E||F(z_k)||^2 (mean)" if stochastic else "||F(z_k)||^2 (geometric mean)"
+  plots.lines(
+    path,
+    {m: tuple(c[points] for c in curve) for m, curve in curves.items()},
+    xlabel="oracle calls",
+    ylabel=f"{what}, band min..max",
+    logx=True,
+    logy=True,
+    title=title,
+  )
 
 
 def main(argv):
@@ -228,23 +186,13 @@ def main(argv):
   for m in methods:
     t0 = time.perf_counter()
     out = jax.block_until_ready(_solve(problem, cfg, noise, m, iters, keys))
-    per_method[m], curves[m] = _method_result(m, out, time.perf_counter() - t0, stochastic, fit)
-    _print_line(m, per_method[m], fit)
+    per_method[m], curves[m] = _summarize(m, out, time.perf_counter() - t0, stochastic, fit)
+    print(vi_compare.summary_line(m, per_method[m], fit), flush=True)
 
-  pts = np.unique(np.concatenate([[0], np.round(np.geomspace(1, iters, cfg.plot_points))]))
-  pts = pts.astype(np.int64)
-  _write_csv(workdir / "metrics.csv", curves, pts)
-  keep = pts[pts >= 1]
-  what = "E||F(z_k)||^2 (mean)" if stochastic else "||F(z_k)||^2 (geometric mean)"
-  plots.lines(
-    workdir / "curves.png",
-    {m: tuple(c[keep] for c in curve) for m, curve in curves.items()},
-    xlabel="oracle calls",
-    ylabel=f"{what}, band min..max",
-    logx=True,
-    logy=True,
-    title=f"{problem}" + (f" ({noise} noise)" if stochastic else "") + f", {cfg.num_seeds} seeds",
-  )
+  pts = report.log_points(iters, cfg.plot_points)
+  metrics.write_table(workdir / "metrics.csv", vi_compare.curve_rows(curves, pts))
+  title = f"{problem}" + (f" ({noise} noise)" if stochastic else "") + f", {cfg.num_seeds} seeds"
+  _plot(workdir / "curves.png", curves, pts[pts >= 1], stochastic, title)
   summary = {
     "problem": problem,
     "noise": noise if stochastic else None,

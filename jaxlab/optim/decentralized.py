@@ -98,6 +98,7 @@ from jaxlab.optim.dec.problems import (
   least_squares,
   make_lambda,
   make_problem,
+  parse_lambda,
 )
 
 __all__ = [
@@ -143,6 +144,7 @@ __all__ = [
   "make_graph",
   "make_lambda",
   "make_problem",
+  "parse_lambda",
   "metrics",
   "metropolis",
   "mixing_and_scale",

@@ -364,3 +364,22 @@ def make_lambda(
     lam = np.asarray(counts, np.float64)
     require(lam.shape == (n,) and bool(np.all(lam > 0)), "counts", f"must be {n} positive sizes")
   return lam / lam.sum()
+
+
+def parse_lambda(spec: str, alpha: float = 1.0, field: str = "lam") -> tuple[str, float]:
+  """A λ spec as typed on the command line: ``kind`` or ``dirichlet:α`` -> (kind, α).
+
+  ``alpha`` is returned unchanged unless the spec sets it; α must be a finite number > 0. Raises
+  ConfigError naming ``field``.
+  """
+  name, sep, a = spec.strip().partition(":")
+  check_choice(field, name, LAMBDAS)
+  if sep:
+    require(name == "dirichlet", field, f"{spec!r}: only dirichlet takes ':α'")
+    try:
+      alpha = float(a)
+    except ValueError:
+      alpha = float("nan")
+    ok = bool(np.isfinite(alpha) and alpha > 0)
+    require(ok, field, f"{spec!r}: Dirichlet α must be a finite number > 0")
+  return name, alpha

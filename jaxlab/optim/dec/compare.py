@@ -1,0 +1,323 @@
+"""Strategy (I) vs (II) on one (graph, λ) and the verdicts a comparison reports (arXiv 2511.19513;
+docs/decentralized.md, "Experiment").
+
+Pure functions on `RunResult`s and arrays, so a notebook reaches the same verdicts as
+``experiments/decentralized.py``::
+
+    from jaxlab.optim import decentralized as dec
+    from jaxlab.optim.dec import compare
+    g = dec.make_graph("ring", 8)
+    prob = dec.make_problem("least_squares", 8)
+    c = compare.compare(g, dec.make_lambda("degree", g), prob, 500, key=jax.random.key(0))
+    compare.winner(c.results, "gap", tie_tol=0.05, tail=0.1)   # "I", "II", "tie", ...
+
+Rules: numbers are means over the last ``tail`` fraction of steps; a relative difference within
+``tie_tol`` is a tie; a strategy whose iterates reached NaN/inf never wins; uniform λ with A = W is
+"identical (A = W)" (the two strategies are then the same algorithm, not a tie).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxlab.core import plots
+from jaxlab.optim import decentralized as dec
+from jaxlab.optim.report import fmt, md_table, tail_mean
+
+METRICS = ("gap", "consensus", "gap_tracked")
+IDENTICAL = "identical (A = W)"
+DIAG_COLS = (
+  "n_max_lam",
+  "gap_W",
+  "rho_lam_W",
+  "asym_W",
+  "gap_lam_A",
+  "rho_lam_A",
+  "asym_A",
+  "loewner_min",
+  "loewner_max",
+  "rayleigh_min",
+  "rayleigh_max",
+  "predict_II",
+)
+SWEEP_DIAG = ("n_max_lam", "gap_W", "gap_lam_A", "rho_lam_W", "rho_lam_A", "predict_II")
+SWEEP_COLS = (
+  "topology",
+  "lam",
+  "n_max_lam",
+  "gap_W",
+  "gap_lam_A",
+  "rho_lam_W",
+  "rho_lam_A",
+  "gap_I",
+  "gap_II",
+  "cons_I",
+  "cons_II",
+  "winner_gap",
+  "winner_cons",
+  "predict_II",
+)
+
+
+@dataclasses.dataclass
+class Comparison:
+  """Both strategies on one (graph, λ): results by strategy ("II" absent on a directed graph),
+  the `dec.diagnose` dict, the common step γ and λ."""
+
+  results: dict[str, dec.RunResult]
+  diagnostic: dict[str, Any]
+  lr: float
+  lam: np.ndarray
+
+
+def row_kind_error(row_kind: str, graph: dec.Graph, lam_name: str) -> str | None:
+  """degree_average is λ-reversible only for λ ∝ degree+1 (or uniform λ on a regular graph)."""
+  if row_kind != "degree_average":
+    return None
+  regular = bool(np.all(graph.degrees == graph.degrees[0]))
+  if lam_name == "degree" or (lam_name == "uniform" and regular):
+    return None
+  return f"degree_average needs λ ∝ degree+1; --lam={lam_name} on {graph.name} is not (use auto)"
+
+
+def compare(
+  graph: dec.Graph,
+  lam,
+  problem: dec.Problem,
+  steps: int,
+  *,
+  key,
+  lr: float | None = None,
+  lr_factor: float = 0.3,
+  order: str = "atc",
+  row_kind: str = "auto",
+  mesh=None,
+  comm: str = "auto",
+) -> Comparison:
+  """Runs (I) and (II) with the same γ (``lr``, or `dec.default_lr` when None/0), key and f*."""
+  lam = np.asarray(lam, np.float64)
+  lr = lr or dec.default_lr(problem, lam, lr_factor)
+  diag = dec.diagnose(graph, lam, row_kind=row_kind)
+  f_star = problem.f_star(lam)
+  results = {}
+  for s in dec.STRATEGIES:
+    if s == "II" and graph.directed:
+      continue  # no λ-reversible A on a directed graph
+    results[s] = dec.run(
+      s,
+      graph,
+      lam,
+      problem,
+      steps,
+      lr,
+      key=key,
+      order=order,
+      row_kind=row_kind,
+      mesh=mesh,
+      comm=comm,
+      f_star=f_star,
+    )
+  return Comparison(results, diag, float(lr), lam)
+
+
+def identical(results: Mapping[str, dec.RunResult], lam) -> bool:
+  """Uniform λ (n λ_i = 1) and A = W: the two strategies are the same algorithm."""
+  if "II" not in results:
+    return False
+  same = np.array_equal(results["I"].mixing, results["II"].mixing)
+  return bool(same and np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0))
+
+
+def diverged(results: Mapping[str, dec.RunResult]) -> dict[str, bool]:
+  return {s: r.diverged_at is not None for s, r in results.items()}
+
+
+def all_diverged(results: Mapping[str, dec.RunResult]) -> bool:
+  return all(diverged(results).values())
+
+
+def winner(
+  results: Mapping[str, dec.RunResult],
+  metric: str,
+  *,
+  tie_tol: float,
+  tail: float,
+  same: bool = False,
+) -> str:
+  """ "I", "II", "tie", `IDENTICAL`, or a verdict naming the diverged / missing strategy.
+
+  ``same``: the runs are the same algorithm (see `identical`); a diverged strategy never wins.
+  """
+  if same:
+    return IDENTICAL
+  div = diverged(results)
+  if "II" not in results:
+    return "I (II n/a)" if not div["I"] else "none (I diverged, II n/a)"
+  if div["I"] and div["II"]:
+    return "none (both diverged)"
+  if div["I"] or div["II"]:
+    return "II (I diverged)" if div["I"] else "I (II diverged)"
+  i, ii = (tail_mean(getattr(results[s], metric), tail) for s in ("I", "II"))
+  if abs(i - ii) <= tie_tol * max(abs(i), abs(ii)):
+    return "tie"
+  return "II" if ii < i else "I"
+
+
+def winners(comp: Comparison, *, tie_tol: float, tail: float) -> dict[str, str]:
+  """{"gap": verdict, "consensus": verdict} for one comparison."""
+  same = identical(comp.results, comp.lam)
+  return {
+    m: winner(comp.results, m, tie_tol=tie_tol, tail=tail, same=same) for m in ("gap", "consensus")
+  }
+
+
+def verdicts(
+  comp: Comparison, problem: dec.Problem, *, tie_tol: float, tail: float
+) -> dict[str, Any]:
+  """The summary of one comparison: per-strategy `final_metrics`, the diagnostic and the winners
+  on the gap and on the consensus error."""
+  win = winners(comp, tie_tol=tie_tol, tail=tail)
+  return {
+    "final": final_metrics(comp, problem, tail),
+    "diagnostic": comp.diagnostic,
+    "winner_gap": win["gap"],
+    "winner_consensus": win["consensus"],
+  }
+
+
+def final_metrics(comp: Comparison, problem: dec.Problem, tail: float) -> dict[str, dict]:
+  """Per strategy: tail means of `METRICS`, comm, diverged_at and (classification problems that
+  stayed finite) the test accuracy of x̄_λ."""
+  final = {}
+  for s, r in comp.results.items():
+    final[s] = {m: tail_mean(getattr(r, m), tail) for m in METRICS}
+    final[s].update(comm=r.comm, diverged_at=r.diverged_at)
+    if problem.test is not None and r.diverged_at is None:
+      xbar = jax.tree.map(lambda v: np.tensordot(comp.lam, np.asarray(v), 1), r.x)
+      final[s]["test_accuracy"] = problem.accuracy(xbar)
+  return final
+
+
+def metric_rows(results: Mapping[str, dec.RunResult], every: int) -> list[dict[str, Any]]:
+  """Rows of metrics.csv: step (1-based) and ``<metric>_<strategy>`` every ``every`` steps."""
+  steps = len(next(iter(results.values())).gap)
+  return [
+    {"step": k + 1, **{f"{m}_{s}": getattr(r, m)[k] for s, r in results.items() for m in METRICS}}
+    for k in range(0, steps, every)
+  ]
+
+
+def lambda_label(name: str, alpha: float) -> str:
+  return name + (f":{alpha:g}" if name == "dirichlet" else "")
+
+
+def sweep_row(
+  topology: str, lam_label: str, comp: Comparison, *, tie_tol: float, tail: float
+) -> dict[str, Any]:
+  """One cell of the topology × λ table: tail numbers ("diverged" / "n/a"), verdicts, diagnostic."""
+
+  def tail_or(s, metric):
+    r = comp.results.get(s)
+    if r is None:
+      return "n/a"
+    return "diverged" if r.diverged_at is not None else tail_mean(getattr(r, metric), tail)
+
+  win = winners(comp, tie_tol=tie_tol, tail=tail)
+  return {
+    "topology": topology,
+    "lam": lam_label,
+    "lr": comp.lr,
+    "gap_I": tail_or("I", "gap"),
+    "gap_II": tail_or("II", "gap"),
+    "cons_I": tail_or("I", "consensus"),
+    "cons_II": tail_or("II", "consensus"),
+    "winner_gap": win["gap"],
+    "winner_cons": win["consensus"],
+    **{k: comp.diagnostic[k] for k in SWEEP_DIAG},
+  }
+
+
+def sweep_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+  """Cells where II wins the gap, identical cells, and how often ``predict_II`` matches a decided
+  (I or II) winner."""
+  decided = [r for r in rows if r["winner_gap"] in ("I", "II")]
+  return {
+    "cells": len(rows),
+    "II_wins": sum(r["winner_gap"] == "II" for r in rows),
+    "identical": sum(r["winner_gap"].startswith("identical") for r in rows),
+    "decided": len(decided),
+    "agree": sum((r["winner_gap"] == "II") == r["predict_II"] for r in decided),
+  }
+
+
+def sweep_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+  """The rows and their counts, as summary.json of a sweep stores them."""
+  st = sweep_stats(rows)
+  return {
+    "rows": list(rows),
+    "II_wins_gap": st["II_wins"],
+    "cells": st["cells"],
+    "predict_agreement": [st["agree"], st["decided"]],
+  }
+
+
+def sweep_line(row: Mapping[str, Any]) -> str:
+  """One progress line of a sweep: topology, λ, both tail gaps and the verdict."""
+  return (
+    f"{row['topology']:>22s} {row['lam']:>14s}  I {fmt(row['gap_I'])}  II {fmt(row['gap_II'])}  "
+    f"-> {row['winner_gap']}"
+  )
+
+
+def sweep_markdown(rows: Sequence[Mapping[str, Any]], title: str, *, tail: float, tie_tol: float):
+  """sweep.md: a heading, what the numbers mean and the win counts, then the table."""
+  st = sweep_stats(rows)
+  return (
+    f"# {title}\n\n"
+    f"f(x̄_λ) − f* and Σλ‖x_i − x̄_λ‖² averaged over the last {tail:.0%} of steps; "
+    f"'tie' = within {tie_tol:.0%}; 'identical' = uniform λ and A = W (the same "
+    f"algorithm); a diverged strategy never wins. II wins f-gap in {st['II_wins']}/{st['cells']} "
+    f"cells ({st['identical']} identical). predict_II (gap_λ(A) > gap(W), a heuristic, not the "
+    f"paper's condition) matches the decided winner in {st['agree']}/{st['decided']} cells.\n\n"
+    + md_table(rows, SWEEP_COLS)
+  )
+
+
+def diagnostic_markdown(graph: dec.Graph, lam_label: str, diag: Mapping[str, Any]) -> str:
+  return (
+    f"Diagnostic for {graph.name} (n={graph.n}), λ={lam_label} "
+    "(reconstructed quantities; see jaxlab/optim/dec/geometry.py)\n\n"
+    + md_table([{"graph": graph.name, **diag}], ("graph",) + DIAG_COLS)
+  )
+
+
+def final_lines(final: Mapping[str, Mapping[str, Any]]) -> list[str]:
+  """One human-readable line per strategy (diverged, or gap / consensus / test accuracy)."""
+  lines = []
+  for s, v in final.items():
+    if v["diverged_at"] is not None:
+      lines.append(f"Strategy {s}: diverged (non-finite from step {v['diverged_at']})")
+      continue
+    acc = f"  test acc {v['test_accuracy']:.3f}" if "test_accuracy" in v else ""
+    lines.append(f"Strategy {s}: f(x̄_λ)−f* {v['gap']:.3e}  consensus {v['consensus']:.3e}{acc}")
+  return lines
+
+
+def plot_curves(workdir, comp: Comparison, title: str) -> None:
+  """gap.png and consensus.png: both strategies' per-step curves on a log scale."""
+  steps = np.arange(1, len(comp.results["I"].gap) + 1)
+  label = {"I": "I: nλ_i f_i + doubly stochastic W", "II": "II: f_i + λ-reversible A"}
+  for name, metric, ylabel, floor in (
+    ("gap.png", "gap", "f(x̄_λ) − f*", 1e-12),
+    ("consensus.png", "consensus", "Σ λ_i ‖x_i − x̄_λ‖²", 1e-16),
+  ):
+    curves = {
+      label[s]: (steps, np.maximum(getattr(r, metric), floor)) for s, r in comp.results.items()
+    }
+    plots.lines(pathlib.Path(workdir) / name, curves, "step", ylabel, logy=True, title=title)

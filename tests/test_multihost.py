@@ -107,3 +107,42 @@ def test_a_dead_process_stops_the_job_and_a_restart_resumes(tmp_path):
   outs = _wait(_start(wd, 60, _port()))
   assert [rc for rc, _ in outs] == [0, 0], outs[0][1][-2000:]
   assert "resuming from checkpoint at step" in outs[0][1]
+
+
+def test_uhm_two_processes_equal_one(tmp_path):
+  """The main job on a mesh spanning both processes: same losses as one process with 4 devices."""
+  args = ["--env=ogbench", "--steps=20", "--log_every=10", "--eval_episodes=1", "--mesh=data:-1"]
+  port = _port()
+  procs = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        "-m",
+        "experiments.uhm",
+        *args,
+        f"--workdir={tmp_path / 'two'}",
+        f"--coordinator_address=localhost:{port}",
+        "--num_processes=2",
+        f"--process_id={i}",
+      ],
+      env=_env(2),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  outs = _wait(procs, timeout=600)
+  assert [rc for rc, _ in outs] == [0, 0], outs[0][1][-2000:]
+  one = subprocess.run(
+    [sys.executable, "-m", "experiments.uhm", *args, f"--workdir={tmp_path / 'one'}"],
+    env=_env(4),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert one.returncode == 0, one.stderr[-2000:]
+  two = json.loads((tmp_path / "two" / "summary.json").read_text())
+  ref = json.loads((tmp_path / "one" / "summary.json").read_text())
+  for k in ("train/critic_loss", "train/flow_loss", "train/actor_loss"):
+    assert two[k] == pytest.approx(ref[k], rel=1e-4), k

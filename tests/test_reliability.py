@@ -189,3 +189,36 @@ def test_goma_vmapped_runs_do_not_hang(tmp_path):
       timeout=180,
     )
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  mnt = tmp_path / "disk"
+  mnt.mkdir()
+  if (
+    subprocess.run(
+      ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)], capture_output=True
+    ).returncode
+    != 0
+  ):
+    pytest.skip("needs a tmpfs mount (root) to fill a disk")
+  yield mnt
+  subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_disk_full_is_one_line_and_the_run_resumes_after(tmp_path, small_disk):
+  wd = small_disk / "run"
+  args = [
+    f"--workdir={wd}",
+    "--steps=100",
+    "--log_every=10",
+    "--ckpt_every=10",
+    "--config.dim=2000",
+  ]
+  r = _run("experiments.example", args, tmp_path)
+  assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  assert r.stderr.strip().splitlines()[-1].startswith("error: disk full")
+  subprocess.run(["mount", "-o", "remount,size=20m", str(small_disk)], check=True)
+  again = _run("experiments.example", args, tmp_path)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert "resuming from checkpoint" in again.stdout + again.stderr

@@ -323,18 +323,24 @@ def _flags_parser(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
-# XLA's multi-threaded Eigen pool on CPU can wedge on vmapped graphs (main thread in
-# block_until_ready, every worker idle; seen in `experiments.goma`, 2 of 9 runs, and reported
-# upstream-adjacent with the same workaround). Single-threaded Eigen only affects the CPU backend's
-# intra-op threading; XLA still runs independent ops in parallel. Opt out: XLA_FLAGS=
-# --xla_cpu_multi_thread_eigen=true.
-_CPU_EIGEN_FLAG = "--xla_cpu_multi_thread_eigen=false"
+# XLA's CPU runtime can wedge when a computation is dispatched asynchronously to its thread pool:
+# `experiments.goma` (vmapped scans) hung in about 1 of 45 runs here with every worker idle in
+# Eigen::ThreadPool::WaitForWork and the main thread in BlockUntilReady (a lost wake-up; native
+# stacks in docs/reliability.md). Programs dispatch CPU computations inline instead (jax's
+# `jax_cpu_enable_async_dispatch=False`, single-device computations only) and use single-threaded
+# Eigen; a jaxlab chunk is one long jitted scan, so neither costs measurable speed.
+# Opt out with JAXLAB_CPU_ASYNC=1.
 
 
 def _safe_cpu_threading() -> None:
+  if os.environ.get("JAXLAB_CPU_ASYNC") == "1":
+    return
   xla_flags = os.environ.get("XLA_FLAGS", "")
   if "xla_cpu_multi_thread_eigen" not in xla_flags:
-    os.environ["XLA_FLAGS"] = f"{xla_flags} {_CPU_EIGEN_FLAG}".strip()
+    os.environ["XLA_FLAGS"] = f"{xla_flags} --xla_cpu_multi_thread_eigen=false".strip()
+  import jax
+
+  jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
 def run(main) -> None:
@@ -372,6 +378,7 @@ def run(main) -> None:
         file=sys.stderr,
         flush=True,
       )
-      sys.exit(1)
+      sys.stdout.flush()
+      os._exit(1)  # writers' exit hooks would only fail again on the full disk
 
   app.run(_main, flags_parser=_flags_parser)

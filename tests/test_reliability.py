@@ -173,22 +173,24 @@ def test_garbage_npz_is_named_not_misreported_as_pickle(tmp_path, content):
 # ------------------------------------------------------------------------------ hangs
 
 
+@pytest.mark.slow
 def test_goma_vmapped_runs_do_not_hang(tmp_path):
-  """XLA's CPU Eigen pool wedged in 2 of 9 runs of this command; experiment.run disables its
-  multi-threading. Three repeats catch a 2-in-9 hang with probability ~0.5 per CI run."""
-  for i in range(3):
+  """The reproducer of the XLA CPU wedge (docs/reliability.md): about 1 run in 45 hangs on a
+  loaded 2-core machine, inside jaxlib. Slow and outside the default suite: until jaxlib is fixed
+  it fails by design with probability ~1 - (44/45)^20."""
+  for i in range(20):
     r = _run(
       "experiments.goma",
       [
         f"--workdir={tmp_path / str(i)}",
         "--problem=bilinear",
         "--methods=eg,popov,eag_v,feg,apv,goma",
-        "--steps=3000",
+        "--steps=10000",
       ],
       tmp_path,
       timeout=180,
     )
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, (i, r.stderr[-2000:])
 
 
 @pytest.fixture

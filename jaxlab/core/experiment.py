@@ -323,29 +323,8 @@ def _flags_parser(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
-# XLA's CPU runtime can wedge when a computation is dispatched asynchronously to its thread pool:
-# `experiments.goma` (vmapped scans) hung in about 1 of 45 runs here with every worker idle in
-# Eigen::ThreadPool::WaitForWork and the main thread in BlockUntilReady (a lost wake-up; native
-# stacks in docs/reliability.md). Programs dispatch CPU computations inline instead (jax's
-# `jax_cpu_enable_async_dispatch=False`, single-device computations only) and use single-threaded
-# Eigen; a jaxlab chunk is one long jitted scan, so neither costs measurable speed.
-# Opt out with JAXLAB_CPU_ASYNC=1.
-
-
-def _safe_cpu_threading() -> None:
-  if os.environ.get("JAXLAB_CPU_ASYNC") == "1":
-    return
-  xla_flags = os.environ.get("XLA_FLAGS", "")
-  if "xla_cpu_multi_thread_eigen" not in xla_flags:
-    os.environ["XLA_FLAGS"] = f"{xla_flags} --xla_cpu_multi_thread_eigen=false".strip()
-  import jax
-
-  jax.config.update("jax_cpu_enable_async_dispatch", False)
-
-
 def run(main) -> None:
   """``absl.app.run`` with jaxlab's flag-error convention (exit 2, one clear line)."""
-  _safe_cpu_threading()  # before the first computation creates the CPU client
 
   def _main(argv):
     if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):

@@ -6,7 +6,7 @@
 #   optax, orbax, chex; not ml_collections or tensorboardX).
 # Then, with the device tool:  run(command="bash benchmarks/device_check.sh", carry=[".wheels"],
 #                                  timeout_s=560)
-# Results come back under $OUT: nvidia_smi.txt, lm.txt, uhm.txt, vi.txt, dasbs.txt, summary.txt.
+# Results come back under $OUT: nvidia_smi.txt, lm.txt, uhm.txt, vi.txt, ppo.txt, dasbs.txt, summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,4 +40,6 @@ run uhm 150 $PY -m benchmarks.uhm --paper_scale --agents=rebrac,ghm,uhm --steps=
 # GOMA: 1024 vmapped instances vs the NumPy loop.
 run vi 60 $PY -m benchmarks.vi
 # DASBS: training/sampling throughput vs MCMC effective samples/s at L=24, beta_c.
+# PPO on Craftax: env-only builtin reset (a), optimistic resets (b), PPO MLP (c), at 1024 envs.
+run ppo 420 $PY -m benchmarks.ppo --envs=craftax-classic-symbolic,craftax-symbolic --num_envs=1024 --rollout=64 --iterations=4
 run dasbs 60 $PY -m benchmarks.dasbs  # default preset: L = 24 at beta_c

@@ -1,4 +1,4 @@
-"""PPO (arXiv 1707.06347) on gymnax and Craftax with an MLP, GRU or GTrXL policy.
+r"""PPO (arXiv 1707.06347) on gymnax and Craftax with an MLP, GRU or GTrXL policy.
 
 One PPO iteration (rollout, GAE, epochs x minibatches) is one jitted update of the core runtime:
 chunked, checkpointed, resumable bit for bit, evaluated between chunks on held-out environment
@@ -7,14 +7,14 @@ device). Outputs in the workdir (default ``runs/ppo/<env>/<policy>``): metrics.c
 curves.png, TensorBoard, summary.json (with the environment packages' versions and, for Craftax,
 per-achievement success rates), achievements.png (Craftax). See docs/ppo.md.
 
-Commands and measured runtimes (CPU: 2 shared cores of this machine; GPU figures: docs/ppo.md):
-  python -m experiments.ppo --env=cartpole                     # solves CartPole (eval >= 475), ~40 s
-  python -m experiments.ppo --env=cartpole --policy=gru        # ~2 min
-  python -m experiments.ppo --env=acrobot --policy=gtrxl --steps=50
-  python -m experiments.ppo --env=craftax-classic-symbolic --steps=20 \
-      --config.num_envs=64 --config.eval_envs=32 --config.eval_steps=2000   # small CPU run, ~3 min
-  python -m experiments.ppo --env=craftax-symbolic --mesh=data:-1   # Craftax_Baselines, 1e9 steps (GPU)
-  python -m experiments.ppo --env=craftax-symbolic --policy=gtrxl   # DiCode's PPO-GTrXL agent (GPU)
+Commands and measured wall times (CPU: 2 cores shared with other jobs; no GPU figures yet):
+  python -m experiments.ppo --env=cartpole                  # solves CartPole: eval 500, ~35 s
+  python -m experiments.ppo --env=cartpole --policy=gru     # eval 500, ~1 min
+  python -m experiments.ppo --env=cartpole --policy=gtrxl   # eval 500, ~4 min
+  python -m experiments.ppo --env=craftax-classic-symbolic --steps=60 --config.num_envs=64 \
+      --config.mlp.hidden='(256,256,256)' --config.eval_envs=64 --config.eval_steps=3000  # ~3 min
+  python -m experiments.ppo --env=craftax-symbolic --mesh=data:-1  # Craftax_Baselines: 1e9 steps
+  python -m experiments.ppo --env=craftax-symbolic --policy=gtrxl  # DiCode's PPO-GTrXL agent
 
 Presets: ``config.preset=auto`` (default) takes the Craftax_Baselines settings below for Craftax
 and a CartPole-sized PureJaxRL setting (``GYMNAX_PRESET``) for gymnax environments; with
@@ -33,7 +33,7 @@ from ml_collections import config_flags
 
 from jaxlab.core import experiment, metrics, runtime
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require
-from jaxlab.rl import policies, ppo, ppo_eval, ppo_plots
+from jaxlab.rl import policies, ppo, ppo_eval
 
 flags.DEFINE_string(
   "env",
@@ -189,9 +189,9 @@ def validate(config, policy: str) -> None:
       "eval_envs": positive,
       "eval_steps": positive,
       "eval_every": "nonneg",
-      "mlp.activation": list(policies._ACTIVATIONS),
-      "gru.activation": list(policies._ACTIVATIONS),
-      "gtrxl.activation": list(policies._ACTIVATIONS),
+      "mlp.activation": list(policies.ACTIVATIONS),
+      "gru.activation": list(policies.ACTIVATIONS),
+      "gtrxl.activation": list(policies.ACTIVATIONS),
     },
   )
   if policy == "gtrxl":
@@ -239,7 +239,7 @@ def _report(run, env, result, rates: dict) -> None:
   if jax.process_index() == 0 and result.evals:  # nothing ran: keep the record as it is
     metrics.write_json(run.workdir / "summary.json", {**s, **extra})
     if rates:
-      ppo_plots.achievement_chart(
+      ppo_eval.achievement_chart(
         run.workdir / "achievements.png",
         rates,
         title=f"{env.name}: success rate over evaluation episodes",

@@ -108,6 +108,22 @@ def test_ppo_loss_hand_computed():
   assert float(plain["value_loss"]) == pytest.approx(0.5 * (0.25 + 0.01) / 2, abs=1e-6)
 
 
+def test_library_config_errors_name_the_field():
+  from jaxlab.core.errors import ConfigError
+
+  cases = [
+    (ppo.PPOConfig(num_steps=10, minibatches=4, num_updates=1), False, "config.minibatches"),
+    (ppo.PPOConfig(num_envs=6, minibatches=4, num_updates=1), True, "config.minibatches"),
+    (ppo.PPOConfig(), False, "config.num_updates"),  # annealing needs the run's length
+    (ppo.PPOConfig(gamma=1.5, num_updates=1), False, "config.gamma"),
+  ]
+  for config, recurrent, field in cases:
+    with pytest.raises(ConfigError) as e:
+      ppo.validate(config, recurrent)
+    assert e.value.field == field
+  ppo.validate(ppo.PPOConfig(anneal_lr=False), False)
+
+
 def test_crafter_score():
   assert float(ppo.crafter_score(np.zeros(22))) == pytest.approx(0.0)
   assert float(ppo.crafter_score(np.ones(22))) == pytest.approx(100.0, rel=1e-5)

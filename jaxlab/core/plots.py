@@ -1,4 +1,4 @@
-"""Every PNG jaxlab writes: learning curves, comparison lines, histograms. Axes a person can read.
+"""Every PNG jaxlab writes: learning curves, lines, histograms, bar charts; readable axes.
 
 A constant series is drawn on a unit-wide axis around its value (not matplotlib's ±4 % of zero),
 and a metric whose name says it is a rate (``success``) gets the [0, 1] axis.
@@ -122,6 +122,33 @@ def histograms(
   if title:
     ax.set_title(title)
   ax.legend(fontsize=8)
+  return _save(fig, path)
+
+
+def bars(
+  path: str | pathlib.Path,
+  values: Mapping[str, float],
+  xlabel: str,
+  title: str = "",
+  xlim: tuple[float, float] | None = None,
+) -> pathlib.Path:
+  """Horizontal bars ``{label: value}`` in the given order (first label on top)."""
+  plt = _pyplot()
+  labels = list(values)
+  vals = np.asarray([values[k] for k in labels], dtype=float)
+  fig, ax = plt.subplots(figsize=(6.5, max(2.0, 0.22 * len(labels) + 1.0)))
+  y = np.arange(len(labels))
+  ax.barh(y, vals, color="tab:blue")
+  for yi, v in zip(y, vals):
+    ax.text(v, yi, f" {v:.1f}", va="center", fontsize=6)
+  ax.set_yticks(y, labels, fontsize=7)
+  ax.invert_yaxis()
+  if xlim is not None:
+    ax.set_xlim(*xlim)
+  ax.set_xlabel(xlabel)
+  if title:
+    ax.set_title(title, fontsize=9)
+  ax.grid(True, axis="x", alpha=0.3)
   return _save(fig, path)
 
 

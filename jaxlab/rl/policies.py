@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
-_ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 
 
 def _dense(features: int, gain: float = math.sqrt(2)) -> nn.Dense:
@@ -87,7 +87,7 @@ class _Tower(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    act = _ACTIVATIONS[self.activation]
+    act = ACTIVATIONS[self.activation]
     for h in self.hidden:
       x = act(_dense(h)(x))
     return _dense(self.out, self.out_gain)(x)
@@ -170,7 +170,7 @@ class GRUPolicy(nn.Module):
 
   @nn.compact
   def __call__(self, carry, obs, reset):
-    x = _ACTIVATIONS[self.activation](_dense(self.embed)(_flatten(obs)))
+    x = ACTIVATIONS[self.activation](_dense(self.embed)(_flatten(obs)))
     scan = nn.scan(
       _GRUStep, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0
     )

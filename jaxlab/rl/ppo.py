@@ -60,7 +60,7 @@ class PPOConfig:
   max_grad_norm: float = 1.0  # global gradient-norm clip
   lr: float = 2e-4  # Adam learning rate (eps 1e-5)
   anneal_lr: bool = True  # decay the learning rate linearly to 0 over num_updates iterations
-  num_updates: int = 1  # iterations of the whole run (the length of the decay)
+  num_updates: int = 0  # iterations of the whole run (the length of the decay; needed to anneal)
   normalize_advantages: bool = True  # per-minibatch advantage normalisation
   clip_value: bool = True  # PureJaxRL's clipped value loss
 
@@ -75,8 +75,14 @@ class PPOConfig:
 def validate(config: PPOConfig, recurrent: bool, prefix: str = "config") -> None:
   """Raises ConfigError naming the bad field (``config.num_steps`` etc.)."""
   c = config
-  for name in ("num_envs", "num_steps", "epochs", "minibatches", "num_updates"):
+  for name in ("num_envs", "num_steps", "epochs", "minibatches"):
     require(getattr(c, name) >= 1, f"{prefix}.{name}", f"must be >= 1, got {getattr(c, name)}")
+  require(
+    c.num_updates >= 1 or not c.anneal_lr,
+    f"{prefix}.num_updates",
+    f"must be >= 1 (the run's iterations, the length of the learning-rate decay) when "
+    f"anneal_lr is set, got {c.num_updates}",
+  )
   for name in ("lr", "max_grad_norm", "clip_eps"):
     require(getattr(c, name) > 0, f"{prefix}.{name}", f"must be > 0, got {getattr(c, name)}")
   for name in ("gamma", "gae_lambda"):
@@ -120,7 +126,7 @@ def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
   per_update = config.epochs * config.minibatches
 
   def schedule(count):
-    frac = 1.0 - (count // per_update) / config.num_updates
+    frac = 1.0 - (count // per_update) / max(config.num_updates, 1)
     return config.lr * jnp.clip(frac, 0.0, 1.0)
 
   lr = schedule if config.anneal_lr else config.lr
@@ -129,6 +135,7 @@ def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
 
 def init(env, policy, config: PPOConfig, key: Array) -> PPOState:
   """Resets the environments and initialises the network (``key``: raw uint32[2] or typed)."""
+  validate(config, is_recurrent(policy))
   require(
     env.num_envs == config.num_envs,
     "config.num_envs",

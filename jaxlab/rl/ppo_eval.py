@@ -92,3 +92,11 @@ def summarize(out: dict, env) -> tuple[dict[str, float], dict[str, float]]:
     rates = {name: float(r) for name, r in zip(env.achievement_names, mean)}
     scalars["score"] = float(crafter_score(mean))
   return scalars, rates
+
+
+def achievement_chart(path, rates, title: str = ""):
+  """Success rate (%) of each achievement: fraction of evaluation episodes unlocking it."""
+  from jaxlab.core import plots
+
+  pct = {name.replace("_", " ").lower(): 100.0 * r for name, r in rates.items()}
+  return plots.bars(path, pct, "success rate (% of episodes)", title=title, xlim=(0.0, 105.0))

@@ -36,7 +36,7 @@ def _snippets():
 
 def test_readme_has_a_snippet_per_method():
   names = set(_snippets())
-  for method in ("Core", "UHM", "GOMA", "Decentralized", "Discrete ASBS", "LM"):
+  for method in ("Core", "UHM", "PPO", "GOMA", "Decentralized", "Discrete ASBS", "LM"):
     assert any(n.startswith(method) for n in names), (method, names)
 
 

@@ -27,7 +27,6 @@ docs/online_envs.md.
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from collections.abc import Callable
 from typing import Any
 
@@ -142,10 +141,6 @@ _VERSIONED = ("gymnax", "craftax", "jax", "jaxlib", "flax")
 
 def versions() -> dict[str, str | None]:
   """Installed versions of the environment packages, for every run's summary.json."""
-  out = {}
-  for name in _VERSIONED:
-    try:
-      out[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      out[name] = None
-  return out
+  from jaxlab.core.provenance import package_versions
+
+  return package_versions(_VERSIONED)

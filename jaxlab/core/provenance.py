@@ -23,14 +23,20 @@ def _git(*args: str) -> str | None:
   return out.stdout.strip()
 
 
-@functools.lru_cache(maxsize=1)
-def _static() -> dict:
+def package_versions(names) -> dict[str, str | None]:
+  """Installed versions of ``names`` (None where a package is absent)."""
   versions = {}
-  for name in _PACKAGES:
+  for name in names:
     try:
       versions[name] = importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
       versions[name] = None
+  return versions
+
+
+@functools.lru_cache(maxsize=1)
+def _static() -> dict:
+  versions = package_versions(_PACKAGES)
   commit = _git("rev-parse", "HEAD")
   dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
   return {"git_commit": commit, "git_dirty": dirty, "versions": versions}

@@ -9,7 +9,19 @@ import subprocess
 
 import jax
 
-_PACKAGES = ("jaxlab", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
+_PACKAGES = (
+  "jaxlab",
+  "jax",
+  "jaxlib",
+  "flax",
+  "optax",
+  "orbax-checkpoint",
+  "numpy",
+  "gymnax",
+  "craftax",
+  "ogbench",
+  "mujoco",
+)
 
 
 def _git(*args: str) -> str | None:

@@ -8,6 +8,7 @@ leaves the previous checkpoint intact. On SIGTERM the loop finishes its chunk, s
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 import signal
@@ -63,8 +64,20 @@ def restore_with(mngr: ocp.CheckpointManager, like: PyTree, step: int) -> PyTree
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: PyTree) -> None:
-  mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), force=True)
-  mngr.wait_until_finished()
+  # orbax's writer threads log a failure with a full traceback before the save raises; the error
+  # that matters is the one raised here, so the save runs with absl logging at FATAL.
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.FATAL)
+  try:
+    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)), force=True)
+    mngr.wait_until_finished()
+  except Exception as e:  # tensorstore reports a full disk as ValueError(RESOURCE_EXHAUSTED ...)
+    text = str(e)
+    if "RESOURCE_EXHAUSTED" in text or "No space left" in text:
+      raise OSError(errno.ENOSPC, "No space left on device", str(mngr.directory)) from None
+    raise
+  finally:
+    logging.set_verbosity(verbosity)
 
 
 def restore(

@@ -28,6 +28,7 @@ import os
 import pathlib
 import re
 import sys
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -323,8 +324,21 @@ def _flags_parser(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
+def _thread_failure(args) -> None:
+  """A failing background thread (e.g. a checkpoint writer on a full disk) logs one line; the
+  main thread's error is what the user acts on."""
+  name = args.thread.name if args.thread is not None else "?"
+  print(
+    f"warning: background thread {name}: {args.exc_type.__name__}: {args.exc_value}"[:300],
+    file=sys.stderr,
+    flush=True,
+  )
+
+
 def run(main) -> None:
   """``absl.app.run`` with jaxlab's flag-error convention (exit 2, one clear line)."""
+
+  threading.excepthook = _thread_failure
 
   def _main(argv):
     if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):

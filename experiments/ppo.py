@@ -287,9 +287,7 @@ def main(argv):
 
   key = jax.random.key_data(jax.random.key(run.seed))
   state = ppo.init(env, policy, ppo_config, jax.random.fold_in(key, 0))
-  update = ppo.with_env_steps_per_sec(
-    ppo.make_update(env, policy, ppo_config, run.mesh), per_update
-  )
+  update = ppo.make_update(env, policy, ppo_config, run.mesh)
   eval_env = make_env(env_name, config.eval_envs, config)
   evaluate = ppo_eval.make_evaluate(eval_env, policy, config.eval_steps, config.eval_greedy)
   eval_key = jax.random.fold_in(key, 2)  # held out: training worlds come from other streams
@@ -303,7 +301,12 @@ def main(argv):
     return scalars
 
   keys = ("episode_return", "score" if env.achievement_names else "entropy", "env_steps_per_sec")
-  loop = run.loop(eval_every=eval_every, progress_keys=keys)
+  loop = run.loop(
+    eval_every=eval_every,
+    progress_keys=keys,
+    units_per_step=per_update,
+    units_name="env_steps_per_sec",
+  )
   recorded = {**config.to_dict(), "env": env_name, "policy": policy_name, "steps": run.steps}
   shardings = None if run.mesh is None else ppo.state_sharding(state, run.mesh, config.num_envs)
   _, result = runtime.train(

@@ -338,3 +338,10 @@ def test_write_table_round_trips(tmp_path):
   p = metrics.write_table(tmp_path / "t.csv", [{"step": 1, "a": 0.5}, {"step": 2, "b": 3.0}])
   cols = metrics.read_csv(p)
   assert list(cols) == ["step", "a", "b"] and cols["b"][1] == 3.0 and np.isnan(cols["b"][0])
+
+
+def test_units_per_step_adds_a_throughput_metric(tmp_path, data):
+  _, s = _train(tmp_path, data, 20, units_per_step=7, units_name="env_steps_per_sec")
+  assert s["train/env_steps_per_sec"] == pytest.approx(7 * s["steps_per_sec"])
+  cols = runtime.read_csv(tmp_path / "metrics.csv")
+  np.testing.assert_allclose(cols["env_steps_per_sec"], 7 * cols["steps_per_sec"], rtol=1e-6)

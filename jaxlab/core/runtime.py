@@ -63,6 +63,9 @@ class Loop:
   tensorboard, plot: TensorBoard scalars and ``curves.png`` (with a workdir).
   profile: write a ``jax.profiler`` trace of the second chunk to ``<workdir>/profile``.
   stop_on_nonfinite: raise :class:`NonFiniteError` when a chunk's metrics hold NaN/inf.
+  units_per_step, units_name: when ``units_per_step > 0`` (e.g. environment steps per PPO
+    iteration), each chunk's metrics also hold ``units_name`` = steps/s x units_per_step (the wall
+    time of the chunk; the first chunk includes compilation).
   """
 
   num_steps: int
@@ -77,6 +80,8 @@ class Loop:
   plot: bool = True
   profile: bool = False
   stop_on_nonfinite: bool = True
+  units_per_step: int = 0
+  units_name: str = "units_per_sec"
 
   def __post_init__(self):
     if self.num_steps < 0:
@@ -200,6 +205,8 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       mean = {k: float(np.mean(v)) for k, v in per_step.items()}
       if loop.stop_on_nonfinite:
         _check_finite(step, mean)
+      if loop.units_per_step > 0:
+        mean[loop.units_name] = sps * loop.units_per_step
       if loop.history:
         hist.append(per_step)
       host.log(step, mean, sps)

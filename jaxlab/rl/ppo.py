@@ -24,7 +24,6 @@ See docs/ppo.md.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,7 +32,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
-from jax.experimental import io_callback
 
 from jaxlab.core import sharding
 from jaxlab.core.errors import require
@@ -350,32 +348,5 @@ def make_update(env, policy, config: PPOConfig, mesh=None) -> Callable:
     env_steps = iteration.astype(jnp.float32) * env_steps_per_update
     metrics = {**parts, **episode, "env_steps": env_steps}
     return state.replace(train=train, stats=stats), metrics
-
-  return update
-
-
-def with_env_steps_per_sec(update_fn: Callable, env_steps_per_update: int) -> Callable:
-  """Adds an ``env_steps_per_sec`` metric: environment steps over the wall time of the update.
-
-  Two host callbacks read the clock: one on the update's key before the iteration starts (the
-  iteration then uses the key it returns, so it cannot start earlier) and one on the loss once it
-  exists. Compilation and the host's work between chunks (evaluation, checkpoints) fall outside
-  that interval. The value is wall-clock timing: the one metric that differs between identical
-  runs. ``key`` must be a raw ``uint32`` key (``jax.random.key_data``), as the runtime passes it.
-  """
-  clock = {"start": time.perf_counter()}
-
-  def start(key):
-    clock["start"] = time.perf_counter()
-    return key
-
-  def stop(_):
-    return np.float32(env_steps_per_update / max(time.perf_counter() - clock["start"], 1e-9))
-
-  def update(state, batch, key):
-    key = io_callback(start, jax.ShapeDtypeStruct(key.shape, key.dtype), key)
-    state, metrics = update_fn(state, batch, key)
-    rate = io_callback(stop, jax.ShapeDtypeStruct((), jnp.float32), metrics["loss"])
-    return state, {**metrics, "env_steps_per_sec": rate}
 
   return update

@@ -6,18 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from programs import run_program
 
 
 def _run(args, cwd):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  return subprocess.run(
-    [sys.executable, "-m", "experiments.example", *args],
-    cwd=cwd,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
+  return run_program("experiments.example", args, cwd)
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,10 @@ import importlib.util
 import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from programs import run_program
 
 from jaxlab.core.errors import ConfigError
 from jaxlab.sampling import dasbs
@@ -83,18 +82,7 @@ def test_presets_are_valid_config_files():
 
 
 def _run(module, args, cwd):
-  # a clone's programs, run from elsewhere so that stray files in the cwd would show
-  path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": path}
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run(
-    [sys.executable, "-m", module, *args],
-    cwd=cwd,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=600,
-  )
+  return run_program(module, args, cwd, drop=("XLA_FLAGS",), timeout=600)
 
 
 @pytest.mark.parametrize(

@@ -6,24 +6,15 @@ need a finer instrument live next to the code they test and are named in the REA
 """
 
 import json
-import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
+from programs import run_program
 
 
 def _run(module, args, cwd, env=None, timeout=300):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
-  return subprocess.run(
-    [sys.executable, "-m", module, *args],
-    cwd=cwd,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-  )
+  return run_program(module, args, cwd, env=env, timeout=timeout)
 
 
 def _one_line_exit_2(r, flag):
@@ -218,8 +209,11 @@ def test_disk_full_is_one_line_and_the_run_resumes_after(tmp_path, small_disk):
     "--config.dim=2000",
   ]
   r = _run("experiments.example", args, tmp_path)
-  assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  # jaxlab's own report is one line, last, exit 1. Under load, orbax's asyncio writer thread can
+  # still print one "Event loop is closed" traceback of its own before it (docs/reliability.md).
+  assert r.returncode == 1, r.stderr[-2000:]
   assert r.stderr.strip().splitlines()[-1].startswith("error: disk full")
+  assert r.stderr.count("Traceback") <= 1 and "jaxlab/" not in r.stderr, r.stderr[-2000:]
   subprocess.run(["mount", "-o", "remount,size=20m", str(small_disk)], check=True)
   again = _run("experiments.example", args, tmp_path)
   assert again.returncode == 0, again.stderr[-2000:]

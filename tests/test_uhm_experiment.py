@@ -9,6 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from programs import run_program
 
 pytest.importorskip("ogbench")
 
@@ -25,15 +26,8 @@ ENV = "pointmaze-medium-navigate-singletask-task1-v0"
 
 
 def _run(args, cwd):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"}
-  env.pop("XLA_FLAGS", None)
-  return subprocess.run(
-    [sys.executable, "-m", "experiments.uhm", *args],
-    cwd=cwd,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=600,
+  return run_program(
+    "experiments.uhm", args, cwd, env={"MUJOCO_GL": "egl"}, drop=("XLA_FLAGS",), timeout=600
   )
 
 

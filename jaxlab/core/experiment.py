@@ -346,7 +346,7 @@ def run(main) -> None:
       from absl import logging
 
       logging.set_verbosity(logging.WARNING)
-    from jaxlab.core import distributed
+    from jaxlab.core import distributed, watchdog
 
     if len(argv) > 1:
       fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
@@ -355,6 +355,7 @@ def run(main) -> None:
       distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     except ValueError as e:
       fail("coordinator_address", str(e))
+    watchdog.start()
     try:
       return main(argv)
     except ConfigError as e:

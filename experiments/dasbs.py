@@ -118,19 +118,6 @@ def loss_curves(path, history: dict, first_step: int):
   return plots.panels(path, [s for s in series if np.isfinite(s[2]).any()])
 
 
-PRINTED = (
-  "energy_w2",
-  "ess",
-  "ess_target",
-  "abs_err_f_per_spin",
-  "abs_err_u_per_spin",
-  "mag",
-  "phase_plus_frac",
-  "majority_frac",
-  "colour_balance",
-)
-
-
 def report(run, state, result, key, train_s: float) -> None:
   """MCMC reference, model samples, plots, summary.json and the printed line."""
   tgt = state.spec.target
@@ -156,9 +143,7 @@ def report(run, state, result, key, train_s: float) -> None:
   }
   experiment.write_summary(run.workdir, summary)
   print(
-    "[dasbs] "
-    + " ".join(f"{k}={res[k]:.4g}" for k in PRINTED if k in res)
-    + f" -> {run.workdir}/summary.json",
+    f"[dasbs] {metrics.result_line(res)} -> {run.workdir}/summary.json",
     flush=True,
   )
 

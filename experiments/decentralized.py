@@ -5,12 +5,18 @@ Commands (CPU):
   python -m experiments.decentralized --topology=erdos_renyi --lam=degree --problem=least_squares
       # ~15 s: gap.png, consensus.png, diagnostic.md, metrics.csv, summary.json in
       # runs/decentralized/erdos_renyi/least_squares
-  python -m experiments.decentralized --sweep            # topologies × λ table (sweep.md), ~1 min
+  python -m experiments.decentralized --sweep            # topologies × λ table (sweep.md), ~2 min
+  python -m experiments.decentralized --sweep --config.lr_policy=own  # each at its own step
   python -m experiments.decentralized --problem=logistic --lam=data  # non-IID digits, λ ∝ data
   python -m experiments.decentralized --mesh=nodes:8 --config.n=8     # one node per device
 
 A strategy whose iterates reach NaN/inf is reported as diverged (never as a winner); a single run
 in which every strategy diverged exits with status 3 after writing its summary.
+
+Least squares also reports rates (rates.md): each strategy at the common γ and at its own largest
+stable step (exact, `jaxlab.optim.dec.stability`) with full and with minibatch gradients, as the gap
+after 10, 100, 1000 steps, the tail gap and the linear rate ρ. The sweep compares only cells where
+the strategies differ: uniform λ (A = W) is listed as identical, not run.
 """
 
 from __future__ import annotations
@@ -73,8 +79,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.comm = "auto"  # distributed mixing with --mesh=nodes:n: auto, ppermute, all_gather
   c.tail = 0.1  # fraction of final steps averaged for the reported numbers
   c.tie_tol = 0.05  # relative difference below which the sweep calls a tie
-  c.sweep_topologies = "ring,torus,hypercube,exponential,erdos_renyi,star"  # --sweep rows
-  c.sweep_lams = "uniform,degree,dirichlet:5,dirichlet:1,dirichlet:0.5"  # --sweep λ columns
+  c.lr_policy = "same"  # same: one γ for both; own: own_fraction × each one's largest stable step
+  c.own_fraction = 0.5  # fraction of a strategy's own stability limit (lr_policy=own, rates.md)
+  c.sgd_batch = 5  # rates.md: per-node minibatch of the stochastic-gradient runs
+  # --sweep rows: graphs with unequal degrees, where (I) and (II) differ for degree-based λ too
+  # (on regular graphs degree λ is uniform and A = W: such cells are listed, not compared)
+  c.sweep_topologies = "path,grid,star,erdos_renyi,barabasi_albert"
+  c.sweep_lams = "degree,dirichlet:5,dirichlet:1,dirichlet:0.5"  # --sweep λ columns
   return c
 
 
@@ -99,6 +110,9 @@ CHECKS = {
   "comm": dec.COMMS,
   "tail": lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}",
   "tie_tol": "nonneg",
+  "lr_policy": compare.LR_POLICIES,
+  "own_fraction": lambda v: None if 0 < v < 1 else f"must be in (0, 1), got {v}",
+  "sgd_batch": "positive",
 }
 
 
@@ -135,6 +149,10 @@ def _validate(config):
     unused=UNUSED_FLAGS,
   )
   experiment.check_config(config, CHECKS)
+  if config.lr_policy == "own":
+    msg = "needs least_squares (its stability limit is exact); use lr_policy=same"
+    experiment.require(problem == "least_squares", "config.lr_policy", msg)
+    experiment.require(config.lr == 0, "config.lr", "is set by lr_policy=own; leave it 0")
   topos = experiment.check_list("config.sweep_topologies", config.sweep_topologies, dec.TOPOLOGIES)
   specs = [s for s in config.sweep_lams.split(",") if s.strip()]
   experiment.require(bool(specs), "config.sweep_lams", f"empty; allowed: {', '.join(dec.LAMBDAS)}")
@@ -156,13 +174,46 @@ def _problem(config, seed):
   return dec.make_problem(_PROBLEM.value, config.n, alpha=config.split_alpha, **kw)
 
 
-def _compare(config, run, problem, graph, lam_name, alpha):
+def _compare(config, run, problem, graph, lam_name, alpha, lr_policy=None):
   counts = np.asarray(problem.counts)
   lam = dec.make_lambda(lam_name, graph, alpha=alpha, seed=config.graph_seed, counts=counts)
-  opts = {k: config[k] for k in ("lr_factor", "order", "row_kind", "comm")}
+  opts = {k: config[k] for k in ("lr_factor", "order", "row_kind", "comm", "own_fraction")}
+  opts["lr_policy"] = lr_policy or config.lr_policy
   key = jax.random.key(run.seed)
   lr = config.lr or None  # 0 = auto (dec.default_lr), the same γ for both strategies
   return compare.compare(graph, lam, problem, run.steps, key=key, lr=lr, mesh=run.mesh, **opts)
+
+
+def rates(config, run, problem, graph, lam_spec, comp):
+  """rates.md: the comparison just run, then both strategies at their own stable steps with full
+  and with minibatch gradients (least squares)."""
+  rows = compare.rate_rows(comp, f"{comp_label(config)}, full gradients", tail=config.tail)
+  sgd = problem.replace(batch_size=config.sgd_batch)
+  runs = [("own", problem, "full"), ("own", sgd, f"minibatch {config.sgd_batch}")]
+  if config.lr_policy == "own":
+    runs = runs[1:]
+  for policy, prob, grads in runs:
+    c = _compare(config, run, prob, graph, *lam_spec, lr_policy=policy)
+    label = f"own step ({config.own_fraction:g} × limit), {grads}"
+    rows += compare.rate_rows(c, label, tail=config.tail)
+  title = f"Error against iterations: {problem.name}, {graph.name}, λ={_LAM.value}"
+  md = f"# {title}\n\n{RATES_NOTE}\n\n" + compare.md_table(rows, compare.RATE_COLS)
+  (run.workdir / "rates.md").write_text(md)
+  return rows
+
+
+RATES_NOTE = (
+  "lr_max: the largest step at which the full-gradient iteration is stable (spectral radius < 1, "
+  "exact for least squares); rho: that spectral radius at the step used (the linear rate of the "
+  "full-gradient run); gap@k: f(x̄_λ) − f* after k steps; gap_tail: the mean over the last "
+  "config.tail of steps (the constant-step bias, plus noise for minibatch runs)."
+)
+
+
+def comp_label(config) -> str:
+  if config.lr_policy == "own":
+    return f"own step ({config.own_fraction:g} × limit)"
+  return "same step" + (" (config.lr)" if config.lr else " (default_lr, inside I's limit)")
 
 
 def single(config, run, lam_spec):
@@ -192,6 +243,10 @@ def single(config, run, lam_spec):
     "config": config.to_dict(),
   }
   experiment.write_summary(run.workdir, summary)
+  if problem.name == "least_squares" and not compare.all_diverged(comp.results):
+    summary["rates"] = rates(config, run, problem, graph, lam_spec, comp)
+    experiment.write_summary(run.workdir, summary)
+    print(compare.md_table(summary["rates"], compare.RATE_COLS), end="")
   print("\n".join(compare.final_lines(verdicts["final"])))
   print(
     f"winner (gap): {verdicts['winner_gap']}; diagnostic gap_W {diag['gap_W']:.3f} "
@@ -210,24 +265,32 @@ def single(config, run, lam_spec):
 def sweep(config, run, topos, lams):
   problem = _problem(config, run.seed)
   experiment.prepare_workdir(run.workdir)
-  rows = []
+  rows, same = [], []
   t0 = time.time()
   for t in topos:
     graph = _graph(config, t)
     for name, alpha in lams:
-      comp = _compare(config, run, problem, graph, name, alpha)
       label = compare.lambda_label(name, alpha)
+      lam = dec.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=problem.counts)
+      if compare.identical_cell(graph, lam, config.row_kind):
+        same.append(f"{t}/{label}")
+        print(f"{t:>22s} {label:>14s}  identical (A = W): not compared")
+        continue
+      comp = _compare(config, run, problem, graph, name, alpha)
       rows.append(compare.sweep_row(t, label, comp, tie_tol=config.tie_tol, tail=config.tail))
       print(compare.sweep_line(rows[-1]))
   title = (
     f"Strategy I vs II: {problem.name}, n={config.n}, {run.steps} steps, order={config.order}, "
-    f"batch {config.batch_size}, same γ per cell"
+    f"batch {config.batch_size}, "
+    + ("same γ per cell" if config.lr_policy == "same" else f"{config.own_fraction:g} × own limit")
   )
-  md = compare.sweep_markdown(rows, title, tail=config.tail, tie_tol=config.tie_tol)
+  md = compare.sweep_markdown(
+    rows, title, tail=config.tail, tie_tol=config.tie_tol, identical_cells=same
+  )
   (run.workdir / "sweep.md").write_text(md)
   metrics.write_table(run.workdir / "sweep.csv", rows)
   summary = {"problem": problem.name, "n": config.n, "steps": run.steps}
-  summary |= compare.sweep_summary(rows) | {"wall_s": time.time() - t0}
+  summary |= compare.sweep_summary(rows, same) | {"wall_s": time.time() - t0}
   experiment.write_summary(run.workdir, summary | {"config": config.to_dict()})
   counts = f"{summary['II_wins_gap']}/{summary['cells']}"
   print(f"II wins f-gap in {counts} cells -> {run.workdir}/sweep.md")

@@ -147,3 +147,18 @@ def test_tiny_run_resumes_and_reports(tmp_path):
 def test_benchmark_rejects_unused_shared_flags(tmp_path):
   r = _run("benchmarks.dasbs", ["--steps=5"], tmp_path)
   assert r.returncode == 2 and "error: --steps: is not used" in r.stderr, r.stderr[-1500:]
+  missing = tmp_path / "nope"
+  r = _run("benchmarks.dasbs", [f"--trained_workdir={missing}"], tmp_path)
+  assert r.returncode == 2 and "error: --trained_workdir: no such directory" in r.stderr
+  assert not missing.exists()
+
+
+def test_printed_result_puts_unweighted_errors_and_target_ess_first():
+  from jaxlab.sampling import metrics
+
+  res = {"ess": 0.9, "ess_target": 0.1, "abs_err_u_per_spin": 0.17, "energy_w2": 0.3}
+  res |= {"abs_err_f_per_spin": 0.007, "abs_err_u_per_spin_is": 0.01, "mag": 0.0}
+  line = metrics.result_line(res)
+  names = [part.split("=")[0] for part in line.split()]
+  assert names[:3] == ["err_u_unweighted", "energy_w2", "ess_target"]
+  assert names[-1] == "ess_log_rnd" and "err_f_reweighted=0.007" in line

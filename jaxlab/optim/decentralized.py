@@ -66,6 +66,7 @@ from jaxlab.optim.dec.geometry import (
   spectral_gap,
 )
 from jaxlab.optim.dec.graphs import (
+  IRREGULAR,
   ROW_MIXINGS,
   TOPOLOGIES,
   Graph,
@@ -109,6 +110,7 @@ __all__ = [
   "ORDERS",
   "STRATEGIES",
   "TOPOLOGIES",
+  "IRREGULAR",
   "PROBLEMS",
   "LAMBDAS",
   "ROW_MIXINGS",

@@ -293,7 +293,8 @@ def simulate(
 
 
 def _ema_decay(spec: Spec, n):
-  """The authors' warm-up: min(cap, (1 + n) / (10 + n)) after n EMA updates."""
+  """The authors' warm-up for the n-th EMA update (n = 1, 2, ...: their counter is incremented
+  before use): min(cap, (1 + n) / (10 + n)), so the first update has decay 2/11."""
   return jnp.minimum(spec.ema_decay, (1.0 + n) / (10.0 + n))
 
 
@@ -312,14 +313,15 @@ def _resample(spec: Spec, mesh, state: DASBSState, key) -> DASBSState:
   )
 
 
-def _draw(spec: Spec, mesh, state: DASBSState, key):
-  """batch_size pairs without replacement from the filled part of the buffer, each num_repl
-  times, and keys for t and the bridge."""
+def _draw(spec: Spec, mesh, state: DASBSState, key, repl: int | None = None):
+  """batch_size pairs without replacement from the filled part of the buffer, each ``repl``
+  (default num_repl) times, and keys for t and the bridge."""
   k_perm, k_t, k_b = jax.random.split(key, 3)
   filled = jnp.arange(spec.buffer_size) < state.buf_count
   pick = jnp.argsort(jax.random.uniform(k_perm, (spec.buffer_size,)) + ~filled)[: spec.batch_size]
-  x0 = jnp.repeat(state.buf_x0[pick], spec.num_repl, 0)
-  x1 = jnp.repeat(state.buf_x1[pick], spec.num_repl, 0)
+  repl = spec.num_repl if repl is None else repl
+  x0 = jnp.repeat(state.buf_x0[pick], repl, 0)
+  x1 = jnp.repeat(state.buf_x1[pick], repl, 0)
   return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b
 
 
@@ -341,7 +343,7 @@ def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
     loss = losses.masked_loss(target, state.ctrl(xt, t, params=params), xt, spec.bregman, w)
     return loss, loss
 
-  decay = _ema_decay(spec, state.ctrl.step)  # before this step's EMA update
+  decay = _ema_decay(spec, state.ctrl.step + 1)  # ctrl.step = EMA updates done before this one
   ctrl, loss = state.ctrl.apply_loss(loss_fn)
   return state.replace(ctrl=ctrl.update_target(tau=1.0 - decay)), loss
 
@@ -349,7 +351,8 @@ def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
 def _corr_step(spec: Spec, mesh, state: DASBSState, key):
   """One corrector step (corr-TM or corr-DM); the controller is frozen."""
   sched, N = spec.sched, spec.target.N
-  x0, x1, k_t, k_b = _draw(spec, mesh, state, key)
+  # corr-TM draws no t: replicated pairs would be exact copies (same loss, num_repl x the cost)
+  x0, x1, k_t, k_b = _draw(spec, mesh, state, key, 1 if spec.corr_loss == "tm" else None)
   if spec.corr_loss == "tm":  # S_mu = 0: the uniform source
     log_phi0 = state.ctrl(x0, jnp.zeros(x0.shape[:1]))
     target = losses.corr_tm_log_target(jnp.zeros_like(log_phi0), log_phi0, x0, x1)

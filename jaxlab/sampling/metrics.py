@@ -97,3 +97,26 @@ def summarize(target, sched, source, out: dict, e_ref=None, exact_obs: dict | No
     res["abs_err_u_per_spin"] = abs(res["u_per_spin_mean"] - exact_obs["u_per_spin"])
     res["abs_err_u_per_spin_is"] = abs(res["u_per_spin_is"] - exact_obs["u_per_spin"])
   return res
+
+
+# Printed first: what the samples themselves show (unweighted energy error, energy W2, the ESS
+# of the importance weights against the target); then the reweighted (path-IS) estimates, which
+# can hide a biased sampler; last the ESS of the discretisation log-RND (continuous-time vs
+# tau-leaping path measure: not a sample-quality number). (summary key, printed name)
+PRINTED = (
+  ("abs_err_u_per_spin", "err_u_unweighted"),
+  ("energy_w2", "energy_w2"),
+  ("ess_target", "ess_target"),
+  ("mag", "mag"),
+  ("phase_plus_frac", "phase_plus_frac"),
+  ("majority_frac", "majority_frac"),
+  ("colour_balance", "colour_balance"),
+  ("abs_err_u_per_spin_is", "err_u_reweighted"),
+  ("abs_err_f_per_spin", "err_f_reweighted"),
+  ("ess", "ess_log_rnd"),
+)
+
+
+def result_line(res: dict) -> str:
+  """The printed result, in the order of `PRINTED` (keys absent for this target are skipped)."""
+  return " ".join(f"{name}={res[k]:.4g}" for k, name in PRINTED if k in res)

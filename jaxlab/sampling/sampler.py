@@ -67,10 +67,13 @@ def tau_leap(
     off = x[..., None] != n
     phi_sum = jnp.where(off, jnp.exp(log_phi), 0.0).sum((-1, -2))
     log_phi_new = jnp.take_along_axis(log_phi, new[..., None], -1)[..., 0]
-    lgir = lgir + Gam / N * (D * (N - 1) - phi_sum) + jnp.where(moved, log_phi_new, 0.0).sum(-1)
-    lpu = lpu + chosen.sum(-1)
-    lpr = lpr + jnp.where(moved, log_a, log_b).sum(-1)
-    return (new, lpu, lpr, lgir, nbad + bad.sum(), njump + moved.sum()), None
+    gir = Gam / N * (D * (N - 1) - phi_sum) + jnp.where(moved, log_phi_new, 0.0).sum(-1)
+    # the carries keep their float32 dtype (with x64 enabled, t and Gamma are float64)
+    lgir = lgir + gir.astype(lgir.dtype)
+    lpu = lpu + chosen.sum(-1).astype(lpu.dtype)
+    lpr = lpr + jnp.where(moved, log_a, log_b).sum(-1).astype(lpr.dtype)
+    nbad = nbad + bad.sum().astype(nbad.dtype)
+    return (new, lpu, lpr, lgir, nbad, njump + moved.sum().astype(njump.dtype)), None
 
   z = jnp.zeros((B,), jnp.float32)
   init = (x0_BxD, z, z, z, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))

@@ -13,7 +13,14 @@ Pure functions on `RunResult`s and arrays, so a notebook reaches the same verdic
 
 Rules: numbers are means over the last ``tail`` fraction of steps; a relative difference within
 ``tie_tol`` is a tie; a strategy whose iterates reached NaN/inf never wins; uniform λ with A = W is
-"identical (A = W)" (the two strategies are then the same algorithm, not a tie).
+"identical (A = W)" (the two strategies are then the same algorithm, not a tie) and a sweep lists
+such cells instead of comparing them.
+
+Step policies (``lr_policy``): "same" runs both strategies at one γ (by default
+`dec.default_lr`, inside (I)'s stability limit: that measures constant-step bias, not speed);
+"own" runs each at ``own_fraction`` × its own largest stable step (`stability.largest_stable_lr`,
+exact for full-gradient least squares). Rates are reported as the gap after `RATE_STEPS` steps and
+the linear rate ρ of the full-gradient iteration at the step used.
 """
 
 from __future__ import annotations
@@ -27,10 +34,14 @@ import jax
 import numpy as np
 
 from jaxlab.core import plots
+from jaxlab.core.errors import check_choice
 from jaxlab.optim import decentralized as dec
+from jaxlab.optim.dec import stability
 from jaxlab.optim.report import fmt, md_table, tail_mean
 
 METRICS = ("gap", "consensus", "gap_tracked")
+LR_POLICIES = ("same", "own")
+RATE_STEPS = (10, 100, 1000)
 IDENTICAL = "identical (A = W)"
 DIAG_COLS = (
   "n_max_lam",
@@ -55,6 +66,10 @@ SWEEP_COLS = (
   "gap_lam_A",
   "rho_lam_W",
   "rho_lam_A",
+  "lr_I",
+  "lr_II",
+  "gap_I@100",
+  "gap_II@100",
   "gap_I",
   "gap_II",
   "cons_I",
@@ -68,12 +83,16 @@ SWEEP_COLS = (
 @dataclasses.dataclass
 class Comparison:
   """Both strategies on one (graph, λ): results by strategy ("II" absent on a directed graph),
-  the `dec.diagnose` dict, the common step γ and λ."""
+  the `dec.diagnose` dict, the common step γ (NaN under lr_policy "own"), λ, and per strategy the
+  step used (``lrs``) and, for least squares, its largest stable step and the full-gradient linear
+  rate ρ at the step used (``limits``: {strategy: {"lr_max", "rho"}})."""
 
   results: dict[str, dec.RunResult]
   diagnostic: dict[str, Any]
   lr: float
   lam: np.ndarray
+  lrs: dict[str, float] = dataclasses.field(default_factory=dict)
+  limits: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def row_kind_error(row_kind: str, graph: dec.Graph, lam_name: str) -> str | None:
@@ -99,23 +118,36 @@ def compare(
   row_kind: str = "auto",
   mesh=None,
   comm: str = "auto",
+  lr_policy: str = "same",
+  own_fraction: float = 0.5,
 ) -> Comparison:
-  """Runs (I) and (II) with the same γ (``lr``, or `dec.default_lr` when None/0), key and f*."""
+  """Runs (I) and (II) with the same key and f*: at one γ (``lr``, or `dec.default_lr` when
+  None/0) under ``lr_policy="same"``, at ``own_fraction`` × each one's largest stable step under
+  "own" (least squares only)."""
+  check_choice("lr_policy", lr_policy, LR_POLICIES)
   lam = np.asarray(lam, np.float64)
-  lr = lr or dec.default_lr(problem, lam, lr_factor)
+  strategies = [s for s in dec.STRATEGIES if not (s == "II" and graph.directed)]
+  limits = stability_limits(graph, lam, problem, strategies, order, row_kind)
+  if lr_policy == "own":
+    lrs = {s: own_fraction * limits[s]["lr_max"] for s in strategies}
+    common = float("nan")
+  else:
+    common = float(lr or dec.default_lr(problem, lam, lr_factor))
+    lrs = dict.fromkeys(strategies, common)
+  for s in limits:
+    limits[s]["rho"] = stability.spectral_radius(
+      s, graph, lam, problem, lrs[s], order=order, row_kind=row_kind
+    )
   diag = dec.diagnose(graph, lam, row_kind=row_kind)
   f_star = problem.f_star(lam)
-  results = {}
-  for s in dec.STRATEGIES:
-    if s == "II" and graph.directed:
-      continue  # no λ-reversible A on a directed graph
-    results[s] = dec.run(
+  results = {
+    s: dec.run(
       s,
       graph,
       lam,
       problem,
       steps,
-      lr,
+      lrs[s],
       key=key,
       order=order,
       row_kind=row_kind,
@@ -123,7 +155,48 @@ def compare(
       comm=comm,
       f_star=f_star,
     )
-  return Comparison(results, diag, float(lr), lam)
+    for s in strategies
+  }
+  return Comparison(results, diag, common, lam, lrs, limits)
+
+
+def stability_limits(graph, lam, problem, strategies, order, row_kind) -> dict[str, dict]:
+  """{strategy: {"lr_max": largest stable step}} for least squares, {} otherwise."""
+  if problem.name != "least_squares":
+    return {}
+  return {
+    s: {
+      "lr_max": stability.largest_stable_lr(s, graph, lam, problem, order=order, row_kind=row_kind)
+    }
+    for s in strategies
+  }
+
+
+def gap_at(result: dec.RunResult, step: int) -> float | str:
+  """f(x̄_λ) − f* after ``step`` steps ("diverged" once non-finite, "n/a" past the run)."""
+  if step > len(result.gap):
+    return "n/a"
+  if result.diverged_at is not None and result.diverged_at <= step:
+    return "diverged"
+  return float(result.gap[step - 1])
+
+
+def rate_rows(comp: Comparison, label: str, *, tail: float) -> list[dict[str, Any]]:
+  """Per strategy: the step used, its stability limit and linear rate ρ (least squares), the gap
+  after each of `RATE_STEPS` steps and the tail gap: error against iterations."""
+  rows = []
+  for s, r in comp.results.items():
+    lim = comp.limits.get(s, {})
+    row = {"run": label, "strategy": s, "lr": comp.lrs.get(s, comp.lr)}
+    row |= {"lr_max": lim.get("lr_max", "n/a"), "rho": lim.get("rho", "n/a")}
+    row |= {f"gap@{k}": gap_at(r, k) for k in RATE_STEPS}
+    row["gap_tail"] = "diverged" if r.diverged_at is not None else tail_mean(r.gap, tail)
+    rows.append(row)
+  return rows
+
+
+RATE_COLS = ("run", "strategy", "lr", "lr_max", "rho") + tuple(f"gap@{k}" for k in RATE_STEPS)
+RATE_COLS += ("gap_tail",)
 
 
 def identical(results: Mapping[str, dec.RunResult], lam) -> bool:
@@ -132,6 +205,17 @@ def identical(results: Mapping[str, dec.RunResult], lam) -> bool:
     return False
   same = np.array_equal(results["I"].mixing, results["II"].mixing)
   return bool(same and np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0))
+
+
+def identical_cell(graph: dec.Graph, lam, row_kind: str = "auto") -> bool:
+  """Whether (graph, λ) makes the strategies the same algorithm before running them: uniform λ
+  (then n λ_i = 1) and A = W (uniform λ-MH is Metropolis; degree λ on a regular graph is
+  uniform)."""
+  lam = np.asarray(lam, np.float64)
+  if graph.directed or not np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0):
+    return False
+  a = dec.row_stochastic(graph, lam, row_kind)
+  return bool(np.allclose(a, dec.metropolis(graph), rtol=0, atol=1e-12))
 
 
 def diverged(results: Mapping[str, dec.RunResult]) -> dict[str, bool]:
@@ -228,11 +312,18 @@ def sweep_row(
       return "n/a"
     return "diverged" if r.diverged_at is not None else tail_mean(getattr(r, metric), tail)
 
+  def at_100(s):
+    r = comp.results.get(s)
+    return "n/a" if r is None else gap_at(r, 100)
+
   win = winners(comp, tie_tol=tie_tol, tail=tail)
   return {
     "topology": topology,
     "lam": lam_label,
-    "lr": comp.lr,
+    "lr_I": comp.lrs.get("I", comp.lr),
+    "lr_II": comp.lrs.get("II", "n/a"),
+    "gap_I@100": at_100("I"),
+    "gap_II@100": at_100("II"),
     "gap_I": tail_or("I", "gap"),
     "gap_II": tail_or("II", "gap"),
     "cons_I": tail_or("I", "consensus"),
@@ -243,24 +334,26 @@ def sweep_row(
   }
 
 
-def sweep_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-  """Cells where II wins the gap, identical cells, and how often ``predict_II`` matches a decided
-  (I or II) winner."""
+def sweep_stats(rows: Sequence[Mapping[str, Any]], identical_cells: Sequence[str] = ()) -> dict:
+  """Cells where II wins the gap, identical cells (rows marked so plus the ``identical_cells`` a
+  sweep skipped), and how often ``predict_II`` matches a decided (I or II) winner."""
   decided = [r for r in rows if r["winner_gap"] in ("I", "II")]
+  marked = sum(r["winner_gap"].startswith("identical") for r in rows)
   return {
     "cells": len(rows),
     "II_wins": sum(r["winner_gap"] == "II" for r in rows),
-    "identical": sum(r["winner_gap"].startswith("identical") for r in rows),
+    "identical": marked + len(identical_cells),
     "decided": len(decided),
     "agree": sum((r["winner_gap"] == "II") == r["predict_II"] for r in decided),
   }
 
 
-def sweep_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def sweep_summary(rows: Sequence[Mapping[str, Any]], identical_cells: Sequence[str] = ()) -> dict:
   """The rows and their counts, as summary.json of a sweep stores them."""
-  st = sweep_stats(rows)
+  st = sweep_stats(rows, identical_cells)
   return {
     "rows": list(rows),
+    "identical_not_compared": list(identical_cells),
     "II_wins_gap": st["II_wins"],
     "cells": st["cells"],
     "predict_agreement": [st["agree"], st["decided"]],
@@ -275,17 +368,30 @@ def sweep_line(row: Mapping[str, Any]) -> str:
   )
 
 
-def sweep_markdown(rows: Sequence[Mapping[str, Any]], title: str, *, tail: float, tie_tol: float):
+def sweep_markdown(
+  rows: Sequence[Mapping[str, Any]],
+  title: str,
+  *,
+  tail: float,
+  tie_tol: float,
+  identical_cells: Sequence[str] = (),
+):
   """sweep.md: a heading, what the numbers mean and the win counts, then the table."""
-  st = sweep_stats(rows)
+  st = sweep_stats(rows, identical_cells)
+  same = (
+    f" Not compared, because the two strategies are the same algorithm there (uniform λ and "
+    f"A = W): {', '.join(identical_cells)}."
+    if identical_cells
+    else ""
+  )
   return (
     f"# {title}\n\n"
-    f"f(x̄_λ) − f* and Σλ‖x_i − x̄_λ‖² averaged over the last {tail:.0%} of steps; "
-    f"'tie' = within {tie_tol:.0%}; 'identical' = uniform λ and A = W (the same "
-    f"algorithm); a diverged strategy never wins. II wins f-gap in {st['II_wins']}/{st['cells']} "
-    f"cells ({st['identical']} identical). predict_II (gap_λ(A) > gap(W), a heuristic, not the "
-    f"paper's condition) matches the decided winner in {st['agree']}/{st['decided']} cells.\n\n"
-    + md_table(rows, SWEEP_COLS)
+    f"gap_I@100 / gap_II@100: f(x̄_λ) − f* after 100 steps (the rate); gap_I / gap_II and "
+    f"cons_I / cons_II: f(x̄_λ) − f* and Σλ‖x_i − x̄_λ‖² averaged over the last {tail:.0%} of "
+    f"steps; rho_*: consensus contraction factors; 'tie' = within {tie_tol:.0%}; a diverged "
+    f"strategy never wins. II wins f-gap in {st['II_wins']}/{st['cells']} compared cells.{same} "
+    f"predict_II (gap_λ(A) > gap(W), a heuristic, not the paper's condition) matches the decided "
+    f"winner in {st['agree']}/{st['decided']} cells.\n\n" + md_table(rows, SWEEP_COLS)
   )
 
 

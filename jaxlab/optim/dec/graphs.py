@@ -40,7 +40,13 @@ TOPOLOGIES = (
   "exponential",
   "exponential_directed",
   "erdos_renyi",
+  "path",
+  "grid",
+  "barabasi_albert",
 )
+# Degrees differ across nodes: degree λ is not uniform there, so (I) and (II) are different
+# algorithms for every λ except the uniform one.
+IRREGULAR = ("star", "erdos_renyi", "path", "grid", "barabasi_albert")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -133,6 +139,40 @@ def exponential(n: int, directed: bool = False) -> Graph:
   )
 
 
+def path(n: int) -> Graph:
+  """A line 0 - 1 - ... - n-1 (end degrees 1, inner 2)."""
+  return _from_edges("path", n, [(i, i + 1) for i in range(n - 1)])
+
+
+def grid(n: int) -> Graph:
+  """2-D grid without wrap-around on r×c = n, r the largest divisor ≤ √n (degrees 2, 3, 4)."""
+  r = _torus_rows(n)
+  c = n // r
+  require(r >= 2, "n", f"grid needs n = r*c with r, c >= 2; n={n} is prime or too small")
+  edges = [(a * c + b, (a + 1) * c + b) for a in range(r - 1) for b in range(c)]
+  edges += [(a * c + b, a * c + b + 1) for a in range(r) for b in range(c - 1)]
+  return _from_edges("grid", n, edges)
+
+
+def barabasi_albert(n: int, m: int = 2, seed: int = 0) -> Graph:
+  """Preferential attachment (Barabási & Albert 1999): start from a clique on m + 1 nodes; each new
+  node links to m distinct earlier nodes drawn with probability ∝ degree. Heavy-tailed degrees."""
+  rng = np.random.default_rng(seed)
+  m = min(m, n - 1)
+  edges = [(i, j) for i in range(m + 1) for j in range(i + 1, m + 1)]
+  deg = np.zeros(n)
+  for i, j in edges:
+    deg[i] += 1
+    deg[j] += 1
+  for v in range(m + 1, n):
+    targets = rng.choice(v, size=m, replace=False, p=deg[:v] / deg[:v].sum())
+    for t in targets:
+      edges.append((v, int(t)))
+      deg[v] += 1
+      deg[t] += 1
+  return _from_edges("barabasi_albert", n, edges)
+
+
 def erdos_renyi(n: int, p: float, seed: int = 0, max_tries: int = 1000) -> Graph:
   """G(n, p), resampled (same seed stream) until connected."""
   require(math.isfinite(p) and 0.0 < p <= 1.0, "p", f"erdos_renyi: must be in (0, 1], got {p}")
@@ -160,8 +200,8 @@ def _shape_error(name: str, n) -> str | None:
     return f"{name} needs an int n >= 2 nodes, got n={n!r}"
   if name == "hypercube" and n & (n - 1):
     return f"hypercube needs n a power of two, got n={n}"
-  if name == "torus" and _torus_rows(n) < 2:
-    return f"torus needs n = r*c with r, c >= 2; n={n} is prime or too small"
+  if name in ("torus", "grid") and _torus_rows(n) < 2:
+    return f"{name} needs n = r*c with r, c >= 2; n={n} is prime or too small"
   return None
 
 
@@ -191,6 +231,9 @@ def make_graph(name: str, n: int, *, p: float = 0.25, seed: int = 0) -> Graph:
     "exponential": lambda: exponential(n),
     "exponential_directed": lambda: exponential(n, directed=True),
     "erdos_renyi": lambda: erdos_renyi(n, p, seed),
+    "path": lambda: path(n),
+    "grid": lambda: grid(n),
+    "barabasi_albert": lambda: barabasi_albert(n, 2, seed),
   }
   return builders[name]()
 

@@ -1,11 +1,14 @@
-"""Cost of a UHM update against ReBRAC's (paper: UHM ≈ 1.8× ReBRAC) in one run, and data loading.
+"""Cost of a UHM update against ReBRAC's (paper: UHM ≈ 1.8× ReBRAC), vmapped seeds, data loading.
 
   python -m benchmarks.uhm [--batch_size=256] [--steps=200] [--agents=rebrac,uhm] [--paper_scale]
+      [--num_seeds=4]
 
 Prints ms/update for each agent (a jitted lax.scan of updates, compile excluded), the ratio to
 ReBRAC, and the sampler's throughput (batches/s and transitions/s) against a NumPy gather of the
-same batches. The data set is the embedded OGBench cube-single set when ogbench is installed, else
-random.
+same batches. With --num_seeds=S it also times S training seeds vmapped in one program (as
+`experiments.uhm --num_seeds`) against S separate runs, in seed-updates per second and
+1M-update seeds per hour (compile excluded; separate runs pay it once per process). The data set
+is the embedded OGBench cube-single set when ogbench is installed, else random.
 """
 
 import time
@@ -21,7 +24,8 @@ from jaxlab.rl import offline_data, uhm
 
 flags.DEFINE_integer("batch_size", 256, "Transitions per update.")
 flags.DEFINE_list("agents", ["rebrac", "dtd", "ghm", "uhm", "mbtd"], "Agents to time.")
-flags.DEFINE_bool("paper_scale", False, "4x512 networks, as in FQL/ReBRAC.")
+flags.DEFINE_bool("paper_scale", False, "4x512 networks, as in FQL/ReBRAC (else 3x256).")
+flags.DEFINE_integer("num_seeds", 0, "Also time this many vmapped seeds vs separate runs (0: no).")
 FLAGS = flags.FLAGS
 
 
@@ -54,28 +58,27 @@ def time_chunk(fn, *args, reps=3):
   return best
 
 
-def time_agent(agent: str, data, steps: int) -> float:
-  """ms per update of one agent: a jitted lax.scan of `steps` updates, compile excluded."""
+def time_agent(agent: str, data, steps: int, num_seeds: int = 1) -> float:
+  """ms per update of one agent (of all `num_seeds` vmapped seeds together): a jitted lax.scan of
+  `steps` updates, compile excluded."""
   c = uhm.get_config()
   c.agent, c.batch_size = agent, FLAGS.batch_size
-  if FLAGS.paper_scale:
+  if not FLAGS.paper_scale:
     for k in ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims"):
-      c[k] = (512,) * 4
+      c[k] = (256,) * 3
   cfg = uhm.validate_config(c)
-  state = uhm.create(
-    jax.random.key(0),
-    data.observations.shape[1],
-    data.actions.shape[1],
-    cfg,
-    obs_stats=offline_data.obs_stats(data),
-  )
-  sample = uhm.make_sample_fn(cfg)
+  dims = (data.observations.shape[1], data.actions.shape[1])
+  stats = offline_data.obs_stats(data)
+  state = uhm.create_seeds(jax.random.key(0), num_seeds, *dims, cfg, obs_stats=stats)
+  update, sample = uhm.update, uhm.make_sample_fn(cfg)
+  if num_seeds > 1:
+    update, sample = uhm.vmap_seeds(update, sample, num_seeds)
 
   @jax.jit
   def chunk(state, key):
     def body(s, i):
       k = jax.random.fold_in(key, i)
-      return uhm.update(s, sample(data, k), k)
+      return update(s, sample(data, k), k)
 
     return jax.lax.scan(body, state, jnp.arange(steps))
 
@@ -87,6 +90,7 @@ def main(argv):
   steps = FLAGS.steps if FLAGS.steps is not None else 100
   require(steps >= 1, "steps", f"must be >= 1, got {steps}")
   require(FLAGS.batch_size >= 1, "batch_size", f"must be >= 1, got {FLAGS.batch_size}")
+  require(FLAGS.num_seeds >= 0, "num_seeds", f"must be >= 0, got {FLAGS.num_seeds}")
   agents = experiment.check_list("agents", FLAGS.agents, uhm.AGENTS)
   raw, source = _dataset()
   data = offline_data.make_offline_data(raw)
@@ -101,6 +105,16 @@ def main(argv):
     print(f"  {agent:7s} {ms:8.2f} ms/update  {ratio}")
   if "uhm" in results and ref:
     print(f"UHM / ReBRAC cost ratio: {results['uhm'] / ref:.2f} (paper, GPU: ≈ 2.4/1.3 = 1.8)")
+  if FLAGS.num_seeds > 1:
+    S = FLAGS.num_seeds
+    for agent, ms in results.items():
+      ms_v = time_agent(agent, data, steps, S)
+      per_h = lambda ms_per_update: 3.6e6 / (ms_per_update * 1_000_000)  # 1M-update runs per hour
+      print(
+        f"  {agent:7s} {S} seeds: vmapped {S * 1e3 / ms_v:9.1f} seed-updates/s vs separate "
+        f"{1e3 / ms:9.1f} ({ms_v / (S * ms):.2f}x the time per seed); 1M-update seeds/hour: "
+        f"{S * per_h(ms_v):.3f} vs {per_h(ms):.3f}"
+      )
   sampler_throughput(raw, data)
 
 

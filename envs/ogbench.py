@@ -19,6 +19,12 @@ ogbench's own single-task relabelling.
 
 Evaluation (`evaluate`): runs the real OGBench single-task environment, no rendering, and reports
 the success rate, the return and the episode length.
+
+Reward and success timing (OGBench README, "Caveats"): since OGBench 1.2.0 a single-task env
+computes reward, `terminated` and `info['success']` on the current state s of a step (s, a, s'),
+as its data sets' relabelled rewards do; 1.1 computed them on s'. Every env made here passes
+`success_timing=SUCCESS_TIMING` ("pre" = on s) explicitly, so results do not depend on the
+installed version's default; `timing_record()` is what experiments write into summary.json.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from jaxlab.core.errors import ConfigError, check_finite_array
 
 DEFAULT_DATASET_DIR = gen.DEFAULT_DATASET_DIR
 DEFAULT_ENV_NAME = "cube-single-play-singletask-task2-v0"
+SUCCESS_TIMING = "pre"  # reward / success on s (OGBench >= 1.2.0); "post" = on s' (1.1)
 EMBEDDED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 _DATASET_TYPES = ("play", "noisy", "navigate", "stitch", "explore")
@@ -402,7 +409,9 @@ def load(
   train_path, val_path, source = _locate(
     tn, root, generate_if_missing, embedded, num_episodes, seed, verbose
   )
-  env = ogbench.make_env_and_datasets(tn.name, env_only=True)
+  env = _with_timing(
+    lambda: ogbench.make_env_and_datasets(tn.name, env_only=True, success_timing=SUCCESS_TIMING)
+  )
   for p in (train_path, val_path):
     check_dataset_file(p, env)
   # dataset_path given: ogbench never takes its downloading branch.
@@ -434,14 +443,47 @@ def load(
 _EVAL_ENVS: dict = {}
 
 
+def timing_record() -> dict:
+  """What to record with a result: the OGBench version and when reward / success are computed."""
+  import ogbench
+
+  version = getattr(ogbench, "__version__", None)
+  if version is None:
+    from importlib.metadata import version as _version
+
+    version = _version("ogbench")
+  return {
+    "ogbench_version": version,
+    "success_timing": SUCCESS_TIMING,
+    "reward_and_success_on": "s" if SUCCESS_TIMING == "pre" else "s'",
+  }
+
+
 def make_env(env_name: str = DEFAULT_ENV_NAME, task_id: int | None = None):
-  """The single-task OGBench env for a name (cached: a manipulation env compiles MuJoCo, ~1 s)."""
+  """The single-task OGBench env for a name (cached: a manipulation env compiles MuJoCo, ~1 s).
+
+  Reward and success are computed on s (`SUCCESS_TIMING`), whatever the installed default."""
   import gymnasium
 
   tn = parse_name(env_name, task_id)
   if tn.env_id not in _EVAL_ENVS:
-    _EVAL_ENVS[tn.env_id] = gymnasium.make(tn.env_id)
+    _EVAL_ENVS[tn.env_id] = _with_timing(
+      lambda: gymnasium.make(tn.env_id, success_timing=SUCCESS_TIMING)
+    )
   return _EVAL_ENVS[tn.env_id]
+
+
+def _with_timing(make):
+  """`make()`, with a clear error where the installed OGBench predates `success_timing` (< 1.2)."""
+  try:
+    return make()
+  except TypeError as e:
+    if "success_timing" not in str(e):
+      raise
+    raise ImportError(
+      "OGBench >= 1.2 is needed (reward and success on s, success_timing='pre'); install it with "
+      "pip install 'ogbench>=1.2,<1.3'"
+    ) from None
 
 
 def evaluate(

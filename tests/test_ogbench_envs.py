@@ -273,12 +273,39 @@ def test_evaluate_trivial_and_oracle_policies():
     return (d / (np.linalg.norm(d) + 1e-6))[None]
 
   r = og.evaluate("pointmaze-medium-navigate-v0", oracle, num_episodes=2, seed=0, task_id=1)
-  assert 0.0 <= r["success"] <= 1.0
   assert r["success"] == 1.0 and r["episode_len"] < 1000 and r["steps_per_s"] > 0
   r2 = og.evaluate("pointmaze-medium-navigate-v0", oracle, num_episodes=2, seed=0, task_id=1)
   assert r2["return"] == r["return"]  # seeded resets: reproducible
   with pytest.raises(ValueError, match="policy_fn returned shape"):
     og.evaluate("pointmaze-medium-navigate-v0", lambda o: np.zeros(3), num_episodes=1, task_id=1)
+
+
+def test_success_timing_is_pinned_to_the_current_state():
+  """OGBench >= 1.2 computes reward and success on s (success_timing 'pre'), 1.1 on s'. The envs
+  made here pass 'pre' explicitly: an episode terminates on the step that STARTS at the goal."""
+  import gymnasium
+
+  env = og.make_env("pointmaze-medium-navigate-v0", task_id=1)
+  assert env.unwrapped._success_timing == og.SUCCESS_TIMING == "pre"
+  assert og.timing_record()["reward_and_success_on"] == "s"
+  env_id = og.parse_name("pointmaze-medium-navigate-v0", task_id=1).env_id
+  post = gymnasium.make(env_id, success_timing="post")
+  at_goal = {}
+  for name, e in (("pre", env), ("post", post)):
+    ob, _ = e.reset(seed=3)
+    goal, tol = e.unwrapped.cur_goal_xy, e.unwrapped._goal_tol
+    for _ in range(1000):
+      xy = ob.astype(np.float64)
+      sub, _ = e.unwrapped.get_oracle_subgoal(xy, goal)
+      if e.unwrapped.xy_to_ij(xy) == e.unwrapped.xy_to_ij(goal):
+        sub = goal
+      d = sub - xy
+      ob, _, terminated, _, _ = e.step(d / (np.linalg.norm(d) + 1e-6))
+      if terminated:
+        near = lambda p: bool(np.linalg.norm(np.asarray(p)[:2] - goal) <= tol)
+        at_goal[name] = (near(xy), near(ob))  # (s at the goal, s' at the goal)
+        break
+  assert at_goal["pre"][0] and at_goal["post"] == (False, True), at_goal
 
 
 def test_concurrent_runs_generate_a_missing_set_once(tmp_path):

@@ -31,12 +31,16 @@ def _run(args, cwd):
   )
 
 
+@pytest.mark.slow  # generates a set, trains twice (2 vmapped seeds), re-evaluates: minutes of CPU
 def test_end_to_end_generated_data_and_resume(tmp_path):
   # --dataset_dir does not exist yet: --episodes asks for a generated set, so it may be created.
   common = [
     "--env=ogbench",
     f"--env_name={ENV}",
     "--episodes=3",
+    "--data_seed=3",
+    "--seed=5",
+    "--num_seeds=2",
     f"--dataset_dir={tmp_path / 'data'}",
     f"--workdir={tmp_path / 'run'}",
     "--eval_episodes=1",
@@ -52,7 +56,13 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   losses = {k: v for k, v in first.items() if k.startswith("train/")}
   assert {"train/critic_loss", "train/flow_loss", "train/actor_loss"} <= set(losses)
   assert all(np.isfinite(v) for v in losses.values()), losses
-  assert 0.0 <= first["eval/success"] <= 1.0
+  # The data seed picks the generated set; the training seeds are --seed, --seed + 1 (vmapped).
+  assert (tmp_path / "data" / "jaxlab-generated" / "e3-s3").is_dir()
+  assert first["data_seed"] == 3 and first["training_seeds"] == [5, 6]
+  assert {"eval/success_seed5", "eval/success_seed6"} <= set(first)
+  per_seed = (first["eval/success_seed5"] + first["eval/success_seed6"]) / 2
+  assert first["eval/success"] == pytest.approx(per_seed)
+  assert first["ogbench"]["reward_and_success_on"] == "s"
   assert (tmp_path / "run" / "curves.png").exists()
   assert (tmp_path / "run" / "learning_curve.png").exists()
   r = _run(common + ["--steps=100"], tmp_path)  # same workdir: resumes, reuses the cached data set
@@ -82,7 +92,8 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   )
   assert r.returncode == 0, r.stderr[-3000:]
   ev = json.loads((tmp_path / "run" / "eval_step60_n2.json").read_text())
-  assert ev["step"] == 60 and ev["num_episodes"] == 2 and 0.0 <= ev["success"] <= 1.0
+  assert ev["step"] == 60 and ev["num_episodes"] == 2 and len(ev["success_per_seed"]) == 2
+  assert ev["success"] == pytest.approx(np.mean(ev["success_per_seed"]))
 
 
 @pytest.mark.parametrize(
@@ -94,6 +105,8 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
     (["--config.k_max=0"], "--config.k_max"),
     (["--config.flow_loss=ddpm"], "--config.flow_loss"),
     (["--eval_episodes=0"], "--eval_episodes"),
+    (["--num_seeds=0"], "--num_seeds"),
+    (["--data_seed=-1"], "--data_seed"),
   ],
 )
 def test_bad_input_exits_2(tmp_path, args, flag):
@@ -143,7 +156,8 @@ def test_default_workdirs_are_distinct_per_agent_and_task(tmp_path):
   ]
   for run in runs:
     summary = json.loads((tmp_path / run / "summary.json").read_text())
-    assert summary["step"] == 2 and 0.0 <= summary["eval/success"] <= 1.0
+    assert summary["step"] == 2 and "eval/success" in summary
+    assert summary["ogbench"]["success_timing"] == "pre" and summary["data_seed"] == 0
 
 
 def test_data_parallel_update_equals_single_device(tmp_path):
@@ -190,7 +204,7 @@ def test_data_parallel_update_equals_single_device(tmp_path):
       mesh=mesh,
       state_sharding=None if mesh is None else sharding.replicated(m),
     )
-  for net in ("critic", "actor", "flow", "reward"):
+  for net in ("ac", "flow", "reward"):
     jax.tree.map(
       lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5),
       getattr(out["eight"], net).params,
@@ -200,3 +214,47 @@ def test_data_parallel_update_equals_single_device(tmp_path):
     lambda a, b: float(np.abs(a - b).max()), out["one"].flow.params, init.flow.params
   )
   assert max(jax.tree.leaves(moved)) > 0
+
+
+def test_sweep_table_pools_replicates_with_t_intervals(tmp_path):
+  """experiments.uhm_sweep --table on synthetic finished runs: one replicate per (data seed,
+  training seed), its task mean; a cell is mean [95 % t-interval] (n); unfinished runs left out."""
+  from scipy import stats
+
+  rng = np.random.default_rng(0)
+  finals = {}
+  for env in ("cube-single-play", "puzzle-3x3-play"):
+    for agent in ("uhm", "rebrac"):
+      for d in (0, 1):
+        for s in (0, 1, 2):
+          wd = tmp_path / env / "task1" / agent / f"d{d}" / f"s{s}"
+          wd.mkdir(parents=True)
+          final = float(rng.uniform(0, 1))
+          finals[(env, agent, d, s)] = 100 * final
+          (wd / "eval.csv").write_text(f"step,success\n50,{final / 2}\n100,{final}\n")
+          (wd / "metrics.csv").write_text("step,steps_per_sec\n50,1.0\n100,20.0\n")
+          (wd / "summary.json").write_text(json.dumps({"step": 100}))
+  # An unfinished run (stopped at step 50) must not enter the table.
+  (tmp_path / "cube-single-play/task1/uhm/d1/s2/eval.csv").write_text("step,success\n50,0.9\n")
+  args = ["--table", "--suite=lowbudget", "--agents=uhm,rebrac", "--tasks=1", "--steps=100"]
+  r = run_program("experiments.uhm_sweep", [*args, f"--workdir={tmp_path}"], tmp_path)
+  assert r.returncode == 0, r.stderr[-3000:]
+  md = (tmp_path / "table.md").read_text()
+
+  def cell(xs):
+    xs = np.asarray(xs)
+    h = stats.t.ppf(0.975, len(xs) - 1) * xs.std(ddof=1) / np.sqrt(len(xs))
+    return f"{xs.mean():.0f} [{xs.mean() - h:.0f}, {xs.mean() + h:.0f}] ({len(xs)})"
+
+  reps = [(d, s) for d in (0, 1) for s in (0, 1, 2)]
+  cube_uhm = [finals[("cube-single-play", "uhm", *k)] for k in reps if k != (1, 2)]
+  cube_rebrac = [finals[("cube-single-play", "rebrac", *k)] for k in reps]
+  assert f"| cube-single-play | {cell(cube_uhm)} | {cell(cube_rebrac)} |" in md, md
+  pooled = [
+    np.mean([finals[(e, "rebrac", *k)] for e in ("cube-single-play", "puzzle-3x3-play")])
+    for k in reps
+  ]
+  all_envs = next(line for line in md.splitlines() if line.startswith("| **all envs**"))
+  assert all_envs.endswith(f" | {cell(pooled)} |"), md  # uhm has 5 complete replicates there
+  assert (tmp_path / "curves_lowbudget_steps.png").exists()
+  assert (tmp_path / "curves_lowbudget_wallclock.png").exists()

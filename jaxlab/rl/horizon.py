@@ -9,7 +9,8 @@ of its project page:
     winsorized weights: w_xi = lam/(1-lam*gamma), w_nu = (1-lam)/(1-lam*gamma) for n < k_max;
                         w_xi = 0, w_nu = 1 at n = k_max.
 The p_H (min(Geom(1-lam*gamma), k_max)) and nu (TD(lam) truncated at k_max) these weights imply are
-our derivation (docs/uhm.md, "Winsorized weights"), checked to 1e-12 in tests/test_uhm.py.
+our derivation (docs/uhm.md, "Winsorized weights"), checked to 1e-12 in tests/test_uhm.py and
+tests/test_uhm_tabular.py.
 
 Arrays here are indexed by n - 1 (entry 0 is horizon 1). Host-side maths is float64 numpy; the
 jitted agent turns the tables into constants.

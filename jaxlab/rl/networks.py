@@ -67,6 +67,25 @@ class Actor(nn.Module):
     return jnp.tanh(MLP(self.hidden_dims, self.act_dim, self.layer_norm, self.final_scale)(obs_BxO))
 
 
+class ActorCritic(nn.Module):
+  """Critic ensemble and actor as ONE parameter tree {"critic": ..., "actor": ...}.
+
+  FQL's ReBRAC (github.com/seohongpark/fql, agents/rebrac.py) keeps both networks (and their target
+  copies) in one TrainState with one Adam state; this module makes that possible here. Call it as
+  ``apply(vars, obs, act, net="critic") -> Q_ExB`` or ``apply(vars, obs, net="actor") -> mu_BxA``;
+  `init_both` creates both parameter sets.
+  """
+
+  critic: EnsembleCritic
+  actor: Actor
+
+  def __call__(self, *args, net: str):
+    return self.critic(*args) if net == "critic" else self.actor(*args)
+
+  def init_both(self, obs_BxO, act_BxA):
+    return self.critic(obs_BxO, act_BxA), self.actor(obs_BxO)
+
+
 class RewardModel(nn.Module):
   """r_psi(s, a) -> r_B, regressed on dataset rewards; gives R at imagined states."""
 

@@ -47,9 +47,13 @@ class OfflineData(struct.PyTreeNode):
     return self.rewards.shape[0]
 
 
-def make_offline_data(d: Mapping[str, np.ndarray]) -> OfflineData:
+def make_offline_data(
+  d: Mapping[str, np.ndarray], action_clip_eps: float | None = None
+) -> OfflineData:
   """Validate a numpy dataset dict and move it to device with trajectory-end indices.
 
+  action_clip_eps: clip actions to [-1 + eps, 1 - eps], as FQL's `make_env_and_datasets` does with
+  eps = 1e-5 (keeps a tanh actor's BC target inside its open range); None leaves them as they are.
   Bad data (missing keys, ragged or empty arrays, NaN/inf) raises ``ConfigError('data', ...)``.
   """
   missing = [k for k in REQUIRED if k not in d]
@@ -74,9 +78,15 @@ def make_offline_data(d: Mapping[str, np.ndarray]) -> OfflineData:
   ends = np.nonzero(term)[0]
   traj_end = ends[np.searchsorted(ends, np.arange(N))]
   f32 = lambda x: jnp.asarray(np.asarray(x, np.float32))
+  actions = np.asarray(d["actions"], np.float32)
+  if action_clip_eps is not None:
+    require(
+      0 <= action_clip_eps < 1, "action_clip_eps", f"must be in [0, 1), got {action_clip_eps}"
+    )
+    actions = np.clip(actions, -1 + action_clip_eps, 1 - action_clip_eps)
   return OfflineData(
     observations=f32(d["observations"]),
-    actions=f32(d["actions"]),
+    actions=f32(actions),
     rewards=f32(np.reshape(d["rewards"], N)),
     masks=f32(np.reshape(d["masks"], N)),
     next_observations=f32(d["next_observations"]),

@@ -30,21 +30,51 @@ Our reconstruction where the paper body was not readable (reasons and checks: do
   * policy extraction: ReBRAC-style deterministic actor (DDPG + BC, Q normalised by mean |Q|, as in
     FQL's ReBRAC, arXiv 2502.02538);
   * R at imagined states: a learned reward head r_psi(s, a) (default) or a known reward function;
-  * termination: model-based targets use only the first transition's mask; the ReBRAC critic
-    penalty needs a dataset action at the bootstrap state, so only rebrac and dtd apply it;
+  * termination: see "Termination" below; the ReBRAC critic penalty needs a dataset action at
+    the bootstrap state, so only rebrac and dtd apply it;
   * model coordinates: the velocity field is conditioned on standardised observations and generates
     the displacement (x - s) / `delta_std` (`flow_delta`, default) or the standardised x;
   * GHM shares lam: model discount lam*gamma, weights (lam, 1-lam)/(1-lam*gamma);
   * DTD uses the dataset rewards along the window (uncorrected off-policy TD(lam)) and winsorizes at
     the trajectory end when it comes before k_max.
 
+Termination (our decision; tests/test_uhm_targets.py): every target multiplies its future term by
+the sampled transition's own mask (0 at a true terminal, so G = r there). Imagined states s_e and
+model rollouts are never terminal: the horizon model is trained on dataset continuations, which in
+OGBench's play data run on past a success, so a "success" inside the n steps is not cut. DTD, which
+reads real windows, cuts at the first dataset terminal (cumulative product of the window masks).
+
+ReBRAC baseline (`agent="rebrac"`) against the public code it follows, FQL's ReBRAC
+(github.com/seohongpark/fql @ 719d044: agents/rebrac.py, main.py, envs/env_utils.py):
+  same: 4x512 GELU MLPs (critic LayerNorm, actor without), 2 critics and their min, tanh actor
+    whose mode is used (deterministic evaluation = FQL's temperature 0), last actor layer init 0.01,
+    lr 3e-4 Adam, batch 256, tau 0.005, actor noise 0.2 clipped at 0.5, target clipped to [-1, 1];
+    ONE Adam state over critic and actor (loss = critic + actor, the actor's Q at the pre-update
+    critic); update i = 1, 2, ... is full when i % actor_freq == 0: only then the actor loss and
+    the Polyak update of both target networks (Adam momentum still moves the actor in between);
+    critic target r + gamma m (min Qbar(s', a~') - alpha_critic ||a~' - a'_data||^2); actor loss
+    -Q/mean|Q| + alpha_actor ||mu(s) - a||^2; dataset actions clipped to +-(1 - 1e-5) (done by
+    `offline_data.make_offline_data(action_clip_eps=...)`, which experiments.uhm calls with 1e-5);
+    discount 0.99, 0.995 for antmaze-giant / humanoidmaze / antsoccer (`task_defaults`).
+  different, and why:
+    * mean|Q| gets + 1e-6 before the division (FQL divides by mean|Q| alone): no inf at Q == 0;
+    * a'_data at the last transition of a trajectory is that transition's own action; FQL takes
+      actions[i + 1], which its code marks as wrong there (it is the next trajectory's first);
+    * per-task alpha_actor / alpha_critic: only some are public in the code we could read
+      (`task_defaults` says which); the others are to be picked with the small grid
+      `experiments.uhm_sweep --alpha_grid`, never silently guessed;
+    * batches are drawn with jax.random inside jit (FQL: numpy on the host): same uniform law;
+    * the gradient statistics FQL logs (grad/max, grad/min, grad/norm) are not logged.
+
 API:  state = create(key, obs_dim, act_dim, config, obs_stats=offline_data.obs_stats(data))
       state, metrics = update(state, batch, key)          # pure; jit it (the config is static)
-      act_BxA = sample_actions(state, obs_BxO)            # deterministic actor, = state.actor(obs)
+      act_BxA = sample_actions(state, obs_BxO)            # deterministic actor mu(s)
       sample_fn = make_sample_fn(config)                  # partial(offline_data.sample, ...)
+      discount, alpha_actor, alpha_critic, sources = task_defaults(env_name)
 Each network is a `jaxlab.core.train_state.TrainState` (module, params, optimizer state, target
-copy): `state.critic`, `state.actor`, `state.flow` and `state.reward` (None for agents without).
-Cost on 2 shared CPU cores (default config, batch 256, 3x256 nets, cube-single 28-D obs):
+copy): `state.ac` (critic and actor, one optimizer: `q_values(state, ...)`, `policy(state, ...)`),
+`state.flow` and `state.reward` (None for agents without).
+Cost on 2 shared CPU cores (batch 256, 3x256 nets, cube-single 28-D obs; before the joint state):
 UHM ~109 ms/update vs ReBRAC ~35 ms (3.1x; paper on GPU ~1.8x), GHM ~114, DTD ~99, MBTD ~225.
 """
 
@@ -63,7 +93,7 @@ import optax
 from jaxlab.core.errors import ConfigError, check_config, require
 from jaxlab.core.train_state import TrainState
 from jaxlab.rl import horizon, offline_data
-from jaxlab.rl.networks import Actor, EnsembleCritic, RewardModel, VelocityField
+from jaxlab.rl.networks import Actor, ActorCritic, EnsembleCritic, RewardModel, VelocityField
 
 FLOW_LOSSES = ("td2_cfm", "td_cfm_coupled")
 REWARD_SOURCES = ("learned", "fn")
@@ -73,10 +103,11 @@ _HIDDEN_DIMS = ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims", "
 
 
 def get_config() -> ml_collections.ConfigDict:
-  """Agent config. Defaults are sized for a CPU run; paper-scale nets are 4x512 (`(512,)*4`).
+  """Agent config: FQL's ReBRAC defaults (4x512 networks) plus the horizon-model fields.
 
   Values marked [team] are our choices where the paper is silent; [FQL] follow FQL's ReBRAC
-  (arXiv 2502.02538, github.com/seohongpark/fql).
+  (arXiv 2502.02538, github.com/seohongpark/fql @ 719d044, agents/rebrac.py). CPU runs shrink the
+  networks (`experiments.uhm.get_config`); per-task discount and alphas: `task_defaults`.
   """
   c = ml_collections.ConfigDict()
   c.agent = "uhm"  # one of uhm, rebrac, ghm, dtd, mbtd (see module docstring)
@@ -85,21 +116,22 @@ def get_config() -> ml_collections.ConfigDict:
   c.discount = 0.99  # gamma; FQL uses 0.995 for antmaze-giant / humanoidmaze / antsoccer
   c.tau = 0.005  # EMA rate of the target critic and target actor [FQL]
   c.model_tau = 0.005  # EMA rate of the target flow model used for bootstrapping [team]
-  c.actor_hidden_dims = (256, 256, 256)  # actor MLP; paper-scale (512,)*4 [team: CPU default]
-  c.value_hidden_dims = (256, 256, 256)  # critic MLPs; paper-scale (512,)*4 [team: CPU default]
-  c.model_hidden_dims = (256, 256, 256)  # velocity-field MLP; paper-scale (512,)*4 [team]
+  c.actor_hidden_dims = (512, 512, 512, 512)  # actor MLP [FQL]
+  c.value_hidden_dims = (512, 512, 512, 512)  # critic MLPs [FQL]
+  c.model_hidden_dims = (512, 512, 512, 512)  # velocity-field MLP; same size as the critic [team]
   c.reward_hidden_dims = (256, 256)  # reward head r_psi MLP [team]
   c.layer_norm = True  # LayerNorm in the critic [FQL]
   c.actor_layer_norm = False  # LayerNorm in the actor [FQL]
   c.model_layer_norm = True  # LayerNorm in the velocity field and reward head [team]
   c.num_critics = 2  # critic ensemble size (min over it in targets) [FQL]
-  c.actor_freq = 2  # actor (and its target) updated every this many steps [FQL]
+  c.actor_freq = (
+    2  # actor and BOTH targets updated on steps i % actor_freq == 0, i = 1, 2, .. [FQL]
+  )
   c.actor_noise = 0.2  # target policy smoothing noise std [FQL]
   c.actor_noise_clip = 0.5  # clip of that noise [FQL]
   c.actor_fc_scale = 0.01  # init scale of the actor's last layer [FQL]
-  c.alpha_actor = 1.0  # BC weight in the actor loss; tune per env (FQL's README lists
-  # per-env ReBRAC values; 1.0 is our guess for cube, unverified) [team]
-  c.alpha_critic = 0.0  # ReBRAC critic penalty (applied by rebrac and dtd only) [team]
+  c.alpha_actor = 1.0  # BC weight in the actor loss; per task: `task_defaults` [see there]
+  c.alpha_critic = 0.0  # ReBRAC critic penalty (applied by rebrac and dtd only) [see there]
   c.normalize_q_loss = True  # divide the actor's Q term by stop_grad(mean |Q|) [FQL]
   c.k_max = 8  # horizon cap: p_H winsorized at k_max; DTD/MBTD window length [team]
   c.lam = 0.9  # lambda of the truncated TD(lambda) / winsorized weights [team]
@@ -113,6 +145,37 @@ def get_config() -> ml_collections.ConfigDict:
   c.horizon_emb_dim = 32  # learned embedding size of n in the velocity field [team]
   c.reward_source = "learned"  # R at imagined states: learned r_psi(s,a), or fn (pass reward_fn)
   return c
+
+
+# Per-task values that FQL's public material gives (README commands @ 719d044), by env prefix.
+# FQL's paper (arXiv 2502.02538) tabulates ReBRAC's alphas for every OGBench environment in an
+# appendix that we could not read: those entries are None here and must be picked with
+# `experiments.uhm_sweep --alpha_grid` (or passed) rather than guessed.
+_REBRAC_ALPHAS = {
+  "humanoidmaze-medium-navigate": (0.01, 0.01, "FQL README, ReBRAC humanoidmaze-medium command"),
+  "cube-single-play": (1.0, 0.0, "FQL README, ReBRAC visual-cube-single command (pixel variant)"),
+}
+_DISCOUNT_995 = ("antmaze-giant", "humanoidmaze", "antsoccer")
+
+
+def task_defaults(env_name: str) -> dict:
+  """Per-task discount and ReBRAC alphas with where each comes from.
+
+  Returns dict(discount, alpha_actor, alpha_critic, discount_source, alpha_source); the alphas are
+  None where no public value was found (see `_REBRAC_ALPHAS`).
+  """
+  long = any(env_name.startswith(p) for p in _DISCOUNT_995)
+  out = dict(
+    discount=0.995 if long else 0.99,
+    discount_source="FQL README commands (0.995 for antmaze-giant, humanoidmaze, antsoccer)",
+    alpha_actor=None,
+    alpha_critic=None,
+    alpha_source="not public in the material read; pick with experiments.uhm_sweep --alpha_grid",
+  )
+  for prefix, (a_actor, a_critic, source) in _REBRAC_ALPHAS.items():
+    if env_name.startswith(prefix):
+      out.update(alpha_actor=a_actor, alpha_critic=a_critic, alpha_source=source)
+  return out
 
 
 def _dims(name, v) -> tuple[int, ...]:
@@ -199,8 +262,7 @@ def _validated(config) -> ml_collections.FrozenConfigDict:
 class UHMState(struct.PyTreeNode):
   """The agent's networks, each a TrainState holding module, params, optimizer and target copy."""
 
-  critic: TrainState  # ensemble Q(s, a) -> Q_ExB; target_params: the target critic
-  actor: TrainState  # deterministic mu(s); target_params: the target (smoothed) actor
+  ac: TrainState  # {"critic", "actor"}: ONE Adam state as in FQL's ReBRAC; target_params: both
   flow: TrainState | None  # velocity field v(t, x | s, a, n); target: the EMA bootstrap model
   reward: TrainState | None  # r_psi(s, a); no target copy
   obs_mean: jax.Array  # O, standardisation of the flow model's conditioning inputs
@@ -211,8 +273,18 @@ class UHMState(struct.PyTreeNode):
 
   @property
   def step(self) -> jax.Array:
-    """Updates done so far (the critic steps every update)."""
-    return self.critic.step
+    """Updates done so far (the joint actor-critic state steps every update)."""
+    return self.ac.step
+
+
+def q_values(state: UHMState, obs, act, params=None) -> jax.Array:
+  """Critic ensemble Q_ExB (online params unless given: e.g. ``state.ac.target_params``)."""
+  return state.ac(obs, act, params=params, net="critic")
+
+
+def policy(state: UHMState, obs, params=None) -> jax.Array:
+  """Deterministic actor mu(s) in [-1, 1]^A (online params unless given)."""
+  return state.ac(obs, params=params, net="actor")
 
 
 def create(
@@ -231,11 +303,12 @@ def create(
     "'fn' needs create(..., reward_fn=fn(obs, act) -> r)",
   )
   o, a = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
-  k_critic, k_actor, k_flow, k_reward = jax.random.split(key, 4)
+  k_ac, k_flow, k_reward = jax.random.split(key, 3)
   tx = optax.adam(c.lr)
 
-  def make(module, init_key, *inputs, target=True):
-    return TrainState.create(module, module.init(init_key, *inputs)["params"], tx, target=target)
+  def make(module, init_key, *inputs, target=True, method=None):
+    params = module.init(init_key, *inputs, method=method)["params"]
+    return TrainState.create(module, params, tx, target=target)
 
   flow = reward = None
   if has_model:
@@ -247,16 +320,17 @@ def create(
       reward = make(
         RewardModel(c.reward_hidden_dims, c.model_layer_norm), k_reward, o, a, target=False
       )
+  ac = ActorCritic(
+    EnsembleCritic(c.value_hidden_dims, c.num_critics, c.layer_norm),
+    Actor(c.actor_hidden_dims, act_dim, c.actor_layer_norm, c.actor_fc_scale),
+  )
   stats = dict(mean=jnp.zeros(obs_dim), std=jnp.ones(obs_dim), delta_std=jnp.ones(obs_dim))
   unknown = sorted(set(obs_stats or {}) - set(stats))
   require(not unknown, "obs_stats", f"unknown keys {unknown}; allowed: {sorted(stats)}")
   stats.update(obs_stats or {})
   f32 = lambda k: jnp.broadcast_to(jnp.asarray(stats[k], jnp.float32), (obs_dim,))
   return UHMState(
-    critic=make(EnsembleCritic(c.value_hidden_dims, c.num_critics, c.layer_norm), k_critic, o, a),
-    actor=make(
-      Actor(c.actor_hidden_dims, act_dim, c.actor_layer_norm, c.actor_fc_scale), k_actor, o
-    ),
+    ac=make(ac, k_ac, o, a, method=ActorCritic.init_both),
     flow=flow,
     reward=reward,
     obs_mean=f32("mean"),
@@ -267,6 +341,33 @@ def create(
   )
 
 
+def create_seeds(key, num_seeds: int, obs_dim: int, act_dim: int, config, **kwargs) -> UHMState:
+  """`create` for one seed (num_seeds == 1), or `num_seeds` states stacked on a leading axis."""
+  if num_seeds == 1:
+    return create(key, obs_dim, act_dim, config, **kwargs)
+  make = lambda k: create(k, obs_dim, act_dim, config, **kwargs)
+  return jax.vmap(make)(jax.random.split(key, num_seeds))
+
+
+def vmap_seeds(update_fn: Callable, sample_fn: Callable, num_seeds: int):
+  """PureJaxRL-style training seeds in one program: (update, sample) over stacked states.
+
+  sample(data, key) draws one batch per seed (keys split from `key`); update(states, batches, key)
+  runs `update_fn` vmapped with one key per seed; metrics are averaged over seeds. Seed i here
+  equals `update_fn` run alone on state i with batches and keys split the same way
+  (tests/test_uhm.py::test_vmapped_seeds_equal_separate_runs).
+  """
+
+  def sample_v(data, key):
+    return jax.vmap(lambda k: sample_fn(data, k))(jax.random.split(key, num_seeds))
+
+  def update_v(states, batches, key):
+    states, metrics = jax.vmap(update_fn)(states, batches, jax.random.split(key, num_seeds))
+    return states, jax.tree.map(jnp.mean, metrics)
+
+  return update_v, sample_v
+
+
 def make_sample_fn(config):
   """Batch sampler for this agent: offline_data.sample, with trajectory windows if it needs them."""
   c = _validated(config)
@@ -275,8 +376,8 @@ def make_sample_fn(config):
 
 
 def sample_actions(state: UHMState, obs_BxO) -> jax.Array:
-  """Deterministic actor mu(s) in [-1, 1]^A (evaluation policy)."""
-  return state.actor(obs_BxO)
+  """Deterministic actor mu(s) in [-1, 1]^A (evaluation policy; FQL evaluates at temperature 0)."""
+  return policy(state, obs_BxO)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -389,13 +490,13 @@ def from_flow_coords(state, y, s):
 def _target_action(state, obs, key):
   """ReBRAC target policy smoothing: clip(mu_bar(s) + clip(N(0, sigma^2)), -1, 1)."""
   c = state.config
-  a = state.actor(obs, params=state.actor.target_params)
+  a = policy(state, obs, state.ac.target_params)
   noise = c.actor_noise * jax.random.normal(key, a.shape)
   return jnp.clip(a + jnp.clip(noise, -c.actor_noise_clip, c.actor_noise_clip), -1.0, 1.0)
 
 
 def _q_target(state, obs, act):
-  return jnp.min(state.critic(obs, act, params=state.critic.target_params), 0)
+  return jnp.min(q_values(state, obs, act, state.ac.target_params), 0)
 
 
 def _reward(state, obs, act):
@@ -431,7 +532,7 @@ def _flow_model_loss(params, state, batch, key, n, is_base, n_target):
   # Online and target coordinates differ by the change of conditioning state s -> s'.
   shift = x1_base if c.flow_delta else jnp.zeros_like(x1_base)
   # a' = mu(s') from the current actor makes m the on-policy model m^pi [team choice].
-  ap = jax.lax.stop_gradient(state.actor(next_obs))
+  ap = jax.lax.stop_gradient(policy(state, next_obs))
   s_norm, sp_norm = _norm(state, obs), _norm(state, next_obs)
   v_online = lambda t, x: state.flow(t, x, s_norm, batch["actions"], n, params=params)
   v_target = lambda t, x: state.flow(t, x, sp_norm, ap, n_target, params=state.flow.target_params)
@@ -584,22 +685,23 @@ def model_loss(flow_params, state: UHMState, batch, key):
 # --------------------------------------------------------------------------------------------------
 
 
-def critic_loss(critic_params, state: UHMState, batch, G_B):
-  q_ExB = state.critic(batch["observations"], batch["actions"], params=critic_params)
-  loss = jnp.mean((q_ExB - G_B[None]) ** 2)
-  return loss, dict(critic_loss=loss, q_mean=jnp.mean(q_ExB), target_mean=jnp.mean(G_B))
-
-
-def actor_loss(actor_params, state: UHMState, batch):
-  """ReBRAC / DDPG+BC: -Q(s, mu(s)) / mean|Q| + alpha_actor * ||mu(s) - a||^2."""
+def actor_critic_loss(params, state: UHMState, batch, G_B, full_update):
+  """FQL's ReBRAC loss of the joint parameters: critic regression onto G plus, on full-update steps,
+  the DDPG+BC actor loss -Q(s, mu(s)) / mean|Q| + alpha_actor ||mu(s) - a||^2 (the critic inside
+  the actor loss is held at this step's pre-update parameters, as in FQL)."""
   c = state.config
-  act = state.actor(batch["observations"], params=actor_params)
-  q = jnp.min(state.critic(batch["observations"], act), 0)
+  q_ExB = q_values(state, batch["observations"], batch["actions"], params)
+  critic = jnp.mean((q_ExB - G_B[None]) ** 2)
+  act = policy(state, batch["observations"], params)
+  q = jnp.min(q_values(state, batch["observations"], act, jax.lax.stop_gradient(params)), 0)
   scale = jax.lax.stop_gradient(1.0 / (jnp.mean(jnp.abs(q)) + 1e-6)) if c.normalize_q_loss else 1.0
   q_loss = -scale * jnp.mean(q)
   bc = jnp.mean(jnp.sum((act - batch["actions"]) ** 2, -1))
-  loss = q_loss + c.alpha_actor * bc
-  return loss, dict(actor_loss=loss, actor_q_loss=q_loss, bc_mse=bc, actor_q=jnp.mean(q))
+  actor = q_loss + c.alpha_actor * bc
+  loss = critic + jnp.where(full_update, actor, 0.0)
+  info = dict(critic_loss=critic, q_mean=jnp.mean(q_ExB), target_mean=jnp.mean(G_B))
+  info.update(actor_loss=actor, actor_q_loss=q_loss, bc_mse=bc, actor_q=jnp.mean(q))
+  return loss, info
 
 
 def reward_loss(reward_params, state: UHMState, batch):
@@ -609,13 +711,16 @@ def reward_loss(reward_params, state: UHMState, batch):
 
 
 def update(state: UHMState, batch: dict, key) -> tuple[UHMState, dict]:
-  """One gradient step of every network of the agent, then the EMA targets. Pure and jit-able.
+  """One update of every network of the agent. Pure and jit-able.
 
-  Order: reward head, flow model, critic (on the target built with the new reward head and the
-  old target model), actor (every `actor_freq` steps, on the new critic), then the targets.
+  Order: reward head, flow model (then its EMA target, every step), critic target G (with the new
+  reward head and the new target model), then ONE Adam step of the joint actor-critic on
+  critic loss + actor loss. As in FQL's ReBRAC, update i = step + 1 is a full update when
+  i % actor_freq == 0: only then does the actor loss enter and are the target critic and target
+  actor moved (Polyak, tau). Between full updates Adam's momentum still moves the actor, as there.
   """
   c = state.config
-  actor_step = (state.step % c.actor_freq) == 0
+  full_update = ((state.step + 1) % c.actor_freq) == 0
   k_model, k_target = jax.random.split(key)
   metrics = {}
   if state.reward is not None:
@@ -624,18 +729,11 @@ def update(state: UHMState, batch: dict, key) -> tuple[UHMState, dict]:
     metrics.update(info)
   if state.flow is not None:
     flow, info = state.flow.apply_loss(model_loss, state, batch, k_model)
-    state = state.replace(flow=flow)
+    state = state.replace(flow=flow.update_target(c.model_tau))
     metrics.update(info)
   G, info = value_target(state, batch, k_target)
   metrics.update(info)
-  critic, info = state.critic.apply_loss(critic_loss, state, batch, G)
-  state = state.replace(critic=critic)
+  ac, info = state.ac.apply_loss(actor_critic_loss, state, batch, G, full_update)
   metrics.update(info)
-  actor, info = state.actor.apply_loss(actor_loss, state, batch, enabled=actor_step)
-  metrics.update(info)
-  state = state.replace(
-    critic=state.critic.update_target(c.tau),
-    actor=actor.update_target(c.tau, enabled=actor_step),
-    flow=None if state.flow is None else state.flow.update_target(c.model_tau),
-  )
+  state = state.replace(ac=ac.update_target(c.tau, enabled=full_update))
   return state, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}

@@ -1,21 +1,24 @@
-"""Tabular reference for UHM: exact n-step laws, nu-operator, successor measure, and a tabular model
-trained with the bootstrapped recursion (used by tests/test_uhm.py).
+"""Tabular oracle for UHM (exact n-step laws, nu-operator, successor measure, a tabular model
+trained with the bootstrapped recursion) and the checks that use it (docs/uhm.md, "Checks" 1, 2,
+4).
 
 Conventions: P_SxAxS transition tensor, pi_SxA policy, state-action index (s, a) -> s * A + a.
 M (SA x SA) is the state-action transition matrix M[(s,a),(s',a')] = P(s'|s,a) pi(a'|s').
 Exact maths is float64 numpy; the trained table uses jax (float32) on the in-memory runtime.
 """
 
-from __future__ import annotations
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxlab.core import runtime
 from jaxlab.rl import horizon
 
+GAMMA, LAM, KMAX = 0.9, 0.8, 5
 
+
+# ------------------------------------------------------------------------------------- the oracle
 def random_mdp(seed: int, S: int, A: int):
   """Random dense P, rewards R_SxA in [0, 1), stochastic pi."""
   rng = np.random.default_rng(seed)
@@ -148,3 +151,85 @@ def train_tabular_uhm(
 def tv(p, q):
   """Total variation distance along the last axis."""
   return 0.5 * np.abs(np.asarray(p, np.float64) - np.asarray(q, np.float64)).sum(-1)
+
+
+# ------------------------------------------------------------------ (1) nu-operator identities
+@pytest.fixture(scope="module")
+def mdp():
+  P, R, pi = random_mdp(0, 6, 3)
+  return P, R, pi, q_pi(P, R, pi, GAMMA)
+
+
+def test_nu_operator_fixed_point(mdp):
+  P, R, pi, Q = mdp
+  nu = horizon.winsorized_nu(LAM, GAMMA, KMAX)
+  np.testing.assert_allclose(nu_operator(Q, P, R, pi, GAMMA, nu), Q, rtol=0, atol=1e-12)
+  p_H = horizon.winsorized_p_H(LAM, GAMMA, KMAX)
+  w_xi, w_nu = horizon.winsorized_weights(LAM, GAMMA, KMAX)
+  np.testing.assert_allclose(
+    one_sample_expectation(Q, P, R, pi, GAMMA, p_H, w_xi, w_nu), Q, rtol=0, atol=1e-12
+  )
+  Qk = np.zeros_like(Q)
+  for _ in range(200):
+    Qk = nu_operator(Qk, P, R, pi, GAMMA, nu)
+  np.testing.assert_allclose(Qk, Q, rtol=0, atol=1e-12)
+  # n-step TD special case nu = gamma^{n-1} 1[k = n]: xi(k) = gamma^{k-1} for k < n, 0 after.
+  n = 3
+  nu_n = np.zeros(KMAX)
+  nu_n[n - 1] = GAMMA ** (n - 1)
+  xi_n = horizon.xi_from_nu(nu_n, GAMMA)
+  np.testing.assert_allclose(xi_n, [1, GAMMA, 0, 0, 0], atol=1e-12)
+  np.testing.assert_allclose(nu_operator(Q, P, R, pi, GAMMA, nu_n), Q, rtol=0, atol=1e-12)
+  # A wrong nu (not normalised) must not be a fixed point: the test can fail.
+  assert np.abs(nu_operator(Q, P, R, pi, GAMMA, 1.1 * nu) - Q).max() > 1e-3
+
+
+def test_horizon_samplers_match_laws():
+  N = 200_000
+  n = np.asarray(horizon.sample_winsorized(jax.random.PRNGKey(0), (N,), LAM, GAMMA, KMAX))
+  freq = np.bincount(n, minlength=KMAX + 1)[1:] / N
+  assert n.min() >= 1 and n.max() <= KMAX
+  assert tv(freq, horizon.winsorized_p_H(LAM, GAMMA, KMAX)) < 0.005
+  g = np.asarray(horizon.sample_geometric(jax.random.PRNGKey(1), (N,), 0.6))
+  freq = np.bincount(g, minlength=40)[1:40] / N
+  assert tv(freq, 0.4 * 0.6 ** np.arange(39)) < 0.005
+
+
+# --------------------------------------------------------------- (2) tabular UHM = exact n-step law
+TAB_K, GHM_GAMMA = 24, 0.6  # GHM tail beyond k_max: 0.6^24 = 5e-6
+
+
+@pytest.fixture(scope="module")
+def tabular():
+  P = chain_mdp(10)
+  pi = np.random.default_rng(1).dirichlet(np.ones(2), size=10)
+  sa, sp = sample_dataset(0, P, 200_000)
+  m = np.asarray(train_tabular_uhm(jax.random.PRNGKey(0), sa, sp, pi, TAB_K, num_iters=2000))
+  return P, pi, m
+
+
+def test_tabular_uhm_matches_n_step_law(tabular):
+  P, pi, m = tabular
+  err = tv(m, exact_n_step(P, pi, TAB_K)).max(-1)  # worst (s, a) per n
+  assert err.max() < 0.02, err
+  # Bootstrapping through the wrong level would give the (n+1)-step law: far from it.
+  assert tv(m[1:], exact_n_step(P, pi, TAB_K)[:-1]).max() > 0.1
+
+
+# ------------------------------------------------------------------------------------ (4) GHM limit
+def test_ghm_limit_pooled_uhm_is_successor_measure(tabular):
+  P, pi, m = tabular
+  SA = m.shape[1]
+  sm = successor_measure(P, pi, GHM_GAMMA)
+  w = (1 - GHM_GAMMA) * GHM_GAMMA ** np.arange(TAB_K)
+  assert tv(np.einsum("n,nij->ij", w / w.sum(), m), sm).max() < 0.02
+  # Monte Carlo pooling: n ~ Geom(1 - gamma), x ~ m(. | s, a, n).
+  per = 50_000
+  n = jnp.minimum(horizon.sample_geometric(jax.random.PRNGKey(2), (SA, per), GHM_GAMMA), TAB_K)
+  cdf = np.cumsum(m, -1)[np.asarray(n) - 1, np.arange(SA)[:, None]]  # SA x per x S
+  u = np.random.default_rng(3).uniform(size=(SA, per, 1)) * cdf[..., -1:]
+  x = np.minimum((u > cdf).sum(-1), m.shape[2] - 1)
+  hist = np.stack([np.bincount(x[i], minlength=m.shape[2]) / per for i in range(SA)])
+  assert tv(hist, sm).max() < 0.03
+  # A one-step model pooled the same way is far from the successor measure.
+  assert tv(m[0], sm).max() > 0.1

@@ -126,6 +126,18 @@ def _check_int(field: str, value, low: int = 1) -> int:
   return value
 
 
+def optimistic_reset(done, fresh, stepped):
+  """`stepped` (a batched pytree) with each finished environment replaced by a pool world.
+
+  `fresh` is a pytree of `pool` freshly generated worlds (leading axis `pool`); the k-th finished
+  environment (in index order) gets pool world `k mod pool` (see module docstring). Also used by
+  `jaxlab.rl.dicode.multitask`.
+  """
+  pool = jax.tree.leaves(fresh)[0].shape[0]
+  slot = jnp.where(done, (jnp.cumsum(done) - 1) % pool, 0)
+  return vec.select(done, jax.tree.map(lambda x: x[slot], fresh), stepped)
+
+
 def make(name: str, num_envs: int, reset_ratio: int = 16, *, field: str = "env") -> vec.VecEnv:
   """A batch of `num_envs` Craftax environments with optimistic resets (see module docstring)."""
   env_id, classic, pixels = resolve(name, field)
@@ -152,10 +164,8 @@ def make(name: str, num_envs: int, reset_ratio: int = 16, *, field: str = "env")
     obs_re, env_re = jax.vmap(env.reset_env, in_axes=(0, None))(
       jax.random.split(k_reset, pool), params
     )
-    slot = jnp.where(done, (jnp.cumsum(done) - 1) % pool, 0)
-    obs_re, env_re = jax.tree.map(lambda x: x[slot], (obs_re, env_re))
-    obs = vec.select(done, obs_re, obs_st).astype(jnp.float32)
-    env_state = vec.select(done, env_re, env_st)
+    obs, env_state = optimistic_reset(done, (obs_re, env_re), (obs_st, env_st))
+    obs = obs.astype(jnp.float32)
     new_state, info = vec.track(state, env_state, reward, done)
     info["achievements"] = jnp.where(done[:, None], env_st.achievements, False).astype(jnp.float32)
     return obs, new_state, reward.astype(jnp.float32), done, info

@@ -1,0 +1,403 @@
+"""The DiCode multitask Craftax environment, and the 12 task multipliers applied to craftax's step.
+
+`make(...)` returns an `envs.vec.VecEnv` over `Craftax-Symbolic-v1` (Mitsides, Faldor, Cully,
+"Dreaming in Code", arXiv 2602.08194, Sec. 3). Every reset draws a task per environment (uniform,
+or by `weights`) and builds its world with `lax.switch` over the tasks' world functions
+(`world.apply_task` on top of one shared craftax world). Success is "every relevant achievement
+unlocked" and the episode terminates on craftax's own conditions (time limit, death, boss beaten)
+or on success; since every task program declares its success as an achievement set, success and
+termination are exact table lookups (`relevant[task]`) rather than per-task switch branches.
+
+Observation: craftax's symbolic observation with a one-hot of length `num_slots` appended; task i
+sets slot `slots[i]` (the archive's stable slot, reused when a task leaves the archive).
+Reward: craftax's reward (every achievement counts, plus 0.1 per health point gained or lost)
+plus `1[success] * bonus` on the step that completes the task, with
+  dynamic:  bonus = max(bonus_k * R_original, bonus_floor)   (the reference default)
+  static:   bonus = max(bonus_k * sum of the relevant achievements' rewards, bonus_floor)
+`R_original` is the running return of the original game, measured by the curriculum loop and
+written into the environment state with `set_original_return` (the reference implementation also
+sets it from outside each training session); it starts at 0, so the bonus starts at the floor.
+`info` adds `task` (int32 index into `tasks` of the episode that finished or is running) and
+`success` (bool). Resets are optimistic, as in `envs.craftax` (whose helper this reuses).
+
+The multipliers. craftax's `EnvParams` has none of them, so `game_step` re-composes craftax's step
+from craftax's own component functions, in craftax's order and with its random keys, and acts on
+the state around individual components. With every multiplier at its default it equals
+`craftax_step` exactly (tested). How each one acts (docs/dicode.md, "Task parameters"):
+  needs_depletion, health_recover, health_loss, mana_recover: craftax's `update_player_intrinsics`
+    transcribed with the factors where the reference puts them (hunger, thirst and waking fatigue
+    increments; the recovery counter's increment with all needs met / its decrement without;
+    the mana coefficient 1 + 0.25 (intelligence - 1) * m, so at intelligence 1 it has no effect,
+    as in the reference). Exact.
+  growing_plants_age: craftax's `update_plants` transcribed with the ripening age as a parameter.
+    Exact.
+  mob_damage: the player's health lost inside `update_mobs` (melee hits and mob projectiles) is
+    scaled by m. Exact for damage, except that a hit with m = 0 still wakes a sleeping player.
+  mob_health: mobs spawned during the episode start with m times craftax's health. Exact for
+    spawned mobs; mobs placed by the task program keep craftax's health.
+  passive_spawn, melee_spawn, ranged_spawn: for m <= 1 each newly spawned mob is kept with
+    probability m, which is exact (craftax spawns at most one mob per class per step). For m > 1
+    a second spawn attempt runs and its mob is kept with probability m - 1: the per-step spawn
+    probability becomes p (1 + (m - 1)(1 - p)) instead of m p (an approximation, close for the
+    small p craftax uses).
+  monsters_killed_to_clear_level: the true kill counts are kept in the task state; craftax sees
+    a counter that crosses its own threshold (8) exactly when the true count reaches the task's
+    threshold, so ladders, the observation's "ladder open" bit and the tripled spawn rate on
+    uncleared floors follow the task's threshold. Exact.
+  melee_trigger_distance: NOT applied (craftax hard-codes the chase distance 10 inside
+    `update_mobs`); the value is validated, clamped and stored but has no effect.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from craftax.craftax import constants as C
+from craftax.craftax import game_logic as gl
+from craftax.craftax.renderer import render_craftax_symbolic
+from flax import struct
+
+from envs import craftax, vec
+from jaxlab.core.errors import ConfigError
+from jaxlab.rl.dicode import task as task_lib
+from jaxlab.rl.dicode import world
+
+PARAM_ORDER = tuple(task_lib.MULTIPLIERS)
+_P = {name: i for i, name in enumerate(PARAM_ORDER)}
+BONUS_TYPES = ("dynamic", "static")
+
+
+@struct.dataclass
+class TaskState:
+  """One environment: the craftax state plus what the task layer needs."""
+
+  game: object  # craftax EnvState; `monsters_killed` holds the counter craftax sees
+  task: jax.Array  # int32, index into `tasks`
+  kills: jax.Array  # int32[num_levels], true monsters killed per floor
+  original_return: jax.Array  # float32, running original-game return (dynamic bonus)
+
+
+def effective_kills(kills, threshold):
+  """The kill counter craftax sees: >= craftax's threshold (8) iff `kills >= threshold`."""
+  base = C.MONSTERS_KILLED_TO_CLEAR_LEVEL
+  return jnp.where(kills >= threshold, jnp.maximum(kills, base), jnp.minimum(kills, base - 1))
+
+
+def _thin_new_mobs(before, after, key, keep_prob, health_mult):
+  """Keeps each mob that appeared between `before` and `after` with probability `keep_prob` and
+  scales its health; a dropped mob's slot and map cell are restored."""
+  mob_map = after.mob_map
+  changes = {}
+  for i, field in enumerate(("passive_mobs", "melee_mobs", "ranged_mobs")):
+    old, new = getattr(before, field), getattr(after, field)
+    appeared = new.mask & ~old.mask
+    keep = jax.random.uniform(jax.random.fold_in(key, i), appeared.shape) < keep_prob[i]
+    drop = appeared & ~keep
+    new = new.replace(health=jnp.where(appeared & keep, new.health * health_mult, new.health))
+
+    def restore(a, b, drop=drop):
+      return jnp.where(drop.reshape(drop.shape + (1,) * (a.ndim - drop.ndim)), b, a)
+
+    changes[field] = jax.tree.map(restore, new, old)
+    levels = jnp.broadcast_to(jnp.arange(drop.shape[0])[:, None], drop.shape)
+    pos = new.position
+    cleared = jnp.zeros(mob_map.shape, jnp.int32).at[levels, pos[..., 0], pos[..., 1]].max(drop)
+    mob_map = mob_map & (cleared == 0)
+  return after.replace(mob_map=mob_map, **changes)
+
+
+def _spawn(state, key, params, static, m):
+  """craftax's `spawn_mobs` with the spawn multipliers and the spawn-health multiplier."""
+  spawn = jnp.stack([m[_P["passive_spawn"]], m[_P["melee_spawn"]], m[_P["ranged_spawn"]]])
+  health = m[_P["mob_health"]]
+  after = gl.spawn_mobs(state, key, params, static)
+  state = _thin_new_mobs(state, after, jax.random.fold_in(key, 1), jnp.minimum(spawn, 1.0), health)
+  extra = gl.spawn_mobs(state, jax.random.fold_in(key, 2), params, static)
+  extra_prob = jnp.clip(spawn - 1.0, 0.0, 1.0)
+  return _thin_new_mobs(state, extra, jax.random.fold_in(key, 3), extra_prob, health)
+
+
+def _update_plants(state, static, ripe_age):
+  """craftax's `update_plants` with the ripening age (600 in craftax) as a parameter."""
+  age = (state.growing_plants_age + 1) * state.growing_plants_mask
+  finished = age >= ripe_age
+
+  def set_block(level_map, i):
+    r, c = state.growing_plants_positions[i]
+    block = jax.lax.select(finished[i], C.BlockType.RIPE_PLANT.value, level_map[r, c])
+    return level_map.at[r, c].set(block), None
+
+  level_map, _ = jax.lax.scan(set_block, state.map[0], jnp.arange(static.max_growing_plants))
+  return state.replace(map=state.map.at[0].set(level_map), growing_plants_age=age)
+
+
+def _sleep_and_rest(state, action):
+  """The first half of craftax's `update_player_intrinsics` (unchanged)."""
+  start_sleep = (action == C.Action.SLEEP.value) & (state.player_energy < gl.get_max_energy(state))
+  sleeping = state.is_sleeping | start_sleep
+  waking = (state.player_energy >= gl.get_max_energy(state)) & sleeping
+  wake = C.Achievement.WAKE_UP.value
+  state = state.replace(
+    is_sleeping=sleeping & ~waking,
+    achievements=state.achievements.at[wake].set(state.achievements[wake] | waking),
+  )
+  max_health = gl.get_max_health(state)
+  resting = state.is_resting | (
+    (action == C.Action.REST.value) & (state.player_health < max_health)
+  )
+  stop = resting & (
+    (state.player_health >= max_health) | (state.player_food <= 0) | (state.player_drink <= 0)
+  )
+  return state.replace(is_resting=resting & ~stop)
+
+
+def _update_intrinsics(state, action, static, m):
+  """craftax's `update_player_intrinsics` with the needs / recovery / mana multipliers."""
+  state = _sleep_and_rest(state, action)
+  needs, sel, s = m[_P["needs_depletion"]], jax.lax.select, state
+  not_boss = jnp.logical_not(gl.is_fighting_boss(s, static))
+  decay = 1.0 - (0.125 * (s.player_dexterity - 1))
+  hunger = s.player_hunger + sel(s.is_sleeping, 0.5, 1.0) * decay * needs
+  food = sel(hunger > 25, jnp.maximum(s.player_food - 1 * not_boss, 0), s.player_food)
+  hunger = sel(hunger > 25, 0.0, hunger)
+  thirst = s.player_thirst + sel(s.is_sleeping, 0.5, 1.0) * decay * needs
+  drink = sel(thirst > 20, jnp.maximum(s.player_drink - 1 * not_boss, 0), s.player_drink)
+  thirst = sel(thirst > 20, 0.0, thirst)
+  fatigue = sel(
+    s.is_sleeping, jnp.minimum(s.player_fatigue - 1, 0), s.player_fatigue + decay * needs
+  )
+  energy = sel(fatigue > 30, jnp.maximum(s.player_energy - 1 * not_boss, 0), s.player_energy)
+  fatigue = sel(fatigue > 30, 0.0, fatigue)
+  energy = sel(fatigue < -10, jnp.minimum(s.player_energy + 1, gl.get_max_energy(s)), energy)
+  fatigue = sel(fatigue < -10, 0.0, fatigue)
+  s = s.replace(
+    player_hunger=hunger,
+    player_food=food,
+    player_thirst=thirst,
+    player_drink=drink,
+    player_fatigue=fatigue,
+    player_energy=energy,
+  )
+  all_needs = (s.player_food > 0) & (s.player_drink > 0) & ((s.player_energy > 0) | s.is_sleeping)
+  gain = sel(s.is_sleeping, 2.0, 1.0) * m[_P["health_recover"]]
+  loss = sel(s.is_sleeping, -0.5, -1.0) * not_boss * m[_P["health_loss"]]
+  recover = s.player_recover + sel(all_needs, gain, loss)
+  health = sel(
+    recover > 25, jnp.minimum(s.player_health + 1, gl.get_max_health(s)), s.player_health
+  )
+  recover = sel(recover > 25, 0.0, recover)
+  health = sel(recover < -15, s.player_health - 1, health)
+  recover = sel(recover < -15, 0.0, recover)
+  coeff = 1 + 0.25 * (s.player_intelligence - 1) * m[_P["mana_recover"]]
+  mana_counter = sel(s.is_sleeping, s.player_recover_mana + 2, s.player_recover_mana + 1) * coeff
+  mana = sel(mana_counter > 30, s.player_mana + 1, s.player_mana)
+  mana_counter = sel(mana_counter > 30, 0.0, mana_counter)
+  return s.replace(
+    player_recover=recover,
+    player_health=health,
+    player_recover_mana=mana_counter,
+    player_mana=mana,
+  )
+
+
+def _act(rng, state, action, params, static):
+  """craftax's step up to and including the player's movement (unchanged)."""
+  state = gl.change_floor(state, action, params, static)
+  state = gl.do_crafting(state, action)
+  rng, _rng = jax.random.split(rng)
+  state = gl.do_action(_rng, state, action, static)
+  state = gl.place_block(state, action, static)
+  state = gl.shoot_projectile(state, action, static)
+  state = gl.cast_spell(state, action, static)
+  state = gl.drink_potion(state, action)
+  rng, _rng = jax.random.split(rng)
+  state = gl.read_book(_rng, state, action)
+  rng, _rng = jax.random.split(rng)
+  state = gl.enchant(_rng, state, action)
+  state = gl.boss_logic(state, static)
+  state = gl.level_up_attributes(state, action, params)
+  return rng, gl.move_player(state, action, params)
+
+
+def game_step(rng, state, kills, action, m, params, static):
+  """craftax's `craftax_step` with the task multipliers `m` (float32[12], PARAM_ORDER).
+
+  `kills` are the true per-floor kill counts; returns `(state, kills, reward)`.
+  """
+  threshold = m[_P["monsters_killed_to_clear_level"]].astype(jnp.int32)
+  seen = effective_kills(kills, threshold)
+  state = state.replace(monsters_killed=seen)
+  init_achievements, init_health = state.achievements, state.player_health
+  action = jax.lax.select(state.is_sleeping, C.Action.NOOP.value, action)
+  action = jax.lax.select(state.is_resting, C.Action.NOOP.value, action)
+  rng, state = _act(rng, state, action, params, static)
+  rng, _rng = jax.random.split(rng)
+  health = state.player_health
+  state = gl.update_mobs(_rng, state, params, static)
+  lost = jnp.maximum(health - state.player_health, 0.0)
+  state = state.replace(player_health=state.player_health + (1.0 - m[_P["mob_damage"]]) * lost)
+  rng, _rng = jax.random.split(rng)
+  state = _spawn(state, _rng, params, static, m)
+  state = _update_plants(state, static, m[_P["growing_plants_age"]].astype(jnp.int32))
+  state = _update_intrinsics(state, action, static, m)
+  state = gl.clip_inventory_and_intrinsics(state, params)
+  state = gl.calculate_inventory_achievements(state)
+  gained = state.achievements.astype(int) - init_achievements.astype(int)
+  reward = (gained * C.ACHIEVEMENT_REWARD_MAP).sum() + (state.player_health - init_health) * 0.1
+  rng, _rng = jax.random.split(rng)
+  state = state.replace(
+    timestep=state.timestep + 1,
+    light_level=gl.calculate_light_level(state.timestep + 1, params),
+    state_rng=_rng,
+  )
+  kills = kills + (state.monsters_killed - seen)
+  return state.replace(monsters_killed=effective_kills(kills, threshold)), kills, reward
+
+
+def set_original_return(state: vec.VecState, value) -> vec.VecState:
+  """The env state with the running original-game return (dynamic bonus) set to `value`."""
+  env = state.env
+  value = jnp.full_like(env.original_return, jnp.asarray(value, jnp.float32))
+  return state.replace(env=env.replace(original_return=value))
+
+
+def relevant_table(tasks) -> np.ndarray:
+  """bool[num_tasks, num_achievements]: the achievements each task needs for success."""
+  ids = task_lib.achievement_ids()
+  table = np.zeros((len(tasks), len(ids)), bool)
+  for i, t in enumerate(tasks):
+    table[i, [ids[n] for n in t.relevant]] = True
+  return table
+
+
+def static_bonus(tasks, bonus_k: float, bonus_floor: float) -> np.ndarray:
+  """The static success bonus per task: max(bonus_k * relevant achievements' reward, floor)."""
+  reward = (relevant_table(tasks) * np.asarray(C.ACHIEVEMENT_REWARD_MAP)).sum(-1)
+  return np.maximum(bonus_k * reward, bonus_floor).astype(np.float64)
+
+
+def _check(tasks, num_slots, slots, bonus, bonus_k, bonus_floor, weights):
+  if not tasks or not all(isinstance(t, task_lib.Task) for t in tasks):
+    raise ConfigError("tasks", "must be a non-empty sequence of task.Task")
+  if isinstance(num_slots, bool) or not isinstance(num_slots, int) or num_slots < 1:
+    raise ConfigError("num_slots", f"must be an integer >= 1, got {num_slots!r}")
+  slots = list(slots)
+  if len(slots) != len(tasks):
+    raise ConfigError("slots", f"needs one slot per task ({len(tasks)}), got {len(slots)}")
+  if any(not isinstance(s, (int, np.integer)) or not 0 <= s < num_slots for s in slots):
+    raise ConfigError("slots", f"must be integers in 0..{num_slots - 1}, got {slots}")
+  if len(set(slots)) != len(slots):
+    raise ConfigError("slots", f"two tasks share a slot: {slots}")
+  if bonus not in BONUS_TYPES:
+    raise ConfigError("bonus", f"must be one of {', '.join(BONUS_TYPES)}, got {bonus!r}")
+  for field, value in (("bonus_k", bonus_k), ("bonus_floor", bonus_floor)):
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+      raise ConfigError(field, f"must be a finite number >= 0, got {value!r}")
+  if weights is not None:
+    w = np.asarray(weights, np.float64)
+    if w.shape != (len(tasks),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+      raise ConfigError("weights", "must be one finite weight >= 0 per task, not all zero")
+
+
+def make(
+  base: str,
+  num_envs: int,
+  tasks: Sequence[task_lib.Task],
+  num_slots: int,
+  slots: Sequence[int],
+  *,
+  bonus: str = "dynamic",
+  bonus_k: float = 2.0,
+  bonus_floor: float = 20.0,
+  reset_ratio: int = 16,
+  weights: Sequence[float] | None = None,
+) -> vec.VecEnv:
+  """The multitask environment over `tasks` (see module docstring)."""
+  env_id, classic, pixels = craftax.resolve(base, "base")
+  if classic or pixels:
+    raise ConfigError("base", f"DiCode tasks need the full symbolic game, got {base!r}")
+  craftax._check_int("num_envs", num_envs)
+  craftax._check_int("reset_ratio", reset_ratio)
+  _check(tasks, num_slots, slots, bonus, bonus_k, bonus_floor, weights)
+  params, static = world.env_params(), world.static_params()
+  pool = max(1, num_envs // reset_ratio)
+  mults = jnp.asarray([[t.params[n] for n in PARAM_ORDER] for t in tasks], jnp.float32)
+  relevant = jnp.asarray(relevant_table(tasks))
+  static_table = jnp.asarray(static_bonus(tasks, bonus_k, bonus_floor), jnp.float32)
+  slot_of = jnp.asarray(list(slots), jnp.int32)
+  w = np.ones(len(tasks)) if weights is None else np.asarray(weights, np.float64)
+  logits = jnp.asarray(np.log(np.maximum(w / w.sum(), 1e-30)), jnp.float32)
+  logits = jnp.where(jnp.asarray(w) > 0, logits, -jnp.inf)
+  branches = [functools.partial(world.apply_task, t) for t in tasks]
+
+  def new_world(key, tid):
+    k_base, k_task = jax.random.split(key)
+    game = jax.lax.switch(tid, branches, world.base_world(k_base), k_task)
+    kills = game.monsters_killed
+    threshold = mults[tid, _P["monsters_killed_to_clear_level"]].astype(jnp.int32)
+    game = game.replace(monsters_killed=effective_kills(kills, threshold))
+    return TaskState(game, tid.astype(jnp.int32), kills, jnp.zeros((), jnp.float32))
+
+  def observe(ts):
+    one_hot = jax.nn.one_hot(slot_of[ts.task], num_slots, dtype=jnp.float32)
+    return jnp.concatenate([render_craftax_symbolic(ts.game).astype(jnp.float32), one_hot])
+
+  def fresh(key, n):
+    k_task, k_world = jax.random.split(key)
+    tids = jax.random.categorical(k_task, logits, shape=(n,))
+    states = jax.vmap(new_world)(jax.random.split(k_world, n), tids)
+    return jax.vmap(observe)(states), states
+
+  def reset(key):
+    obs, states = fresh(key, num_envs)
+    return obs, vec.init_state(states, num_envs)
+
+  def one_step(key, ts, action):
+    game, kills, reward = game_step(key, ts.game, ts.kills, action, mults[ts.task], params, static)
+    success = jnp.all(game.achievements | ~relevant[ts.task])
+    done = gl.is_game_over(game, params, static) | success
+    dynamic = jnp.maximum(bonus_k * ts.original_return, bonus_floor)
+    paid = dynamic if bonus == "dynamic" else static_table[ts.task]
+    reward = reward + jnp.where(success, paid, 0.0)
+    return TaskState(game, ts.task, kills, ts.original_return), reward, done, success
+
+  def step(state: vec.VecState, action, key):
+    k_step, k_reset = jax.random.split(key)
+    ts = state.env
+    stepped, reward, done, success = jax.vmap(one_step)(
+      jax.random.split(k_step, num_envs), ts, action
+    )
+    obs_re, states_re = fresh(k_reset, pool)
+    obs, new = craftax.optimistic_reset(
+      done, (obs_re, states_re), (jax.vmap(observe)(stepped), stepped)
+    )
+    new = new.replace(original_return=ts.original_return)
+    new_state, info = vec.track(state, new, reward.astype(jnp.float32), done)
+    info["achievements"] = jnp.where(done[:, None], stepped.game.achievements, False).astype(
+      jnp.float32
+    )
+    info["task"] = ts.task
+    info["success"] = success
+    return obs, new_state, reward.astype(jnp.float32), done, info
+
+  obs_dim = int(np.prod(jax.eval_shape(render_craftax_symbolic, _shape_state()).shape))
+  return vec.VecEnv(
+    name=f"dicode:{env_id}",
+    num_envs=num_envs,
+    obs_shape=(obs_dim + num_slots,),
+    num_actions=len(C.Action),
+    action_dim=0,
+    achievement_names=craftax.achievement_names(False),
+    max_return=craftax.MAX_RETURN[False],
+    reset=reset,
+    step=step,
+  )
+
+
+def _shape_state():
+  return jax.eval_shape(world.base_world, jax.random.key(0))

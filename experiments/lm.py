@@ -44,6 +44,9 @@ MODEL_FIELDS = (
   "load_balance",
   "remat",
   "dtype",
+  "scan_layers",
+  "attention_block",
+  "tie_embeddings",
 )
 # A teacher's fields come from config.distill: errors name the field the user sets.
 TEACHER_FIELDS = {
@@ -61,10 +64,13 @@ CHECKS = {
   "corpus_tokens": "positive",
   "markov_alpha": "positive",
   "peak_tflops": "nonneg",
+  "val_fraction": "open_prob",
+  "val_batches": "positive",
   "distill.teacher_steps": "positive",
   "distill.teacher_d_model": "positive",
   "distill.teacher_layers": "positive",
   "distill.eval_batches": "positive",
+  "attention_block": "positive",
   "distill.heldout_fraction": "open_prob",
   "capacity.num_strings": "positive",
   "capacity.length": "positive",
@@ -114,11 +120,13 @@ def validate(c, run) -> dict:
       raise ConfigError("config.vocab_size", f"text is byte-level: needs >= 256, got {v}")
   else:
     n_tokens = c.corpus_tokens
-  out, what = {"model": model}, "the corpus"
+  out = {"model": model}
+  fraction = c.val_fraction
   if FLAGS.mode == "distill":
     out.update(teacher=teacher_config(c, run.mesh), losses=losses)
-    n_tokens -= lm_data.heldout_size(n_tokens, c.seq_len, c.distill.heldout_fraction)
-    what = "the corpus less its held-out tail"
+    fraction = c.distill.heldout_fraction
+  n_tokens -= lm_data.heldout_size(n_tokens, c.seq_len, fraction)
+  what = "the corpus less its held-out tail"
   lm_data.check_length("config.seq_len", n_tokens, c.seq_len, what)
   return out
 
@@ -150,7 +158,8 @@ def train_lm(c, run, cfg, key, corpus, workdir, steps, update=None, extra=None, 
 
   print(
     f"[lm] {workdir.name}: {n_params / 1e6:.3f}M params, {fpt / 1e6:.2f} MFLOP/token, "
-    f"attention={cfg.attention}, peak {peak / 1e12:.3g} TFLOP/s/device ({peak_src})",
+    f"attention={cfg.attention}, peak "
+    + (f"{peak / 1e12:.3g} TFLOP/s/device ({peak_src})" if peak else f"unknown ({peak_src})"),
     flush=True,
   )
   state, result = runtime.train(
@@ -168,20 +177,47 @@ def train_lm(c, run, cfg, key, corpus, workdir, steps, update=None, extra=None, 
   )
   s = result.summary
   tok_s = s.get("steps_per_sec", float("nan")) * tokens_per_step
-  s.update(tokens_per_sec=tok_s, mfu=tok_s * fpt / (peak * n_dev), params=n_params)
-  s.update(flops_per_token=fpt)
+  s.update(tokens_per_sec=tok_s, params=n_params, flops_per_token=fpt)
+  mfu = "MFU n/a (no known peak for this device; set --config.peak_tflops)"
+  if peak is not None:
+    s["mfu"] = tok_s * fpt / (peak * n_dev)
+    mfu = f"MFU {100 * s['mfu']:.2f}%"
   experiment.write_summary(workdir, s)
   print(
     f"[lm] {workdir.name}: step {s['step']} loss {s.get('train/loss', float('nan')):.4f} | "
-    f"{tok_s:,.0f} tokens/s | MFU {100 * s['mfu']:.2f}% (last chunk, {n_dev} device(s))",
+    f"{tok_s:,.0f} tokens/s | {mfu} (last chunk, {n_dev} device(s))",
     flush=True,
   )
   return state, result
 
 
+def heldout_batches(c, heldout, key, n: int):
+  """``n`` fixed batches of held-out windows: int32[n, batch_size, seq_len + 1]."""
+  heldout = jnp.asarray(heldout)
+  windows = lambda i: lm_data.sample_windows(
+    heldout, jax.random.fold_in(key, 1000 + i), c.batch_size, c.seq_len
+  )["tokens"]
+  return jnp.stack([windows(i) for i in range(n)])
+
+
 def run_train(c, run, key, setup):
+  """Trains on the corpus less its tail; validation loss / perplexity on the tail between chunks."""
   corpus = load_corpus(c, jax.random.fold_in(key, 7))
-  train_lm(c, run, setup["model"], key, corpus, run.workdir, run.steps)
+  corpus, heldout = lm_data.heldout_split(corpus, c.seq_len, c.val_fraction)
+  val = heldout_batches(c, heldout, key, c.val_batches)
+  evaluate = jax.jit(train.eval_metrics)
+  scores = lambda state: {k: float(v) for k, v in evaluate(state, val).items()}
+  _, result = train_lm(
+    c, run, setup["model"], key, corpus, run.workdir, run.steps, extra_eval=scores
+  )
+  evals = sorted((s, ev["val_loss"]) for s, ev in result.evals.items() if "val_loss" in ev)
+  if evals:
+    plots.lines(
+      run.workdir / "validation.png",
+      {"validation": tuple(zip(*evals))},
+      "step",
+      "held-out loss (nats)",
+    )
 
 
 def run_distill(c, run, key, setup):
@@ -192,11 +228,7 @@ def run_distill(c, run, key, setup):
   teacher, t_result = train_lm(
     c, run, setup["teacher"], key, corpus, run.workdir / "teacher", steps
   )
-  heldout = jnp.asarray(heldout)
-  windows = lambda i: lm_data.sample_windows(
-    heldout, jax.random.fold_in(key, 1000 + i), c.batch_size, c.seq_len
-  )
-  ev_tokens = jnp.stack([windows(i)["tokens"] for i in range(c.distill.eval_batches)])
+  ev_tokens = heldout_batches(c, heldout, key, c.distill.eval_batches)
   evaluate = jax.jit(distill.heldout_metrics)
   scores = lambda state: {k: float(v) for k, v in evaluate(state, teacher, ev_tokens).items()}
   t_loss, t_nll = t_result.summary.get("train/loss"), scores(teacher)["heldout_nll"]

@@ -3,6 +3,10 @@
 Presets:
   tiny   ~0.1M params, 300 steps of --mode=train: ~30 s on a 2-core CPU (the default).
   small  ~126M params (GPT-2-small-like, GQA, 32k vocab), bfloat16, 200 steps: for a GPU.
+  1b     ~1.0B params (Llama-like, 18 layers, d_model 2048, GQA 16/8, 32k vocab), bfloat16,
+         seq 2048, remat of non-batch matmuls kept: one H100/H200 (MFU target >= 50 %).
+  pod    ~8B params (Llama-3-8B shape, 32k vocab), seq 8192: a pod, e.g.
+         --mesh=fsdp:-1,tensor:4 (--config.attention=ring plus context:N for long contexts).
 
 Commands (from the repository root; CPU times on a shared 2-core box):
   python -m experiments.lm                                                  # tiny, ~30 s
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import ml_collections
 
-PRESETS = ("tiny", "small")
+PRESETS = ("tiny", "small", "1b", "pod")
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
@@ -43,7 +47,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
   c.attention = "dense"  # dense | allgather | ring | ulysses | upipe (CP needs a context axis)
   c.upipe_chunks = 0  # UPipe head chunks (0: heads per device / context size)
   c.load_balance = True  # zigzag layout for causal ring/allgather context parallelism
-  c.remat = False  # jax.checkpoint every block (less memory, ~1/3 more compute)
+  c.remat = "none"  # per-block jax.checkpoint policy: none | full | dots | dots_no_batch
+  c.scan_layers = True  # nn.scan over blocks (compile time flat in depth)
+  c.attention_block = 512  # query/key block of the blockwise (flash-style) attention kernel
+  c.tie_embeddings = False  # share the input embedding with the output layer
   c.dtype = "float32"  # compute dtype: float32 | bfloat16 (params stay float32)
 
   # Data and optimisation.
@@ -55,6 +62,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
   c.lr = 3e-3  # AdamW peak learning rate (linear warmup, cosine decay to lr / 10)
   c.warmup = 20  # linear warmup steps
   c.weight_decay = 0.0  # AdamW weight decay
+  c.val_fraction = 0.05  # --mode=train: tail of the corpus held out for validation loss
+  c.val_batches = 4  # held-out batches scored at every evaluation
   c.peak_tflops = 0.0  # per-device peak for MFU; 0: by device kind (CPU: nominal 0.1)
 
   # --mode=distill: a teacher, then one student (this model) per objective, same data and steps.
@@ -78,4 +87,12 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads = 32768, 768, 12, 12, 4
     c.head_dim, c.mlp_dim, c.batch_size, c.seq_len, c.dtype = 64, 2048, 16, 1024, "bfloat16"
     c.corpus_tokens, c.steps, c.lr = 2_000_000, 200, 6e-4
+  if preset == "1b":  # 18 x (12.6M attention + 34.6M SwiGLU) + 2 x 67M embeddings ~ 1.0B
+    c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads = 32768, 2048, 18, 16, 8
+    c.head_dim, c.mlp_dim, c.batch_size, c.seq_len, c.dtype = 128, 5632, 8, 2048, "bfloat16"
+    c.remat, c.corpus_tokens, c.steps, c.lr, c.warmup = "dots_no_batch", 4_000_000, 100, 3e-4, 10
+  if preset == "pod":  # Llama-3-8B shape with a 32k vocabulary
+    c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads = 32768, 4096, 32, 32, 8
+    c.head_dim, c.mlp_dim, c.batch_size, c.seq_len, c.dtype = 128, 14336, 256, 8192, "bfloat16"
+    c.remat, c.corpus_tokens, c.steps, c.lr, c.warmup = "full", 8_000_000, 1000, 3e-4, 100
   return c

@@ -1,9 +1,12 @@
 """Language-model components (overview and commands: docs/lm.md).
 
 * `model`: decoder-only transformer (RMSNorm, RoPE, SwiGLU, GQA), logical-axis sharded.
-* `attention`: dense and context-parallel causal attention (allgather, ring, ulysses, upipe).
-* `train`: optimizer, next-token loss, sharded `TrainState` creation, ``update(state, batch, key)``.
+* `attention`: blockwise (flash-style) causal attention and context-parallel variants
+  (allgather, ring, ulysses, upipe).
+* `train`: optimizer, next-token loss, sharded `TrainState` creation, ``update(state, batch, key)``,
+  ``eval_metrics`` (validation loss / perplexity).
 * `data`: synthetic Markov corpus, byte-level text, held-out split, window batches.
+* `generate`: autoregressive sampling (greedy or temperature) from a trained state.
 * `flops`: training FLOPs per token, device peaks, tokens/s + MFU meter.
 * `distill`: HPD loss (exact port), the forward/reverse-KL family, the student update.
 * `capacity`: memorisation-capacity probe (bits/parameter on random bitstrings).

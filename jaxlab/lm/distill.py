@@ -53,8 +53,12 @@ def hpd_loss(
 ):
   """HPD loss (exact port). ``sample``: 'multinomial' (LlamaFactory) or 'greedy' (verl recipe).
 
-  Logits and labels are already aligned (logits at t predict labels at t). Returns (loss, metrics).
+  Logits and labels are already aligned (logits at t predict labels at t). Negative labels (the
+  ``-100`` of PyTorch pipelines) are ignored, like the authors' padding. Returns (loss, metrics).
   """
+  ignored = labels_BxL < 0
+  labels_BxL = jnp.where(ignored, 0, labels_BxL)
+  mask_BxL = ~ignored if mask_BxL is None else (mask_BxL > 0) & ~ignored
   ls = jax.nn.log_softmax(student_logits_BxLxV.astype(jnp.float32), axis=-1)
   lt = jax.nn.log_softmax(sg(teacher_logits_BxLxV).astype(jnp.float32), axis=-1)
   ls_y, lt_y = _take(ls, labels_BxL), _take(lt, labels_BxL)

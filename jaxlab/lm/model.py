@@ -4,7 +4,11 @@ Parameters carry logical axis names (``nn.with_logical_partitioning``) that
 `jaxlab.core.sharding.DEFAULT_RULES` maps to the mesh (embed->fsdp, heads/mlp/vocab->tensor), and
 activations are constrained to (batch->data+fsdp, seq->context). One mesh config therefore gives
 data, FSDP, tensor and context parallelism; the attention implementation is a config string
-(`jaxlab.lm.attention.IMPLS`).
+(`jaxlab.lm.attention.IMPLS`). KV heads that the tensor axis does not divide are replicated in the
+parameters and repeated in the computation (as MaxText does), so any GQA ratio runs.
+
+Layers are a ``nn.scan`` over one block (``scan_layers``; parameters stacked on a ``layers`` axis),
+so compile time does not grow with depth; ``remat`` picks a rematerialisation policy per block.
 """
 
 from __future__ import annotations
@@ -19,11 +23,18 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding as shd
-from jaxlab.core.errors import check_choice, require
+from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.lm import attention as attn_lib
 
 _POSITIVE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")
 DTYPES = ("float32", "bfloat16")
+# jax.checkpoint policies per block: what the backward pass may keep instead of recomputing.
+REMAT = {
+  "none": None,
+  "full": jax.checkpoint_policies.nothing_saveable,
+  "dots": jax.checkpoint_policies.checkpoint_dots,
+  "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +53,10 @@ class LMConfig:
   attention: str = "dense"  # one of attention.IMPLS
   upipe_chunks: int = 0  # 0: heads per device / context (one head per device per stage)
   load_balance: bool = True  # zigzag token layout for causal ring attention
-  remat: bool = False  # jax.checkpoint each block
+  remat: str = "none"  # one of REMAT: the jax.checkpoint policy of each block
   tie_embeddings: bool = False
+  scan_layers: bool = True  # nn.scan over blocks: compile time flat in depth
+  attention_block: int = attn_lib.BLOCK  # query/key block of the blockwise attention kernel
 
   def __post_init__(self):
     self.validate()
@@ -53,6 +66,8 @@ class LMConfig:
     name = lambda f: f"{prefix}.{f}" if prefix else f
     check_choice(name("attention"), self.attention, attn_lib.IMPLS)
     check_choice(name("dtype"), self.dtype, DTYPES)
+    check_choice(name("remat"), self.remat, tuple(REMAT))
+    require(self.attention_block >= 1, name("attention_block"), "must be >= 1")
     for f in _POSITIVE:
       require(getattr(self, f) >= 1, name(f), f"must be >= 1, got {getattr(self, f)}")
     require(
@@ -77,7 +92,7 @@ class LMConfig:
       return
     size = lambda axis: mesh.shape.get(axis, 1)
     cp, tp, fsdp = size("context"), size("tensor"), size("fsdp")
-    for f in ("n_heads", "n_kv_heads", "mlp_dim", "vocab_size"):
+    for f in ("mlp_dim", "vocab_size"):
       v = getattr(self, f)
       require(v % tp == 0, name(f), f"{v} is not divisible by the mesh's tensor axis ({tp})")
     require(
@@ -85,6 +100,10 @@ class LMConfig:
       name("d_model"),
       f"{self.d_model} is not divisible by the mesh's fsdp axis ({fsdp})",
     )
+    try:
+      attn_lib.check_heads(self.attention, self.n_heads, self.n_kv_heads, cp, tp, self.upipe_chunks)
+    except ConfigError as e:
+      raise ConfigError(name(e.field), e.message) from None
     if cp <= 1:
       return
     require(
@@ -97,27 +116,6 @@ class LMConfig:
     blocks = 2 * cp if zigzag else cp
     why = f"2 x context={cp} (zigzag layout)" if zigzag else f"context={cp}"
     require(seq_len % blocks == 0, name("seq_len"), f"{seq_len} must be divisible by {why}")
-    if self.attention in ("ulysses", "upipe"):
-      heads, kv = self.n_heads // tp, self.n_kv_heads // tp
-      require(
-        heads % cp == 0,
-        name("n_heads"),
-        f"Ulysses/UPipe need heads per tensor shard ({heads}) divisible by context={cp}",
-      )
-      require(
-        kv % cp == 0 or cp % kv == 0,
-        name("n_kv_heads"),
-        f"kv heads per tensor shard ({kv}) and context ({cp}) must divide one another",
-      )
-      chunks = self.upipe_chunks
-      require(
-        self.attention != "upipe"
-        or chunks == 0
-        or (heads % chunks == 0 and (heads // chunks) % cp == 0),
-        name("upipe_chunks"),
-        f"{chunks} must divide the heads per tensor shard ({heads}) into chunks of a multiple "
-        f"of context={cp} heads",
-      )
 
 
 def param_count(params) -> int:
@@ -158,22 +156,42 @@ class Attention(nn.Module):
   def __call__(self, x_BxLxD, pos_BxL):
     c = self.cfg
     dt = jnp.dtype(c.dtype)
-    wq = self.param("wq", _init(("embed", "heads", "head_dim")), (c.d_model, c.n_heads, c.head_dim))
-    wk = self.param(
-      "wk", _init(("embed", "kv_heads", "head_dim")), (c.d_model, c.n_kv_heads, c.head_dim)
-    )
-    wv = self.param(
-      "wv", _init(("embed", "kv_heads", "head_dim")), (c.d_model, c.n_kv_heads, c.head_dim)
-    )
+    qnames, knames = ("embed", "heads", "head_dim"), ("embed", "kv_heads", "head_dim")
+    wq = self.param("wq", _init(qnames), (c.d_model, c.n_heads, c.head_dim))
+    wk = self.param("wk", _init(knames), (c.d_model, c.n_kv_heads, c.head_dim))
+    wv = self.param("wv", _init(knames), (c.d_model, c.n_kv_heads, c.head_dim))
     wo = self.param("wo", _init(("heads", "head_dim", "embed")), (c.n_heads, c.head_dim, c.d_model))
+    natural = not self.is_permuted()
+    cp = 1 if self.mesh is None else self.mesh.shape.get("context", 1)
+    if c.attention == "upipe" and cp > 1:  # projections chunked per head chunk, inside UPipe
+      return attn_lib.upipe_attention(
+        x_BxLxD,
+        wq,
+        wk,
+        wv,
+        wo,
+        pos_BxL,
+        mesh=self.mesh,
+        rope=lambda x, p: rope(x, p, c.rope_theta),
+        upipe_chunks=c.upipe_chunks,
+        natural=natural,
+        block=c.attention_block,
+        dtype=dt,
+      ).astype(dt)
     x = x_BxLxD.astype(dt)
     q = jnp.einsum("bld,dhk->blhk", x, wq.astype(dt))
     k = jnp.einsum("bld,dhk->blhk", x, wk.astype(dt))
     v = jnp.einsum("bld,dhk->blhk", x, wv.astype(dt))
     q, k = rope(q, pos_BxL, c.rope_theta), rope(k, pos_BxL, c.rope_theta)
-    natural = pos_BxL if self.is_permuted() else None
     o = attn_lib.attention(
-      q, k, v, natural, impl=c.attention, mesh=self.mesh, upipe_chunks=c.upipe_chunks
+      q,
+      k,
+      v,
+      None if natural else pos_BxL,
+      impl=c.attention,
+      mesh=self.mesh,
+      upipe_chunks=c.upipe_chunks,
+      block=c.attention_block,
     )
     return jnp.einsum("blhk,hkd->bld", o, wo.astype(dt))
 
@@ -213,6 +231,34 @@ class Block(nn.Module):
     return shd.constrain(x, ("batch", "seq", None), self.mesh)
 
 
+class _ScanBlock(Block):
+  """`Block` with the ``(carry, out)`` signature of ``nn.scan``."""
+
+  def __call__(self, x_BxLxD, pos_BxL):
+    return super().__call__(x_BxLxD, pos_BxL), None
+
+
+def _blocks(cfg: LMConfig, mesh, x, pos):
+  """The residual stream through ``cfg.n_layers`` blocks (scanned or unrolled, remat policy)."""
+  policy = REMAT[cfg.remat]
+  if not cfg.scan_layers:
+    block = Block if cfg.remat == "none" else nn.remat(Block, policy=policy)
+    for i in range(cfg.n_layers):
+      x = block(cfg, mesh, name=f"block{i}")(x, pos)
+    return x
+  block = _ScanBlock if cfg.remat == "none" else nn.remat(_ScanBlock, policy=policy)
+  stack = nn.scan(
+    block,
+    variable_axes={"params": 0},
+    split_rngs={"params": True},
+    in_axes=(nn.broadcast,),
+    length=cfg.n_layers,
+    metadata_params={nn.PARTITION_NAME: "layers"},
+  )
+  x, _ = stack(cfg, mesh, name="blocks")(x, pos)
+  return x
+
+
 class Transformer(nn.Module):
   """tokens_BxL -> logits_BxLxV (float32). Causal; positions are 0..L-1."""
 
@@ -239,16 +285,14 @@ class Transformer(nn.Module):
     x = embed[tokens_BxL] if embeds_BxLxD is None else embeds_BxLxD
     x = x.astype(jnp.dtype(c.dtype))
     x = shd.constrain(x, ("batch", "seq", None), self.mesh)
-    block = nn.remat(Block) if c.remat else Block
-    for i in range(c.n_layers):
-      x = block(c, self.mesh, name=f"block{i}")(x, pos)
+    x = _blocks(c, self.mesh, x, pos)
     x = RMSNorm(name="ln_f")(x)
     if c.tie_embeddings:
-      logits = x @ embed.T.astype(x.dtype)
+      w = embed.T
     else:
       w = self.param("unembed", _init(("embed", "vocab")), (c.d_model, c.vocab_size))
-      logits = x @ w.astype(x.dtype)
-    logits = logits.astype(jnp.float32)
+    # float32 logits from the matmul itself (not a bf16 result cast up).
+    logits = jnp.einsum("bld,dv->blv", x, w.astype(x.dtype), preferred_element_type=jnp.float32)
     if perm is not None:
       inv = np.argsort(perm)
       logits, x = logits[:, inv], x[:, inv]

@@ -26,18 +26,33 @@ from jaxlab.lm.model import LMConfig, Transformer
 def make_optimizer(
   lr: float = 3e-3, warmup: int = 20, total: int = 1000, wd: float = 0.0, clip: float = 1.0
 ) -> optax.GradientTransformation:
-  """AdamW with linear warmup, cosine decay to lr / 10 over ``total`` steps, global-norm clip."""
+  """AdamW with linear warmup, cosine decay to lr / 10 over ``total`` steps, global-norm clip.
+
+  Step ``i`` (0-based) uses the schedule at ``i + 1``: the first step takes ``lr / warmup``, not 0.
+  """
+  return optax.chain(
+    optax.clip_by_global_norm(clip), optax.adamw(schedule(lr, warmup, total), weight_decay=wd)
+  )
+
+
+def schedule(lr: float, warmup: int, total: int) -> optax.Schedule:
+  """Learning rate of step ``i``: linear warmup to ``lr`` at step ``warmup - 1``, then cosine."""
   sched = optax.warmup_cosine_decay_schedule(
     0.0, lr, max(warmup, 1), max(total, warmup + 1), end_value=lr * 0.1
   )
-  return optax.chain(optax.clip_by_global_norm(clip), optax.adamw(sched, weight_decay=wd))
+  return lambda step: sched(step + 1)
 
 
 def next_token_loss(logits_BxLxV, targets_BxL, mask_BxL=None):
-  """Mean cross-entropy (nats) over unmasked positions, plus accuracy."""
+  """Mean cross-entropy (nats) over unmasked positions, plus accuracy.
+
+  Negative targets (``-100`` in PyTorch pipelines) are ignored.
+  """
+  valid = targets_BxL >= 0
+  targets_BxL = jnp.where(valid, targets_BxL, 0)
   nll = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, targets_BxL)
-  if mask_BxL is None:
-    mask_BxL = jnp.ones_like(nll)
+  mask_BxL = valid if mask_BxL is None else (mask_BxL > 0) & valid
+  mask_BxL = mask_BxL.astype(nll.dtype)
   denom = jnp.maximum(mask_BxL.sum(), 1.0)
   acc = ((logits_BxLxV.argmax(-1) == targets_BxL) * mask_BxL).sum() / denom
   return (nll * mask_BxL).sum() / denom, acc
@@ -56,8 +71,12 @@ def state_shardings(model: Transformer, tx, seq_len: int, rules=None):
   mesh = model.mesh
   abstract = jax.eval_shape(lambda k: _boxed_state(model, tx, k, seq_len), jax.random.key(0))
   logical = nn.get_partition_spec(abstract)  # PartitionSpecs of logical names; P() for scalars
-  to_mesh = lambda spec: NamedSharding(mesh, shd.logical_to_spec(tuple(spec), rules, mesh))
-  return jax.tree.map(to_mesh, logical, is_leaf=lambda x: isinstance(x, PartitionSpec))
+  # Shape-aware: a dimension the mesh axis does not divide (KV heads < tensor) is replicated.
+  to_mesh = lambda spec, x: NamedSharding(
+    mesh, shd.logical_to_spec(tuple(spec), rules, mesh, x.shape)
+  )
+  is_spec = lambda x: isinstance(x, PartitionSpec)
+  return jax.tree.map(to_mesh, logical, nn.unbox(abstract), is_leaf=is_spec)
 
 
 def create_state(
@@ -88,6 +107,12 @@ def loss_fn(params, state: TrainState, tokens_BxL1):
   """tokens of length L+1: inputs are [:-1], targets [1:]. Returns (loss, accuracy)."""
   logits = state(tokens_BxL1[:, :-1], params=params)
   return next_token_loss(logits, tokens_BxL1[:, 1:])
+
+
+def eval_metrics(state: TrainState, tokens_NxBxL1) -> dict:
+  """Mean next-token loss and perplexity over ``N`` batches of held-out windows."""
+  loss = jax.lax.map(lambda t: loss_fn(state.params, state, t)[0], tokens_NxBxL1).mean()
+  return {"val_loss": loss, "val_perplexity": jnp.exp(loss)}
 
 
 def update(state: TrainState, batch, key=None):

@@ -4,13 +4,17 @@ On the CPU backend, jaxlib 0.10 rarely loses the wake-up that signals a finished
 main thread waits inside jax forever while every XLA worker is idle (0 % CPU). jaxlab cannot fix
 that inside jaxlib, so it makes the run finish anyway. A daemon thread samples the process's CPU
 time every second; when the main thread has been inside jax (a wait for a computation) for
-`JAXLAB_STALL_SECONDS` (default 60) while the whole process used no CPU, the run is stalled, not
-slow: a running computation or compilation on CPU always burns CPU. The watchdog then prints one
+`JAXLAB_STALL_SECONDS` (default 60) while no thread of the process ran or waited to run (CPU time
+and the kernel's run-queue delay from /proc/self/task/*/schedstat both flat), the run is stalled,
+not slow: a running computation or compilation on CPU always burns CPU, and a process starved by a
+loaded machine or a high `nice` accumulates run-queue delay instead (a CPU-only test misread a
+nice-19 run on a load-30 machine as stalled). The watchdog then prints one
 line and re-executes the same command (`os.execv`), which resumes from the last checkpoint as after
 a kill (open files, hence the workdir lock, close on exec). After `JAXLAB_STALL_RESTARTS` (default
 3) restarts in a row it gives up with one line and exit code 4.
 
-Armed only where the signal means a stall: a single-process run on the CPU backend (a GPU/TPU
+Armed only where the signal means a stall: a single-process run on the CPU backend, on Linux
+(where schedstat exists) (a GPU/TPU
 run's host thread idles while the device works; a multi-process run idles at collectives waiting
 for peers, which `jaxlab.core.distributed`'s heartbeat covers). `JAXLAB_STALL_SECONDS=0` disables
 it.
@@ -35,6 +39,22 @@ def _main_thread_in_jax() -> bool:
     return False
   name = frame.f_code.co_filename.replace("\\", "/")
   return "/jax/" in name or "/jaxlib/" in name
+
+
+def _run_delay() -> float | None:
+  """Seconds the process's threads have waited on a run queue so far (None where unknown)."""
+  total = 0
+  try:
+    tids = os.listdir("/proc/self/task")
+  except OSError:
+    return None
+  for tid in tids:
+    try:
+      with open(f"/proc/self/task/{tid}/schedstat") as f:
+        total += int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+      continue  # a thread that just exited
+  return total / 1e9
 
 
 def _armed(seconds: float) -> bool:
@@ -69,12 +89,14 @@ def _restart(seconds: float, limit: int) -> None:
 
 def _watch(seconds: float, limit: int, poll: float) -> None:
   idle_since = None
-  last_cpu = time.process_time()
+  last_cpu, last_wait = time.process_time(), _run_delay()
+  if last_wait is None:
+    return  # cannot tell a stalled process from a starved one
   while True:
     time.sleep(poll)
-    cpu = time.process_time()
-    busy = cpu - last_cpu > _CPU_EPSILON * poll
-    last_cpu = cpu
+    cpu, wait = time.process_time(), _run_delay()
+    busy = cpu - last_cpu > _CPU_EPSILON * poll or wait - last_wait > _CPU_EPSILON * poll
+    last_cpu, last_wait = cpu, wait
     if busy or not _main_thread_in_jax():
       idle_since = None
       continue

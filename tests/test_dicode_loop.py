@@ -1,0 +1,467 @@
+"""DiCode's scoring, replay, curricula and session loop (jaxlab.rl.dicode), and its experiment.
+
+The loop tests run the real loop (PPO-GTrXL through the runtime, the on-disk archive, the LLM
+proposer talking to a fake OpenAI-compatible server on localhost, the sandbox's static check and
+task compilation, admission by score, kill and resume) on a tiny stand-in for the multitask
+Craftax environment, so they compile in seconds; the Craftax end-to-end run is `slow`.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import pathlib
+import threading
+import zlib
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from envs import vec
+from jaxlab.rl.dicode import curriculum as curriculum_lib
+from jaxlab.rl.dicode import scoring
+from tests.programs import run_program
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+# --- scoring ---
+
+
+def test_learnability_peaks_at_half_and_is_zero_without_episodes():
+  p = np.linspace(0.0, 1.0, 101)
+  score = scoring.learnability(p, np.full(101, 10))
+  assert int(np.argmax(score)) == 50 and score[50] == pytest.approx(0.25)
+  np.testing.assert_allclose(score, p * (1 - p), atol=1e-12)
+  assert score[0] == 0.0 and score[-1] == 0.0
+  assert scoring.learnability(0.5, 0) == 0.0  # no finished episode
+  assert scoring.learnability(-1.0, 5) == 0.0  # the "no episode" marker
+  np.testing.assert_allclose(scoring.learnability([1.7, -0.2], [3, 3]), [0.0, 0.0])
+  np.testing.assert_allclose(scoring.success_rate([3, 0], [4, 0]), [0.75, -1.0])
+
+
+def _replay_reference(scores, last, session, rho, temp):
+  """An independent loop transcription of PLR's rank + staleness mixture."""
+  n = len(scores)
+  rank = [
+    1 + sum(1 for j in range(n) if scores[j] > scores[i] or (scores[j] == scores[i] and j < i))
+    for i in range(n)
+  ]
+  w_rank = [(1.0 / r) ** (1.0 / temp) for r in rank]
+  w_rank = [w / sum(w_rank) for w in w_rank]
+  stale = [max(0, session - t) for t in last]
+  w_stale = [s / sum(stale) for s in stale] if sum(stale) > 0 else [1.0 / n] * n
+  return np.array([(1 - rho) * a + rho * b for a, b in zip(w_rank, w_stale)])
+
+
+def test_replay_weights_sum_to_one_follow_rank_and_match_the_formula():
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    scores = rng.random(7) * 0.25
+    last = rng.integers(0, 6, size=7)
+    w = scoring.replay_weights(scores, last, 6, 0.3, 1.0)
+    assert w.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(w, _replay_reference(scores, last, 6, 0.3, 1.0), rtol=1e-12)
+    np.testing.assert_allclose(
+      scoring.replay_weights(scores, last, 6, 0.5, 2.0),
+      _replay_reference(scores, last, 6, 0.5, 2.0),
+    )
+  # equal staleness: the order of the weights is the order of the scores, (1/rank) apart
+  scores = np.array([0.1, 0.25, 0.0, 0.2])
+  w = scoring.replay_weights(scores, [3, 3, 3, 3], 5)
+  assert list(np.argsort(-w)) == [1, 3, 0, 2]
+  ranks = np.array([3, 1, 4, 2])
+  expected = 0.7 * (1 / ranks) / np.sum(1 / ranks) + 0.3 / 4
+  np.testing.assert_allclose(w, expected)
+  # only staleness: proportional to sessions since last trained
+  np.testing.assert_allclose(
+    scoring.replay_weights(scores, [4, 2, 5, 0], 5, 1.0), [1 / 9, 3 / 9, 0, 5 / 9]
+  )
+
+
+def test_episode_weights_give_the_original_game_its_share():
+  w = scoring.episode_weights(5, 4, 0.2)
+  np.testing.assert_allclose(w, [0.2, 0.2, 0.2, 0.2, 0.2])
+  w = scoring.episode_weights(9, 8, 0.2)
+  assert w[8] == pytest.approx(0.2) and w[:8] == pytest.approx(np.full(8, 0.1))
+  np.testing.assert_allclose(scoring.episode_weights(3, None, 0.2), np.full(3, 1 / 3))
+
+
+def test_level_score_and_plr_buffer():
+  counts = np.array([[2, 0], [4, 4], [0, 0]])
+  finished = np.array([4, 4, 0])
+  # level 0: q = (0.5, 0) -> (0.25 + 0) / 2; level 1: q = (1, 1) -> 0; level 2: no episode
+  np.testing.assert_allclose(curriculum_lib.level_score(counts, finished), [0.125, 0.0, 0.0])
+  plr = curriculum_lib.PLR(2, 3, replay_prob=0.0, min_fill=0.5, staleness_coef=0.3, temperature=1.0)
+  rng = np.random.default_rng(0)
+  for session in range(3):  # replay_prob 0: new levels every session
+    plan = plr.plan(session, rng)
+    assert plan.kind == "levels" and plan.levels.shape == (2, 2) and plan.size == 2
+    stats = {"achievements": np.array([[1, 0], [2, 2]]), "finished": np.array([2, 2])}
+    plr.update(plan, stats, session)
+  assert len(plr.buffer) == 3  # capacity: the lowest scores left
+  assert [v["score"] for v in plr.buffer.values()] == [0.125] * 3  # the 0-scored levels left
+  plr.replay_prob = 1.0
+  replayed = plr.plan(3, rng)  # filled, replay_prob 1: buffer levels
+  assert {int(n.split("_")[1]) for n in replayed.names} <= set(plr.buffer)
+  clone = curriculum_lib.PLR(2, 3, 1.0, 0.5, 0.3, 1.0)
+  clone.load_state_dict(json.loads(json.dumps(plr.state_dict())))
+  assert clone.buffer == plr.buffer
+
+
+# --- a tiny stand-in for the multitask environment ---
+
+NUM_SLOTS = 16
+EPISODE = 3
+
+
+def _success_prob(name: str, source: str) -> float:
+  """A fixed success probability per task program (0 for the original game)."""
+  if name == "original":
+    return 0.0
+  return 0.15 + 0.7 * (zlib.crc32(source.encode()) % 1000) / 1000.0
+
+
+def toy_env(plan, num_envs: int, config, original_return: float) -> vec.VecEnv:
+  """Episodes of EPISODE steps; a unit's episode succeeds with its fixed probability."""
+  del config, original_return
+  k = plan.size
+  if plan.kind == "tasks":
+    probs = jnp.asarray([_success_prob(n, s) for n, s in zip(plan.names, plan.sources)])
+    slots = jnp.asarray(plan.slots, jnp.int32)
+  else:
+    probs, slots = jnp.full((k,), 0.3), jnp.zeros((k,), jnp.int32)
+  logw = jnp.log(jnp.asarray(plan.weights, jnp.float32))
+
+  def observe(task, t):
+    hot = jax.nn.one_hot(slots[task], NUM_SLOTS)
+    return jnp.concatenate([hot, (t / EPISODE)[:, None]], axis=1)
+
+  def reset(key):
+    task = jax.random.categorical(key, logw, shape=(num_envs,)).astype(jnp.int32)
+    t = jnp.zeros((num_envs,), jnp.float32)
+    return observe(task, t), vec.init_state({"task": task, "t": t}, num_envs)
+
+  def step(state, action, key):
+    k_new, k_succ = jax.random.split(key)
+    task, t = state.env["task"], state.env["t"] + 1
+    done = t >= EPISODE
+    success = done & (jax.random.uniform(k_succ, (num_envs,)) < probs[task])
+    reward = success.astype(jnp.float32) + 0.01 * (action == 1)
+    new_task = jax.random.categorical(k_new, logw, shape=(num_envs,)).astype(jnp.int32)
+    nxt = {"task": jnp.where(done, new_task, task), "t": jnp.where(done, 0.0, t)}
+    vstate, info = vec.track(state, nxt, reward, done)
+    info["task"], info["success"] = task, success
+    ach = jnp.stack([success, ~success], axis=1) & done[:, None]
+    info["achievements"] = ach.astype(jnp.float32)
+    return observe(nxt["task"], nxt["t"]), vstate, reward, done, info
+
+  return vec.VecEnv("toy", num_envs, (NUM_SLOTS + 1,), 2, 0, ("win", "lose"), 2.0, reset, step)
+
+
+def light_validate(sources):
+  """The sandbox's static check and task compilation, without building Craftax worlds."""
+  from jaxlab.rl.dicode import sandbox, task
+
+  out = []
+  for src in sources:
+    reasons = sandbox.check_source(src)
+    if reasons:
+      out.append(sandbox.Verdict(False, reasons[0]))
+      continue
+    try:
+      t = task.compile_task(src)
+    except task.TaskError as e:
+      out.append(sandbox.Verdict(False, str(e)))
+      continue
+    out.append(sandbox.Verdict(True, "", t.name, {}))
+  return out
+
+
+def tiny_config(**overrides) -> ml_collections.ConfigDict:
+  import importlib.util
+
+  spec = importlib.util.spec_from_file_location(
+    "dicode_cfg", ROOT / "experiments/configs/dicode.py"
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config()
+  c.sessions, c.updates_per_session, c.score_window = 2, 2, 2
+  c.tasks_per_session, c.evolve_every, c.proposals, c.parents = 5, 1, 3, 2
+  c.capacity, c.num_slots = 7, NUM_SLOTS
+  c.ppo.num_envs, c.ppo.num_steps, c.ppo.minibatches = 8, 6, 2
+  c.gtrxl.embed, c.gtrxl.num_heads, c.gtrxl.window, c.gtrxl.ffn = 8, 1, 4, 8
+  c.gtrxl.head_hidden = (8,)
+  for k, v in overrides.items():
+    c[k] = v
+  return c
+
+
+# --- a fake OpenAI-compatible model server ---
+
+GOOD = """NAME = "wood_{i}"
+DESCRIPTION = "Trees two tiles away; collect wood (variant {i})."
+RELEVANT_ACHIEVEMENTS = ("COLLECT_WOOD",)
+TASK_PARAMS = dict(needs_depletion={m})
+
+
+def generate_world(wb, key):
+  k1, k2 = wb.split(key)
+  return wb.place_randomly_near(k1, "TREE", count=3, distance=2)
+"""
+BAD = (
+  'import os\nNAME = "evil"\nRELEVANT_ACHIEVEMENTS = ("COLLECT_WOOD",)\n\n'
+  "def generate_world(wb, key):\n  return wb\n"
+)
+
+
+class FakeModel(http.server.BaseHTTPRequestHandler):
+  calls: list = []
+
+  def log_message(self, *args):
+    del args
+
+  def _reply(self, body: dict):
+    data = json.dumps(body).encode()
+    self.send_response(200)
+    self.send_header("Content-Type", "application/json")
+    self.send_header("Content-Length", str(len(data)))
+    self.end_headers()
+    self.wfile.write(data)
+
+  def do_GET(self):
+    self._reply({"data": [{"id": "fake-model"}]})
+
+  def do_POST(self):
+    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    FakeModel.calls.append(body)
+    i = len(FakeModel.calls)
+    program = BAD if i % 3 == 0 else GOOD.format(i=i, m=0.25 * (i % 4 + 1))
+    text = f"Here is the child.\n```python\n{program}```\n"
+    self._reply({"choices": [{"message": {"role": "assistant", "content": text}}]})
+
+
+@pytest.fixture(scope="module")
+def fake_model():
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeModel)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+  server.shutdown()
+  server.server_close()
+
+
+def _make_loop(workdir, url, config, hooks_make_env=toy_env, validate=light_validate):
+  from jaxlab.rl.dicode import loop, proposers, seeds
+
+  sources = seeds.load_seed_tasks()
+  archive = loop.open_archive(workdir / "archive", sources, config.num_slots)
+  cur = curriculum_lib.DiCode(
+    archive,
+    sources["original"],
+    config.tasks_per_session,
+    config.original_proportion,
+    config.staleness_coef,
+    config.temperature,
+    original_slot=config.num_slots - 1,
+  )
+  proposer = proposers.make_proposer("llm", llm_url=url, llm_model="fake-model", llm_api_key="k")
+  hooks = loop.Hooks(make_env=hooks_make_env, validate=validate)
+  return loop.Loop(
+    workdir,
+    config,
+    cur,
+    seed=0,
+    archive=archive,
+    proposer=proposer,
+    hooks=hooks,
+    log=lambda s: None,
+  )
+
+
+@pytest.fixture(scope="module")
+def dicode_run(tmp_path_factory, fake_model):
+  """Session 0 and an evolution round, a 'kill' (the process stops between sessions, and an
+  orphan candidate is planted as an interrupted round would leave it), a resume for session 1."""
+  workdir = tmp_path_factory.mktemp("dicode")
+  config = tiny_config()
+  first = _make_loop(workdir, fake_model, config)
+  first.run(stop_after=1)
+  before = {r["id"]: dict(r) for r in first.archive.records()}
+  params_before = jax.device_get(first.carried["train"].params)
+  # an evolution round killed after the archive wrote a candidate, before the loop committed
+  from jaxlab.rl.dicode import sandbox
+
+  orphan = first.archive.add(GOOD.format(i=99, m=1.0), 0, 1, sandbox.Verdict(True, "", "wood_99"))
+  second = _make_loop(workdir, fake_model, config)
+  second.load()
+  restored = second.agent_params(
+    toy_env(second.curriculum.plan(1, np.random.default_rng(0)), 8, config, 0.0)
+  )
+  state = second.run()
+  return dict(
+    workdir=workdir,
+    first=first,
+    second=second,
+    before=before,
+    state=state,
+    params_before=params_before,
+    restored=restored,
+    orphan=orphan,
+  )
+
+
+def test_fake_model_drives_propose_validate_evaluate_admit(dicode_run):
+  second, state = dicode_run["second"], dicode_run["state"]
+  assert state["session"] == 2 and len(state["history"]) == 2
+  assert len(FakeModel.calls) == 3  # one request per proposal, one round (none after the last)
+  records = second.archive.records()
+  proposed = [r for r in records if r["generation"] > 0 and r["id"] != dicode_run["orphan"]]
+  rejected = [r for r in proposed if r["status"] == "rejected"]
+  assert any("import" in r["reason"] for r in rejected), [r["reason"] for r in rejected]
+  admitted = [r for r in proposed if r["status"] in ("admitted", "retired")]
+  assert admitted, [(r["status"], r["reason"]) for r in proposed]
+  for r in admitted:
+    assert r["parent"] is not None and r["scores"], r
+    assert all(0.0 <= s["score"] <= 0.25 for s in r["scores"])
+    assert (dicode_run["workdir"] / "archive" / r["dir"] / "task.py").read_text().startswith("NAME")
+  # every trained archive task carries its learnability from the session's counts
+  trained = [r for r in records if r.get("finished")]
+  assert trained and all(
+    r["score"] == pytest.approx(scoring.learnability(r["success_rate"], r["finished"]))
+    for r in trained
+  )
+  assert any(r["score"] > 0 for r in trained)
+  index = json.loads((dicode_run["workdir"] / "archive" / "archive.json").read_text())
+  assert len(index["tasks"]) == len(records)
+
+
+def test_killed_loop_resumes_with_its_archive_intact(dicode_run):
+  before, second = dicode_run["before"], dicode_run["second"]
+  after = {r["id"]: r for r in second.archive.records()}
+  for task_id, rec in before.items():  # nothing written before the kill is lost
+    assert task_id in after
+    assert after[task_id]["scores"][: len(rec["scores"])] == rec["scores"]
+    assert after[task_id]["dir"] == rec["dir"]
+  orphan = after[dicode_run["orphan"]]
+  assert orphan["status"] == "rejected" and "interrupted" in orphan["reason"]
+  # the agent restored at session 2 is the one committed by the first process
+  same = jax.tree.map(
+    lambda a, b: np.array_equal(np.asarray(a), np.asarray(b)),
+    dicode_run["params_before"],
+    dicode_run["restored"],
+  )
+  assert all(jax.tree.leaves(same))
+  sessions = [h["session"] for h in dicode_run["state"]["history"]]
+  assert sessions == [0, 1]
+  state_file = json.loads((dicode_run["workdir"] / "loop_state.json").read_text())
+  assert state_file["session"] == 2
+
+
+def test_dicode_plan_mixes_candidates_replay_and_the_original_game(dicode_run):
+  cur = dicode_run["second"].curriculum
+  cur.candidates = [r["id"] for r in cur.archive.records() if r["status"] == "rejected"][:1]
+  plan = cur.plan(9, np.random.default_rng(1))
+  assert plan.names[-1] == "original" and plan.weights[-1] == pytest.approx(0.2)
+  assert plan.weights.sum() == pytest.approx(1.0) and plan.size <= 5
+  assert plan.ids[0] == cur.candidates[0] and plan.candidates == cur.candidates
+  assert len(set(plan.slots)) == plan.size and plan.slots[-1] == NUM_SLOTS - 1
+  cur.candidates = []
+
+
+# --- the experiment program ---
+
+
+@pytest.mark.parametrize(
+  "args,flag",
+  [
+    (["--curriculum=bogus"], "curriculum"),
+    (["--proposer=llm"], "llm_url"),
+    (["--steps=5"], "steps"),
+  ],
+)
+def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
+  r = run_program("experiments.dicode", args, tmp_path, timeout=300)
+  assert r.returncode == 2, r.stderr[-2000:]
+  lines = [ln for ln in r.stderr.strip().splitlines() if ln.startswith("error:")]
+  assert lines and lines[-1].startswith(f"error: --{flag}:"), r.stderr[-2000:]
+  assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+  "field,value",
+  [
+    ("score_window", 99),
+    ("staleness_coef", float("nan")),
+    ("original_proportion", 1.5),
+    ("num_slots", 8),
+    ("ppo.minibatches", 3),
+    ("gtrxl.num_heads", 3),
+    ("bonus", "sometimes"),
+  ],
+)
+def test_config_validation_names_the_field(field, value):
+  from jaxlab.core.errors import ConfigError
+  from jaxlab.rl.dicode import loop
+
+  config = tiny_config()
+  loop.validate_config(config, "dicode")  # the test config itself is valid
+  *parents, leaf = field.split(".")
+  node = config
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
+  with pytest.raises(ConfigError) as e:
+    loop.validate_config(config, "dicode")
+  assert e.value.field == f"config.{field}"
+
+
+def test_unreachable_model_endpoint_exits_2_before_writing(tmp_path):
+  import socket
+
+  with socket.socket() as s:  # a port nothing listens on
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  args = [
+    "--proposer=llm",
+    f"--llm_url=http://127.0.0.1:{port}/v1",
+    "--llm_model=m",
+    f"--workdir={tmp_path / 'run'}",
+  ]
+  r = run_program("experiments.dicode", args, tmp_path, timeout=300)
+  assert r.returncode == 2 and "error: --llm_url:" in r.stderr, r.stderr[-2000:]
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_experiment_end_to_end_on_craftax(tmp_path):
+  """The offline loop on Craftax-Symbolic at a tiny budget: archive, scores, evaluation."""
+  args = [
+    f"--workdir={tmp_path / 'run'}",
+    "--config.sessions=2",
+    "--config.updates_per_session=2",
+    "--config.score_window=1",
+    "--config.evolve_every=1",
+    "--config.proposals=2",
+    "--config.ppo.num_envs=8",
+    "--config.ppo.num_steps=16",
+    "--config.eval_envs=8",
+    "--config.eval_steps=50",
+  ]
+  r = run_program("experiments.dicode", args, tmp_path, timeout=3600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["sessions"] == 2 and np.isfinite(summary["eval/return"])
+  assert summary["archive"]["by_status"]["admitted"] >= 1
+  assert summary["archive"]["top"] and "score" in summary["archive"]["top"][0]
+  assert (tmp_path / "run" / "achievements.png").exists()
+  r = run_program(
+    "experiments.dicode",
+    [f"--compare={tmp_path / 'run'}", f"--workdir={tmp_path / 'cmp'}"],
+    tmp_path,
+  )
+  assert r.returncode == 0 and (tmp_path / "cmp" / "comparison.png").exists(), r.stderr[-2000:]

@@ -152,6 +152,29 @@ def bars(
   return _save(fig, path)
 
 
+def frames(path, rows: Mapping[str, np.ndarray], title: str = "") -> pathlib.Path:
+  """Image grid: a row per label, a column per step (rows: label -> [T, H, W, 3] in [0, 1])."""
+  plt = _pyplot()
+  labels = list(rows)
+  t_len = min(len(v) for v in rows.values())
+  fig, axes = plt.subplots(
+    len(labels), t_len, figsize=(1.1 * t_len, 1.25 * len(labels)), squeeze=False
+  )
+  for r, label in enumerate(labels):
+    for t in range(t_len):
+      ax = axes[r, t]
+      ax.imshow(np.clip(np.asarray(rows[label][t]), 0, 1), interpolation="nearest")
+      ax.set_xticks([])
+      ax.set_yticks([])
+      if t == 0:
+        ax.set_ylabel(label, fontsize=7)
+      if r == 0:
+        ax.set_title(f"t+{t}", fontsize=7)
+  if title:
+    fig.suptitle(title, fontsize=8)
+  return _save(fig, path)
+
+
 def learning_curves(
   workdir: str | pathlib.Path, out: str = "curves.png", skip: Sequence[str] = ("steps_per_sec",)
 ) -> pathlib.Path | None:

@@ -295,3 +295,78 @@ def make(name: str, num_actions: int, action_dim: int = 0, **kwargs) -> nn.Modul
   check_choice("policy", name, POLICIES)
   cls = {"mlp": MLPPolicy, "gru": GRUPolicy, "gtrxl": GTrXLPolicy}[name]
   return cls(num_actions=num_actions, action_dim=action_dim, **kwargs)
+
+
+# --- IMPALA-CNN + RNN actor-critic (the agent of Dedieu et al. 2025 / ITC, arXiv 2605.16457) ---
+
+
+class _ImpalaStage(nn.Module):
+  """Conv 3x3 -> max-pool 3x3 stride 2 -> two residual blocks (arXiv 1802.01561, Fig. 3)."""
+
+  channels: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Conv(self.channels, (3, 3))(x)
+    x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+    for _ in range(2):
+      y = nn.Conv(self.channels, (3, 3))(nn.relu(x))
+      x = x + nn.Conv(self.channels, (3, 3))(nn.relu(y))
+    return x
+
+
+class _ResidualTower(nn.Module):
+  """Dense -> residual (LayerNorm, ReLU, Dense) layers -> LayerNorm, ReLU, linear output."""
+
+  hidden: int
+  depth: int
+  out: int
+  out_gain: float
+
+  @nn.compact
+  def __call__(self, x):
+    h = _dense(self.hidden)(x)
+    for _ in range(self.depth):
+      h = h + _dense(self.hidden)(nn.relu(nn.LayerNorm()(h)))
+    return _dense(self.out, self.out_gain)(nn.relu(nn.LayerNorm()(h)))
+
+
+class ImpalaRNNPolicy(nn.Module):
+  """IMPALA CNN -> LayerNorm -> Dense -> GRU; actor and critic read [CNN features, GRU output].
+
+  The agent of the transformer-world-model line (Dedieu et al. 2025, arXiv 2502.01591; ITC's
+  ``nets/agent.py``): CNN channels (64, 64, 128) turn a 63x63 frame into 8x8x128 features, a
+  256-unit recurrent core runs on their projection, and residual MLP towers (2048 units, two
+  residual ReLU layers with LayerNorm) read both. The recurrent cell's type and the towers'
+  exact layout are not in the public description: a GRU and the layout of `_ResidualTower` are a
+  reconstruction. Observations are ``[T, N, H, W, C]`` pixels in [0, 1].
+  """
+
+  num_actions: int
+  action_dim: int = 0
+  channels: Sequence[int] = (64, 64, 128)
+  embed: int = 256
+  hidden: int = 256
+  head_hidden: int = 2048
+  head_depth: int = 2
+
+  def initial_carry(self, num_envs: int) -> Array:
+    return jnp.zeros((num_envs, self.hidden), jnp.float32)
+
+  @nn.compact
+  def __call__(self, carry, obs, reset):
+    t, n = obs.shape[:2]
+    x = obs.reshape((t * n,) + obs.shape[2:]).astype(jnp.float32)
+    for c in self.channels:
+      x = _ImpalaStage(c)(x)
+    z = nn.relu(x).reshape(t, n, -1)
+    r_in = nn.relu(_dense(self.embed)(nn.LayerNorm()(z)))
+    scan = nn.scan(
+      _GRUStep, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0
+    )
+    carry, y = scan(self.hidden, name="gru")(carry, (r_in, reset))
+    feat = jnp.concatenate([z, nn.relu(y)], axis=-1)
+    n_out = self.num_actions or self.action_dim
+    logits = _ResidualTower(self.head_hidden, self.head_depth, n_out, 0.01, name="actor")(feat)
+    value = _ResidualTower(self.head_hidden, self.head_depth, 1, 1.0, name="critic")(feat)[..., 0]
+    return carry, {"logits": logits}, value

@@ -319,6 +319,46 @@ def crafter_score(success_rates):
   return xp.exp(xp.mean(xp.log1p(s))) - 1.0
 
 
+def rollout(state: PPOState, env, config: PPOConfig, key: Array):
+  """``num_steps`` real environment steps -> ``(state, trajectory)``; the trajectory is a dict of
+  ``[T, N]`` records (``obs, reset, action, log_prob, value, reward, done, info``)."""
+  return _rollout(state, env, config, key)
+
+
+def learn(
+  train: TrainState,
+  traj: dict,
+  carry0,
+  last_value,
+  config: PPOConfig,
+  key,
+  *,
+  mesh=None,
+  recurrent: bool | None = None,
+):
+  """GAE then ``epochs`` x ``minibatches`` PPO steps on a rollout GIVEN AS DATA.
+
+  The hook for agents that train on rollouts not stepped here, e.g. imagined by a world model
+  (``jaxlab.rl.itc``). ``traj``: ``[T, N]`` records ``obs, reset, action, log_prob, value, reward,
+  done`` (``config.num_steps = T``, ``config.num_envs = N``); ``carry0``: the policy's carry
+  before ``traj["obs"][0]``; ``last_value``: ``V`` of the state after the last step ``[N]``.
+  Returns ``(train, mean loss parts)``.
+  """
+  if recurrent is None:
+    recurrent = jax.tree.leaves(carry0) != []
+  adv, target = gae(
+    traj["reward"], traj["value"], traj["done"], last_value, config.gamma, config.gae_lambda
+  )
+  keep = ("obs", "reset", "action", "log_prob", "value")
+  data = {**{k: traj[k] for k in keep}, "advantage": adv, "target": target}
+  return _learn(train, data, carry0, config, recurrent, mesh, key)
+
+
+def episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:
+  """Episode statistics of a real rollout's ``info`` (see :func:`make_update`'s metrics)."""
+  return _episode_stats(stats, info, env)
+
+
 def make_update(env, policy, config: PPOConfig, mesh=None) -> Callable:
   """The PPO iteration as ``update(state, batch, key) -> (state, metrics)`` (``batch`` unused).
 
@@ -337,12 +377,9 @@ def make_update(env, policy, config: PPOConfig, mesh=None) -> Callable:
     state, traj = _rollout(state, env, config, k_roll)
     traj = _constrain(traj, 1, mesh)
     _, _, last_value = state.train(state.carry, state.obs[None], state.reset[None])
-    adv, target = gae(
-      traj["reward"], traj["value"], traj["done"], last_value[0], config.gamma, config.gae_lambda
+    train, parts = learn(
+      state.train, traj, carry0, last_value[0], config, k_learn, mesh=mesh, recurrent=recurrent
     )
-    keep = ("obs", "reset", "action", "log_prob", "value")
-    data = {**{k: traj[k] for k in keep}, "advantage": adv, "target": target}
-    train, parts = _learn(state.train, data, carry0, config, recurrent, mesh, k_learn)
     stats, episode = _episode_stats(state.stats, traj["info"], env)
     iteration = train.step // (config.epochs * config.minibatches)
     env_steps = iteration.astype(jnp.float32) * env_steps_per_update

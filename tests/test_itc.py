@@ -1,0 +1,349 @@
+"""ITC decoding, tokenizer, world model and imagined rollouts (jaxlab.rl.itc; arXiv 2605.16457)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from jaxlab.core.train_state import TrainState
+from jaxlab.rl import policies
+from jaxlab.rl.itc import decode as D
+from jaxlab.rl.itc import imagine
+from jaxlab.rl.itc import tokenizer as T
+from jaxlab.rl.itc import world_model as W
+
+CFG = D.ITCConfig()
+V = 16  # synthetic vocabulary: 0 background, 1..15 objects
+B = 32
+
+
+# --- NumPy transcriptions (independent of the JAX code) ---
+
+
+def np_cost(probs, proposal, prev, alpha=0.6, tau=0.3, rows=9, cols=9, limit=4.1):
+  n = rows * cols
+  c = np.zeros((2 * n, 2 * n))
+  for i in range(n):
+    for j in range(n):
+      d = (i // cols - j // cols) ** 2 + (i % cols - j % cols) ** 2
+      d = 100.0 if d > limit else d
+      c[i, j] = alpha * d - probs[j, prev[i]] - tau
+  for d in range(n):
+    for j in range(n):
+      c[n + d, j] = -probs[j, proposal[j]] if d == j else 100.0
+  return c  # trash columns and dummy-dummy block stay 0
+
+
+def np_greedy(m, passes):
+  m = m.copy()
+  for _ in range(passes):
+    target = m.argmax(0)
+    claim = np.zeros_like(m, bool)
+    claim[target, np.arange(m.shape[1])] = True
+    conflict = np.where(claim, m, -np.inf)
+    win = np.zeros_like(m, bool)
+    win[np.arange(m.shape[0]), conflict.argmax(1)] = True
+    m[claim & ~win] = -np.inf
+  return m.argmax(0)
+
+
+def test_cost_matrix_matches_numpy():
+  rng = np.random.default_rng(0)
+  probs = rng.dirichlet(np.ones(V), size=81).astype(np.float32)
+  proposal, prev = rng.integers(0, V, 81), rng.integers(0, V, 81)
+  got = D.cost_matrix(jnp.asarray(probs), jnp.asarray(proposal), jnp.asarray(prev), CFG)
+  np.testing.assert_allclose(np.asarray(got), np_cost(probs, proposal, prev), atol=1e-5)
+
+
+def test_masks():
+  interior = D.interior_mask((9, 9), 2).reshape(9, 9)
+  assert interior.sum() == 5 * 7 and interior[1:6, 1:8].all()
+  d = D.distance_costs((9, 9), 4.1)
+  assert d[0, 2] == 4 and d[0, 10] == 2 and d[0, 3] == 100 and d[0, 20] == 100  # (2, 2) is 8
+
+
+def test_greedy_round_matches_numpy():
+  m = np.random.default_rng(1).random((12, 12)).astype(np.float32)
+  m[:, :3] = m[:, 3:6]  # ties between columns force conflicts
+  for passes in (1, 3, 12):
+    got = np.asarray(D.greedy_round(jnp.asarray(m), passes))
+    np.testing.assert_array_equal(got, np_greedy(m, passes))
+
+
+def test_sinkhorn_rounding_agrees_with_hungarian():
+  costs = np.random.default_rng(2).random((40, 20, 20)).astype(np.float32)
+  solve = jax.jit(jax.vmap(lambda c: D.greedy_round(D.sinkhorn_plan(c, 1e-3), 20)))
+  got = np.asarray(solve(jnp.asarray(costs)))
+  exact = np.asarray(D.hungarian_sources(jnp.asarray(costs)))
+  for c, e in zip(costs, exact):  # the callback agrees with scipy
+    rows, cols = linear_sum_assignment(c)
+    np.testing.assert_array_equal(e[cols], rows)
+  agree = np.mean([np.array_equal(g, e) for g, e in zip(got, exact)])
+  assert agree >= 0.95, agree
+
+
+# --- synthetic frames: K objects moving by at most one cell ---
+
+
+def _frames(seed, num=B, k=4):
+  rng = np.random.default_rng(seed)
+  prev, nxt = np.zeros((num, 81), np.int32), np.zeros((num, 81), np.int32)
+  cells = [(r, c) for r in range(2, 5) for c in range(2, 7)]
+  for b in range(num):
+    for obj, ci in enumerate(rng.choice(len(cells), k, replace=False)):
+      r, c = cells[ci]
+      tok = 1 + obj % (V - 1)
+      prev[b, r * 9 + c] = tok
+      r2, c2 = r + rng.integers(-1, 2), c + rng.integers(-1, 2)
+      r2, c2 = (r2, c2) if nxt[b, r2 * 9 + c2] == 0 else (r, c)
+      nxt[b, r2 * 9 + c2] = tok
+  return prev, nxt
+
+
+def _uncertain_logits(nxt):
+  """A world model that is sure of the border and inventory (one-hot x 10) but unsure on the
+  interior map (one-hot x 2 over 16 tokens: the true token has probability ~0.33)."""
+  onehot = jax.nn.one_hot(nxt, V)
+  interior = jnp.asarray(D.interior_mask((9, 9), 2))[None, :, None]
+  return jnp.where(interior, 2.0 * onehot, 10.0 * onehot)
+
+
+@pytest.fixture(scope="module")
+def decoders():
+  return {
+    m: jax.jit(lambda lg, p, d, k, m=m: D.decode(lg, p, d, k, m, CFG)) for m in ("sample", "itc")
+  }
+
+
+def _hist(tokens):
+  return np.stack([np.bincount(row, minlength=V)[1:] for row in np.asarray(tokens)])
+
+
+def test_itc_keeps_object_counts(decoders):
+  prev, nxt = _frames(0)
+  logits = _uncertain_logits(nxt)
+  done = jnp.zeros((B,), bool)
+  err = {}
+  for m, f in decoders.items():
+    out = f(logits, jnp.asarray(prev), done, jax.random.key(2))
+    err[m] = np.abs(_hist(out) - _hist(nxt)).sum(1).mean()
+  # ~0.5 in NumPy simulations of 200 frames; 0.7 leaves room for the 32 frames drawn here.
+  assert err["itc"] < 0.7 * err["sample"], err
+
+
+def test_hungarian_itc_is_in_place_persistence():
+  """With alpha_d = 0.6 > tau_trash = 0.3 a copy over a distance >= 1 costs more than generating
+  the sample (p_j[t_j] is the largest p_j), so the exact ITC decoding keeps c_j in place iff
+  p_j[c_j] + tau_trash > p_j[t_j] on interior cells of live episodes, and samples otherwise."""
+  rng = np.random.default_rng(8)
+  logits = jnp.asarray(1.5 * rng.normal(size=(4, 81, V)), jnp.float32)
+  prev = rng.integers(0, V, (4, 81))
+  done = np.array([False, False, True, False])
+  key = jax.random.key(9)
+  out = D.decode(logits, jnp.asarray(prev), jnp.asarray(done), key, "itc_hungarian", CFG)
+  pert = np.asarray(logits + jax.random.gumbel(key, logits.shape), np.float64)
+  p = np.exp(pert - pert.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  t = pert.argmax(-1)
+  keep = np.take_along_axis(p, prev[..., None], -1)[..., 0] + 0.3 > p.max(-1)
+  keep &= D.interior_mask((9, 9), 2)[None] & ~done[:, None]
+  np.testing.assert_array_equal(np.asarray(out), np.where(keep, prev, t))
+  assert 0 < keep.sum() < keep.size  # both branches occur
+
+
+def test_peaked_logits_give_argmax(decoders):
+  prev, nxt = _frames(3)
+  logits = 50.0 * jax.nn.one_hot(nxt, V)
+  out = decoders["itc"](logits, jnp.asarray(prev), jnp.zeros((B,), bool), jax.random.key(4))
+  np.testing.assert_array_equal(np.asarray(out), nxt)
+
+
+def test_done_disables_copies(decoders):
+  prev, _ = _frames(5)
+  logits = jnp.zeros((B, 81, V))  # flat: ITC would copy previous tokens everywhere it may
+  key = jax.random.key(6)
+  sampled = decoders["sample"](logits, jnp.asarray(prev), jnp.ones((B,), bool), key)
+  done = decoders["itc"](logits, jnp.asarray(prev), jnp.ones((B,), bool), key)
+  live = decoders["itc"](logits, jnp.asarray(prev), jnp.zeros((B,), bool), key)
+  np.testing.assert_array_equal(np.asarray(done), np.asarray(sampled))
+  interior = D.interior_mask((9, 9), 2)
+  kept = lambda out: np.mean(np.asarray(out)[:, interior] == prev[:, interior])
+  assert kept(sampled) < 0.2 < 0.35 < kept(live), (kept(sampled), kept(live))
+
+
+# --- tokenizer ---
+
+
+def test_tokenizer_round_trip_exact():
+  cfg = T.TokenizerConfig(codebook_size=64, max_candidates=256)  # >= the 243 patches
+  rng = np.random.default_rng(7)
+  palette = rng.integers(0, 256, (20, 7, 7, 3)) / 255.0  # distinct patches (far apart)
+  idx = rng.integers(0, 20, (3, 9, 9))
+  frames = palette[idx].transpose(0, 1, 3, 2, 4, 5).reshape(3, 63, 63, 3).astype(np.float32)
+  book = T.grow(T.init(cfg), jnp.asarray(frames), cfg)
+  assert int(book.size) == len(np.unique(idx))
+  out = T.decode(book, T.encode(book, jnp.asarray(frames), cfg), cfg)
+  assert float(jnp.max(jnp.abs(out - frames))) == 0.0
+  # A full codebook stops growing at its size.
+  small = T.TokenizerConfig(codebook_size=8, max_candidates=256)
+  assert int(T.grow(T.init(small), jnp.asarray(frames), small).size) == 8
+
+
+def test_tokenizer_threshold():
+  cfg = T.TokenizerConfig(codebook_size=8, threshold=0.75)
+  base = np.zeros((1, 63, 63, 3), np.float32)
+  near = base.copy()
+  near[0, :7, :7, 0] = np.sqrt(0.7 / 49)  # squared distance 0.7 < 0.75: same code
+  far = base.copy()
+  far[0, :7, :7, 0] = np.sqrt(0.8 / 49)  # 0.8 > 0.75: a new code
+  book = T.grow(T.init(cfg), jnp.asarray(base), cfg)
+  assert int(T.grow(book, jnp.asarray(near), cfg).size) == 1
+  assert int(T.grow(book, jnp.asarray(far), cfg).size) == 2
+
+
+# --- world model and imagination ---
+
+WM = W.WorldModelConfig(
+  vocab_size=16,
+  num_actions=5,
+  max_blocks=5,
+  embed=24,
+  layers=1,
+  heads=2,
+  dropout=0.0,
+  rope="spatiotemporal",
+  absolute_embedding=True,
+)
+
+
+def test_world_model_is_block_causal():
+  wm = W.WorldModel(WM)
+  tok = jax.random.randint(jax.random.key(0), (2, 3, 81), 0, 16)
+  act = jnp.zeros((2, 3), jnp.int32)
+  params = wm.init(jax.random.key(1), tok, act)["params"]
+  apply = jax.jit(lambda t, a: wm.apply({"params": params}, t, a)[0])
+  obs, obs2 = apply(tok, act), apply(tok.at[:, 2, 5].set(0), act.at[:, 2].set(3))
+  np.testing.assert_array_equal(np.asarray(obs[:, :2]), np.asarray(obs2[:, :2]))
+  assert float(jnp.max(jnp.abs(obs[:, 2] - obs2[:, 2]))) > 0
+  pos = np.asarray(W.positions(WM, 2))
+  np.testing.assert_array_equal(pos[81], [1, 4, 4])  # action of frame 0: time 1, grid centre
+  np.testing.assert_array_equal(pos[82 + 10], [2, 1, 1])  # token 10 of frame 1: (x, y) = (1, 1)
+
+
+def test_impala_policy_shapes():
+  policy = policies.ImpalaRNNPolicy(17)
+  carry = policy.initial_carry(3)
+  obs, reset = jnp.zeros((2, 3, 63, 63, 3)), jnp.zeros((2, 3), bool)
+  params = jax.eval_shape(lambda: policy.init(jax.random.key(0), carry, obs, reset))
+  out = jax.eval_shape(lambda p: policy.apply(p, carry, obs, reset), params)
+  assert out[0].shape == (3, 256) and out[1]["logits"].shape == (2, 3, 17)
+  assert out[2].shape == (2, 3)
+  # The actor and critic read 8 x 8 x 128 CNN features plus the 256 recurrent units.
+  assert params["params"]["actor"]["Dense_0"]["kernel"].shape == (8 * 8 * 128 + 256, 2048)
+
+
+def test_imagined_rollout_under_jit():
+  # A small recurrent policy keeps compilation cheap; the IMPALA agent runs in the slow test.
+  policy = policies.GRUPolicy(5, embed=8, hidden=8, head_hidden=(8,))
+  carry = policy.initial_carry(2)
+  obs = jnp.zeros((1, 2, 63, 63, 3))
+  ptrain = TrainState.create(
+    policy,
+    policy.init(jax.random.key(0), carry, obs, jnp.ones((1, 2), bool))["params"],
+    optax_sgd(),
+  )
+  wm = W.WorldModel(WM)
+  tok = jnp.zeros((1, 5, 81), jnp.int32)
+  wparams = wm.init(jax.random.key(1), tok, jnp.zeros((1, 5), jnp.int32))["params"]
+  wtrain = TrainState.create(wm, wparams, optax_sgd())
+  tcfg = T.TokenizerConfig(codebook_size=16)
+  frames = jax.random.uniform(jax.random.key(2), (2, 3, 63, 63, 3))
+  book = T.grow(T.init(tcfg), frames[:, -1], tcfg)
+  start = {"obs": frames, "reset": jnp.zeros((2, 3), bool), "done": jnp.zeros((2,), bool)}
+
+  @jax.jit
+  def run(key):
+    return imagine.rollout(
+      ptrain,
+      wtrain,
+      book,
+      start,
+      key,
+      horizon=5,
+      method="itc",
+      itc_cfg=CFG,
+      tok_cfg=tcfg,
+      max_blocks=5,
+    )
+
+  traj, _, last_value = run(jax.random.key(3))
+  assert traj["obs"].shape == (5, 2, 63, 63, 3) and traj["reward"].shape == (5, 2)
+  for x in jax.tree.leaves((traj, last_value)):
+    assert np.all(np.isfinite(np.asarray(x, np.float32)))
+
+
+def optax_sgd():
+  import optax
+
+  return optax.sgd(1e-3)
+
+
+def test_experiment_rejects_bad_decode(tmp_path):
+  out = subprocess.run(
+    [sys.executable, "-m", "experiments.itc", "--decode=bogus", f"--workdir={tmp_path}/w"],
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode == 2 and "--decode" in out.stderr, out.stderr[-500:]
+  assert not (tmp_path / "w").exists()
+
+
+def test_replay_keeps_the_latest_steps_in_order():
+  from jaxlab.rl.itc import buffer
+
+  rep = buffer.init(2, 5, (1, 1, 3))
+  for start in (0, 3, 6):  # 9 steps written into a ring of 5: steps 4..8 remain
+    t = jnp.arange(start, start + 3)
+    traj = {
+      "obs": jnp.zeros((3, 2, 1, 1, 3)),
+      "reset": jnp.zeros((3, 2), bool),
+      "action": jnp.stack([t, t + 100], 1),
+      "reward": jnp.zeros((3, 2)),
+      "done": jnp.zeros((3, 2), bool),
+    }
+    rep = buffer.add(rep, traj)
+  seq = buffer.sample(rep, jax.random.key(0), 64, 5)
+  a = np.asarray(seq["action"])
+  np.testing.assert_array_equal(a % 100, np.broadcast_to(np.arange(4, 9), a.shape))
+  assert set(np.unique(a // 100)) == {0, 1}
+
+
+@pytest.mark.slow
+def test_tokenizer_round_trip_on_craftax_frames():
+  from envs import craftax
+
+  env = craftax.make("craftax-classic-pixels", 4, reset_ratio=4)
+  obs, _ = env.reset(jax.random.key(0))
+  cfg = T.TokenizerConfig()
+  book = T.grow(T.init(cfg), obs, cfg)
+  assert 0 < int(book.size) <= cfg.codebook_size
+  out = T.decode(book, T.encode(book, obs, cfg), cfg)
+  assert float(jnp.max(jnp.abs(out - obs))) == 0.0
+
+
+@pytest.mark.slow
+def test_tiny_experiment_runs_and_resumes(tmp_path):
+  base = [sys.executable, "-m", "experiments.itc", f"--workdir={tmp_path}/w", "--log_every=1"]
+  first = subprocess.run(base + ["--steps=2"], capture_output=True, text=True, timeout=3000)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert (tmp_path / "w" / "rollout.png").exists() and (tmp_path / "w" / "summary.json").exists()
+  again = subprocess.run(base + ["--steps=3"], capture_output=True, text=True, timeout=3000)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert "return" in again.stdout

@@ -43,3 +43,10 @@ run vi 60 $PY -m benchmarks.vi
 # PPO on Craftax: env-only builtin reset (a), optimistic resets (b), PPO MLP (c), at 1024 envs.
 run ppo 420 $PY -m benchmarks.ppo --envs=craftax-classic-symbolic,craftax-symbolic --num_envs=1024 --rollout=64 --iterations=4
 run dasbs 60 $PY -m benchmarks.dasbs  # default preset: L = 24 at beta_c
+# ITC (paper shapes): imagined tokens/s, world-model steps/s, decode cost of ITC / ITC-Hungarian vs
+# sampling. The Sinkhorn figures need ott-jax (+ jaxopt lineax equinox jaxtyping wadler-lindig) in
+# .wheels; without it benchmarks.itc skips them and prints why.
+$PY -m pip install -q --no-index --find-links .wheels ott-jax 2>&1 | tail -1
+run itc 300 $PY -m benchmarks.itc --scale=paper
+# LM: the ~1B preset's training tokens/s + MFU.
+run lm1b 420 $PY -m benchmarks.lm --part=throughput --model=1b --steps=10

@@ -1,0 +1,224 @@
+"""ITC world-model agent: imagination and world-model training throughput, decoding cost.
+
+  python -m benchmarks.itc                      # tiny CPU shape (experiments/configs/itc.py TINY)
+  python -m benchmarks.itc --scale=paper        # the paper's shapes (a GPU run)
+      [--batch=0] [--repeats=5] [--decodes=sample,itc,itc_hungarian]
+
+In one process, at the sizes of `experiments.itc` (``--scale``), random weights and a full
+codebook (throughput does not depend on what was learned, except Sinkhorn's iteration count):
+  (1) imagined tokens/s: one jitted `jaxlab.rl.itc.imagine.rollout` (IMPALA-RNN policy + world
+      model re-run over its fixed context + decoding + codebook lookup), ``imag_batch`` rollouts
+      of ``horizon`` steps, 81 tokens a frame, for each ``--decodes`` method; printed as a ratio
+      against ``sample`` (independent sampling) in the same run;
+  (2) world-model train steps/s: one `TrainState.apply_loss` step on ``wm_batch`` sequences of
+      ``max_blocks + 1`` frames (block teacher forcing), and its tokens/s;
+  (3) decoding alone: `decode.decode` on ``[imag_batch, 81, codebook]`` logits peaked on the
+      previous frame's tokens (as a trained model's are) for sample, argmax, ITC (Sinkhorn +
+      greedy rounding) and ITC-Hungarian (scipy on the host), as ms/call and ratio to sample.
+Every figure: compile (first call) excluded and printed, then the median of ``--repeats`` timed
+calls, each ended by ``block_until_ready``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import optax
+from absl import flags
+
+from experiments.configs import itc as itc_configs
+from jaxlab.core import experiment
+from jaxlab.core.train_state import TrainState
+from jaxlab.rl import policies
+from jaxlab.rl.itc import decode as decode_lib
+from jaxlab.rl.itc import imagine
+from jaxlab.rl.itc import tokenizer as tok_lib
+from jaxlab.rl.itc import world_model as wm_lib
+
+_SCALE = flags.DEFINE_enum("scale", "tiny", ["tiny", "paper"], "Shapes: TINY or the paper's.")
+_BATCH = flags.DEFINE_integer("batch", 0, "Imagined rollouts in parallel (0: the config's).")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per figure (median kept).")
+_DECODES = flags.DEFINE_list(
+  "decodes", ["sample", "itc", "itc_hungarian"], "Decoding methods of the imagination figure."
+)
+UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile", "steps")
+NUM_ACTIONS = 17  # Craftax-Classic
+OBS = (63, 63, 3)
+
+
+def _timed(fn, *args):
+  """(compile + first call seconds, median steady seconds) of a jitted ``fn(*args)``."""
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  first = time.perf_counter() - t0
+  times = []
+  for _ in range(_REPEATS.value):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t0)
+  return first, statistics.median(times)
+
+
+def shapes():
+  """The config of `experiments.itc` at ``--scale`` (preset ``itc``) and the batch."""
+  c = itc_configs.get_config()
+  overrides = dict(itc_configs.PRESETS["itc"])
+  if _SCALE.value == "tiny":
+    overrides.update(itc_configs.TINY)
+  with c.unlocked():
+    c.update(overrides)
+  return c, _BATCH.value or c.imag_batch
+
+
+def build(c, batch: int, key):
+  """(policy train state, world-model train state, full random codebook, ITC config)."""
+  k_p, k_w, k_b = jax.random.split(key, 3)
+  policy = policies.ImpalaRNNPolicy(
+    NUM_ACTIONS,
+    channels=tuple(c.channels),
+    embed=c.policy_embed,
+    hidden=c.policy_hidden,
+    head_hidden=c.head_hidden,
+  )
+  carry = policy.initial_carry(batch)
+  obs = jnp.zeros((1, batch) + OBS)
+  p_params = policy.init(k_p, carry, obs, jnp.ones((1, batch), bool))["params"]
+  wm_cfg = wm_lib.WorldModelConfig(
+    vocab_size=c.codebook_size,
+    num_actions=NUM_ACTIONS,
+    max_blocks=c.max_blocks,
+    embed=c.wm_embed,
+    layers=c.wm_layers,
+    heads=c.wm_heads,
+    dropout=c.wm_dropout,
+    rope=c.rope,
+    absolute_embedding=c.absolute_embedding,
+  ).validate()
+  wm = wm_lib.WorldModel(wm_cfg)
+  tokens = jnp.zeros((1, c.max_blocks, wm_cfg.tokens_per_frame), jnp.int32)
+  w_params = wm.init(k_w, tokens, jnp.zeros((1, c.max_blocks), jnp.int32))["params"]
+  tok_cfg = tok_lib.TokenizerConfig(codebook_size=c.codebook_size)
+  codes = jax.random.uniform(k_b, (c.codebook_size, tok_cfg.patch_dim))
+  book = tok_lib.Codebook(codes, jnp.int32(c.codebook_size))
+  itc_cfg = decode_lib.ITCConfig(
+    num_dummy=c.num_dummy,
+    distance_coef=c.distance_coef,
+    trash_cost=c.trash_cost,
+    epsilon=c.sinkhorn_epsilon,
+  ).validate()
+  adam = optax.adam(c.lr)
+  policy_train = TrainState.create(policy, p_params, adam)
+  wm_train = TrainState.create(wm, w_params, optax.adam(c.wm_lr))
+  return policy_train, wm_train, book, tok_cfg, itc_cfg
+
+
+def bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, itc_cfg, key):
+  """(1): imagined tokens/s per decoding method, ratio to sampling (timed first)."""
+  k_o, k_r = jax.random.split(key)
+  start = {
+    "obs": jax.random.uniform(k_o, (batch, c.burn_in + 1) + OBS),
+    "reset": jnp.zeros((batch, c.burn_in + 1), bool),
+    "done": jnp.zeros((batch,), bool),
+  }
+  tokens = batch * c.horizon * wm_train.model_def.cfg.tokens_per_frame
+  print(f"(1) imagination: {batch} rollouts x {c.horizon} steps, burn-in {c.burn_in}")
+  rates = {}
+  for method in sorted(methods, key=lambda m: m != "sample"):
+
+    def run(policy_train, wm_train, book, start, key, method=method):
+      traj, _, last = imagine.rollout(
+        policy_train,
+        wm_train,
+        book,
+        start,
+        key,
+        horizon=c.horizon,
+        method=method,
+        itc_cfg=itc_cfg,
+        tok_cfg=tok_cfg,
+        max_blocks=c.max_blocks,
+      )
+      return traj["reward"].sum() + last.sum()
+
+    first, dt = _timed(jax.jit(run), policy_train, wm_train, book, start, k_r)
+    rates[method] = tokens / dt
+    ratio = f"   x{rates[method] / rates['sample']:.3f} of sample" if "sample" in rates else ""
+    print(
+      f"  {method:14s}: {rates[method]:12,.0f} imagined tokens/s  {dt * 1e3:9.1f} ms/rollout"
+      f"   (compile+first {first:.1f} s){ratio}"
+    )
+
+
+def bench_world_model(c, wm_train, key):
+  """(2): world-model train steps/s (one Adam step on a batch of sequences)."""
+  cfg = wm_train.model_def.cfg
+  k_t, k_a, k_r, k_d, k_l = jax.random.split(key, 5)
+  b, t = c.wm_batch, c.max_blocks
+  batch = {
+    "tokens": jax.random.randint(k_t, (b, t + 1, cfg.tokens_per_frame), 0, cfg.vocab_size),
+    "actions": jax.random.randint(k_a, (b, t), 0, NUM_ACTIONS),
+    "reward": jax.random.bernoulli(k_r, 0.1, (b, t)).astype(jnp.float32),
+    "done": jax.random.bernoulli(k_d, 0.02, (b, t)),
+  }
+
+  @jax.jit
+  def step(state, batch, key):
+    state, metrics = state.apply_loss(wm_lib.loss, state.model_def, batch, key)
+    return state, metrics["wm_loss"]
+
+  first, dt = _timed(step, wm_train, batch, k_l)
+  tokens = b * t * cfg.tokens_per_block
+  print(
+    f"(2) world model ({cfg.layers} layers, embed {cfg.embed}, context {t} x "
+    f"{cfg.tokens_per_block} tokens, batch {b}): {1 / dt:8.1f} train steps/s, "
+    f"{tokens / dt:12,.0f} tokens/s  (compile+first {first:.1f} s)"
+  )
+
+
+def bench_decode(c, batch, methods, itc_cfg, key):
+  """(3): one decoding call per method on peaked synthetic logits, ratio to sampling."""
+  n = itc_cfg.num_dummy
+  k_p, k_l, k_d = jax.random.split(key, 3)
+  prev = jax.random.randint(k_p, (batch, n), 0, c.codebook_size)
+  noise = jax.random.normal(k_l, (batch, n, c.codebook_size))
+  logits = noise + 4.0 * jax.nn.one_hot(prev, c.codebook_size)
+  done = jnp.zeros((batch,), bool)
+  print(f"(3) decoding alone: logits [{batch}, {n}, {c.codebook_size}]")
+  base = None
+  for method in methods:
+    fn = jax.jit(lambda lg, p, d, k, m=method: decode_lib.decode(lg, p, d, k, m, itc_cfg))
+    first, dt = _timed(fn, logits, prev, done, k_d)
+    base = dt if method == "sample" else base
+    print(
+      f"  {method:14s}: {dt * 1e3:9.3f} ms/call   x{dt / base:8.2f} the cost of sample"
+      f"   (compile+first {first:.1f} s)"
+    )
+
+
+def main(argv):
+  del argv
+  for name in UNUSED_FLAGS:
+    experiment.require(not flags.FLAGS[name].present, name, "is not used by benchmarks.itc")
+  experiment.require(_REPEATS.value >= 1, "repeats", f"must be >= 1, got {_REPEATS.value}")
+  experiment.require(_BATCH.value >= 0, "batch", f"must be >= 0, got {_BATCH.value}")
+  methods = experiment.check_list("decodes", _DECODES.value, decode_lib.METHODS)
+  c, batch = shapes()
+  print(f"scale={_SCALE.value}  backend={jax.default_backend()}  ({jax.devices()[0].device_kind})")
+  all_methods = list(decode_lib.METHODS)
+  if importlib.util.find_spec("ott") is None:  # the Sinkhorn solve needs ott-jax
+    print("ott-jax is not installed: the itc (Sinkhorn) figures are skipped")
+    methods = [m for m in methods if m != "itc"]
+    all_methods.remove("itc")
+  k_b, k_i, k_w, k_d = jax.random.split(jax.random.key(0), 4)
+  policy_train, wm_train, book, tok_cfg, itc_cfg = build(c, batch, k_b)
+  bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, itc_cfg, k_i)
+  bench_world_model(c, wm_train, k_w)
+  bench_decode(c, batch, all_methods, itc_cfg, k_d)
+
+
+if __name__ == "__main__":
+  experiment.run(main)

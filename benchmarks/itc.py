@@ -87,17 +87,7 @@ def build(c, batch: int, key):
   carry = policy.initial_carry(batch)
   obs = jnp.zeros((1, batch) + OBS)
   p_params = policy.init(k_p, carry, obs, jnp.ones((1, batch), bool))["params"]
-  wm_cfg = wm_lib.WorldModelConfig(
-    vocab_size=c.codebook_size,
-    num_actions=NUM_ACTIONS,
-    max_blocks=c.max_blocks,
-    embed=c.wm_embed,
-    layers=c.wm_layers,
-    heads=c.wm_heads,
-    dropout=c.wm_dropout,
-    rope=c.rope,
-    absolute_embedding=c.absolute_embedding,
-  ).validate()
+  wm_cfg = wm_lib.WorldModelConfig.from_config(c, NUM_ACTIONS).validate()
   wm = wm_lib.WorldModel(wm_cfg)
   tokens = jnp.zeros((1, c.max_blocks, wm_cfg.tokens_per_frame), jnp.int32)
   w_params = wm.init(k_w, tokens, jnp.zeros((1, c.max_blocks), jnp.int32))["params"]

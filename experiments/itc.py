@@ -105,17 +105,7 @@ def resolve(config):
 def agent_config(c, num_actions: int) -> dyna.DynaConfig:
   return dyna.DynaConfig(
     ppo=ppo.PPOConfig.from_config(c, anneal_lr=False),
-    wm=wm_lib.WorldModelConfig(
-      vocab_size=c.codebook_size,
-      num_actions=num_actions,
-      max_blocks=c.max_blocks,
-      embed=c.wm_embed,
-      layers=c.wm_layers,
-      heads=c.wm_heads,
-      dropout=c.wm_dropout,
-      rope=c.rope,
-      absolute_embedding=c.absolute_embedding,
-    ),
+    wm=wm_lib.WorldModelConfig.from_config(c, num_actions),
     tokenizer=tok_lib.TokenizerConfig(
       codebook_size=c.codebook_size, threshold=c.threshold, max_candidates=c.max_candidates
     ),

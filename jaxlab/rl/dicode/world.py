@@ -57,28 +57,6 @@ _MOBS = {  # name -> (class attribute, craftax MobType value, type id)
 _INVENTORY_MAX = {"pickaxe": 4, "sword": 4, "bow": 1}  # tool tiers; everything else caps at 99
 _INVENTORY_CAP = 99
 _GROUND = ("GRASS", "SAND", "PATH", "FIRE_GRASS", "ICE_GRASS")  # walkable, items can go here
-PUBLIC_ATTRIBUTES = (
-  "split",
-  "set_starting_floor",
-  "set_player_inventory",
-  "set_player_stats",
-  "set_weapon_enchantments",
-  "set_armour_enchantments",
-  "set_learned_spells",
-  "set_monsters_killed",
-  "place_block",
-  "fill_area",
-  "add_mob",
-  "add_mobs_randomly_near",
-  "place_randomly",
-  "place_randomly_near",
-  "place_adjacent_to_existing",
-  "build",
-  "player_position",
-  "player_level",
-  "map_size",
-  "num_levels",
-)
 
 
 def _game():

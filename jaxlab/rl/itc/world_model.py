@@ -59,6 +59,21 @@ class WorldModelConfig:
   reward_coef: float = 1.0
   termination_coef: float = 1.0
 
+  @classmethod
+  def from_config(cls, c, num_actions: int) -> WorldModelConfig:
+    """The world model of an experiment config (`experiments/configs/itc.py` field names)."""
+    return cls(
+      vocab_size=c.codebook_size,
+      num_actions=num_actions,
+      max_blocks=c.max_blocks,
+      embed=c.wm_embed,
+      layers=c.wm_layers,
+      heads=c.wm_heads,
+      dropout=c.wm_dropout,
+      rope=c.rope,
+      absolute_embedding=c.absolute_embedding,
+    )
+
   @property
   def tokens_per_frame(self) -> int:
     return self.grid[0] * self.grid[1]

@@ -184,14 +184,50 @@ def test_cli_bad_input_exits_2_naming_the_field(tmp_path):
   cases = {
     "--config.lr=nan": "--config.lr",
     "--config.n_kv_heads=3": "--config.n_kv_heads",
-    "--config.seq_len=5000": "--config.seq_len",  # longer than the 1000-token corpus
+    "--config.seq_len=50000": "--config.seq_len",  # longer than the embedded validation text
+    f"--config.text={tmp_path}/missing": "--config.text",
+    "--config.vocab_size=100": "--config.vocab_size",  # BPE needs the 256 bytes + EOT
+    "--mode=generate": "--workdir",  # nothing trained there
   }
   for arg, field in cases.items():
-    r = _cli([arg, "--config.corpus_tokens=1000"], tmp_path, timeout=120)
+    r = _cli([arg, f"--workdir={tmp_path}/run"], tmp_path, timeout=120)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
     assert lines[0].startswith(f"error: {field}:"), lines
   assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # ~30 s CPU (two fresh processes); test_lm_data covers the pieces in-process
+def test_cli_trains_bpe_on_text_and_generates_from_the_checkpoint(tmp_path):
+  """The default data path: BPE on the embedded text, shards, validation curve; then
+  --mode=generate restores the checkpoint and samples the same text the run printed."""
+  args = [
+    f"--workdir={tmp_path}/run",
+    "--steps=4",
+    "--log_every=2",
+    "--config.n_layers=1",
+    "--config.seq_len=32",
+    "--config.vocab_size=300",
+    "--config.generate.tokens=12",
+    "--config.generate.temperature=0",
+  ]
+  out = _cli(args, tmp_path)
+  assert out.returncode == 0, out.stderr[-2000:]
+  run = tmp_path / "run"
+  index = json.loads((run / "data" / "index.json").read_text())
+  assert index["tokenizer"] == "bpe" and index["vocab_size"] == 300
+  assert (run / "data" / "tokenizer" / "tokenizer.json").exists()
+  evals = (run / "eval.csv").read_text().splitlines()
+  assert "val_loss" in evals[0] and "val_perplexity" in evals[0] and len(evals) >= 3
+  assert (run / "validation.png").exists()
+  summary = json.loads((run / "summary.json").read_text())
+  assert summary["step"] == 4 and np.isfinite(summary["eval/val_loss"])
+  sample = out.stdout.split("[lm] sample:\n", 1)[1].strip()
+  assert sample.startswith("ROMEO:") and len(sample) > len("ROMEO:")
+  gen = _cli(args + ["--mode=generate"], tmp_path)
+  assert gen.returncode == 0, gen.stderr[-2000:]
+  assert "at step 4" in gen.stdout and gen.stdout.rstrip().endswith(sample)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 @pytest.mark.slow  # ~30 s CPU (fresh JAX import + compile); in-process tests cover the same paths
@@ -204,7 +240,7 @@ def test_experiment_cli_mesh_run(tmp_path):
     "--mesh=data:2,fsdp:2,context:2",
     "--config.attention=ulysses",
     "--config.seq_len=32",
-    "--config.corpus_tokens=4000",
+    "--config.vocab_size=300",
     "--config.n_layers=1",
   ]
   out = _cli(args, tmp_path, devices=8)

@@ -1,22 +1,26 @@
-"""LM data: a synthetic Markov corpus, byte-level text files, held-out splits and window batches.
+"""LM data: the synthetic in-memory corpus, held-out splits, and the streaming shard loader.
 
-A corpus is a 1-D int32 array of token ids; a batch is ``{"tokens": int32[B, L + 1]}`` (inputs are
-``tokens[:, :-1]``, targets ``tokens[:, 1:]``), sampled as random windows of the corpus.
+A batch is ``{"tokens": int32[B, L + 1]}`` (inputs ``tokens[:, :-1]``, targets ``tokens[:, 1:]``).
+In memory, `sample_windows` draws random windows of a 1-D corpus inside jit. From shards on disk
+(`jaxlab.lm.shards`), `StreamLoader` maps a *position* (windows consumed so far) to a batch: the
+split is cut into non-overlapping windows of ``seq_len + 1`` tokens (consecutive windows share one
+token), visited in a seeded per-epoch permutation. `fetch` reads that batch inside jit through a
+host callback; with a mesh, each device reads only its own rows (so each process reads its slice).
+The position lives in the train state (``LMState.data_position``) and is saved with every
+checkpoint, so a resumed run sees exactly the batches an uninterrupted run would.
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from jaxlab.core import sharding
 from jaxlab.core.errors import require
-
-BYTE_VOCAB = 256  # a text file is read as bytes
 
 
 def synthetic_corpus(key, n_tokens: int, vocab: int, alpha: float) -> np.ndarray:
@@ -37,18 +41,6 @@ def synthetic_corpus(key, n_tokens: int, vocab: int, alpha: float) -> np.ndarray
     t = min(int(np.searchsorted(cdf[t], u[i])), vocab - 1)
     out[i] = t
   return out
-
-
-def text_corpus(path: str | os.PathLike) -> np.ndarray:
-  """The bytes of a local file as tokens (vocabulary `BYTE_VOCAB`)."""
-  return np.frombuffer(pathlib.Path(path).read_bytes(), np.uint8).astype(np.int32)
-
-
-def check_text_file(field: str, path: str | os.PathLike) -> int:
-  """Raises `ConfigError` unless ``path`` is a readable file; returns its size in tokens (bytes)."""
-  p = pathlib.Path(path)
-  require(p.is_file() and os.access(p, os.R_OK), field, f"{p} is not a readable file")
-  return p.stat().st_size
 
 
 def check_length(field: str, n_tokens: int, seq_len: int, what: str = "the corpus") -> None:
@@ -76,3 +68,88 @@ def sample_windows(corpus, key, batch: int, seq_len: int, mesh=None):
   starts = jax.random.randint(key, (batch,), 0, corpus.shape[0] - seq_len - 1)
   tokens = jax.vmap(lambda s: jax.lax.dynamic_slice(corpus, (s,), (seq_len + 1,)))(starts)
   return {"tokens": sharding.constrain(tokens, ("batch", None), mesh)}
+
+
+class StreamLoader:
+  """Deterministic batches of windows from a `jaxlab.lm.shards.TokenStream`.
+
+  Window ``w`` is tokens ``[w * seq_len, w * seq_len + seq_len + 1)``. Global position ``p``
+  (windows consumed since the start) is window ``perm_e(p mod W)`` of epoch ``e = p // W``, where
+  ``perm_e(i) = (a_e i + b_e) mod W`` with ``a_e`` coprime to ``W``, drawn from ``(seed, e)``: a
+  permutation in O(1) memory whatever the corpus size. The batch at position ``p`` is positions
+  ``p .. p + batch - 1``; `rows` returns any slice of it (a device's or a process's part).
+  """
+
+  def __init__(self, stream, batch: int, seq_len: int, seed: int = 0):
+    self.stream, self.batch, self.seq_len, self.seed = stream, batch, seq_len, seed
+    self.num_windows = (len(stream) - 1) // seq_len
+    require(
+      self.num_windows >= 1,
+      "config.seq_len",
+      f"{seq_len} is too long for {len(stream)} tokens (a window needs seq_len + 1)",
+    )
+    self._perms: dict[int, tuple[int, int]] = {}
+
+  def _perm(self, epoch: int) -> tuple[int, int]:
+    if epoch not in self._perms:
+      w = self.num_windows
+      rng = np.random.default_rng([self.seed, epoch])
+      a = 1
+      if w > 2:
+        a = int(rng.integers(1, w))
+        while math.gcd(a, w) != 1:
+          a = int(rng.integers(1, w))
+      self._perms = {epoch: (a, int(rng.integers(0, w)))}  # one epoch at a time is enough
+    return self._perms[epoch]
+
+  def window_ids(self, position: int, count: int) -> list[int]:
+    out = []
+    for p in range(int(position), int(position) + count):
+      epoch, i = divmod(p, self.num_windows)
+      a, b = self._perm(epoch)
+      out.append((a * i + b) % self.num_windows)
+    return out
+
+  def rows(self, position: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """Rows ``lo:hi`` of the batch at ``position``: int32[hi - lo, seq_len + 1]."""
+    hi = self.batch if hi is None else hi
+    ids = self.window_ids(position + lo, hi - lo)
+    return np.stack([self.stream.read(w * self.seq_len, self.seq_len + 1) for w in ids])
+
+  def process_rows(self, position: int, index: int | None = None, count: int | None = None):
+    """This process's contiguous share of the batch at ``position`` (data-parallel hosts)."""
+    index = jax.process_index() if index is None else index
+    count = jax.process_count() if count is None else count
+    per = self.batch // count
+    return self.rows(position, index * per, (index + 1) * per)
+
+
+def fetch(loader: StreamLoader, position, mesh=None, rules=None) -> jax.Array:
+  """Inside jit: the batch at ``position`` (int32 scalar), int32[batch, seq_len + 1].
+
+  A host callback reads the windows. With a mesh the batch is split over its batch axes and each
+  device's callback reads only its rows (devices along other axes read the same rows).
+  """
+  b, width = loader.batch, loader.seq_len + 1
+  read = lambda p, lo, hi: np.asarray(loader.rows(int(p), lo, hi), np.int32)
+  if mesh is None:
+    out = jax.ShapeDtypeStruct((b, width), jnp.int32)
+    return jax.pure_callback(lambda p: read(p, 0, b), out, position)
+  axes = sharding.logical_to_spec(("batch", None), rules, mesh, (b, width))[0]
+  axes = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
+  per = b // math.prod(mesh.shape[a] for a in axes)
+
+  def local(p):
+    idx = jax.lax.axis_index(axes) if axes else jnp.int32(0)
+    out = jax.ShapeDtypeStruct((per, width), jnp.int32)
+    cb = lambda p, i: read(p, int(i) * per, (int(i) + 1) * per)
+    return jax.pure_callback(cb, out, p, idx)
+
+  spec = P(axes if axes else None, None)
+  return jax.shard_map(local, mesh=mesh, in_specs=P(), out_specs=spec, check_vma=False)(position)
+
+
+def window_batches(loader: StreamLoader, n: int) -> np.ndarray:
+  """``n`` fixed batches (positions ``0, batch, ...``): int32[n, batch, seq_len + 1], e.g. the
+  validation set scored between chunks."""
+  return np.stack([loader.rows(i * loader.batch) for i in range(n)])

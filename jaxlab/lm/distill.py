@@ -50,11 +50,14 @@ def hpd_loss(
   key,
   mask_BxL=None,
   sample: str = "multinomial",
+  samples_BxL=None,
 ):
   """HPD loss (exact port). ``sample``: 'multinomial' (LlamaFactory) or 'greedy' (verl recipe).
 
-  Logits and labels are already aligned (logits at t predict labels at t). Negative labels (the
-  ``-100`` of PyTorch pipelines) are ignored, like the authors' padding. Returns (loss, metrics).
+  Logits and labels are already aligned (logits at t predict labels at t; the authors' function
+  shifts them itself). Negative labels (the ``-100`` of PyTorch pipelines) are ignored, like the
+  authors' padding. ``samples_BxL`` replaces the student draw (e.g. to replay the draws of the
+  authors' code, tests/data/hpd_fixture.npz). Returns (loss, metrics).
   """
   ignored = labels_BxL < 0
   labels_BxL = jnp.where(ignored, 0, labels_BxL)
@@ -66,7 +69,9 @@ def hpd_loss(
   mask1 = k1_gt > 0
   pt_y = jnp.exp(lt_y)
   adv1 = jnp.where(mask1, pt_y + k1_gt, k1_gt)
-  if sample == "multinomial":
+  if samples_BxL is not None:
+    y_hat = jnp.asarray(samples_BxL, jnp.int32)
+  elif sample == "multinomial":
     y_hat = jax.random.categorical(key, sg(ls), axis=-1)
   elif sample == "greedy":
     y_hat = jnp.argmax(ls, axis=-1)

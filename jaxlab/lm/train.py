@@ -2,8 +2,9 @@
 
 ``create_state`` initialises parameters and optimizer state *directly into* their shardings (jit
 with ``out_shardings`` from the logical annotations), so a model larger than one device never
-exists unsharded. The state is the core `jaxlab.core.train_state.TrainState`, so ``state(tokens)``
-returns logits and every step is ``state.apply_gradients``::
+exists unsharded. The state is an `LMState`: the core `jaxlab.core.train_state.TrainState` (so
+``state(tokens)`` returns logits and every step is ``state.apply_gradients``) plus the position of
+the streaming data loader (`streaming_update`), checkpointed with it::
 
     cfg = LMConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8)
     state = create_state(cfg, make_optimizer(3e-3, total=100), jax.random.key(0), seq_len=16)
@@ -20,7 +21,18 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxlab.core import sharding as shd
 from jaxlab.core.train_state import TrainState
+from jaxlab.lm import data as lm_data
 from jaxlab.lm.model import LMConfig, Transformer
+
+
+class LMState(TrainState):
+  """The core `TrainState` plus ``data_position``: windows of the shard stream consumed so far.
+
+  It is part of the pytree, so orbax saves it with the parameters and a resumed run reads on from
+  exactly there (`streaming_update`). In-memory sampling leaves it at 0.
+  """
+
+  data_position: jax.Array = 0
 
 
 def make_optimizer(
@@ -62,7 +74,7 @@ def _boxed_state(model: Transformer, tx, key, seq_len: int) -> TrainState:
   """A fresh state whose params (and Adam moments) still carry their logical-axis boxes."""
   tokens = jnp.zeros((1, seq_len), jnp.int32)
   params = Transformer(model.cfg, None).init(key, tokens)["params"]  # init needs no collectives
-  return TrainState.create(model, params, tx)
+  return LMState.create(model, params, tx, data_position=jnp.zeros((), jnp.int32))
 
 
 def state_shardings(model: Transformer, tx, seq_len: int, rules=None):
@@ -86,8 +98,8 @@ def create_state(
   seq_len: int,
   mesh: Mesh | None = None,
   rules=None,
-) -> TrainState:
-  """A `TrainState` of a fresh `Transformer`, sharded over ``mesh`` by the logical rules."""
+) -> LMState:
+  """An `LMState` of a fresh `Transformer`, sharded over ``mesh`` by the logical rules."""
   cfg.check_mesh(mesh, seq_len)
   model = Transformer(cfg, mesh)  # one instance: the state's static metadata must compare equal
   init = lambda k: nn.unbox(_boxed_state(model, tx, k, seq_len))
@@ -123,3 +135,20 @@ def update(state: TrainState, batch, key=None):
   )
   metrics = {"loss": loss, "accuracy": acc, "grad_norm": optax.global_norm(grads)}
   return state.apply_gradients(grads=grads), metrics
+
+
+def streaming_update(loader: lm_data.StreamLoader, update_fn=update, mesh: Mesh | None = None):
+  """``update(state, data, key)`` for `jaxlab.core.runtime.train` with ``data`` from shards.
+
+  Reads the batch at ``state.data_position`` (`jaxlab.lm.data.fetch`), adds the leaves of ``data``
+  (e.g. a teacher's parameters; may be None), runs ``update_fn`` and advances the position by one
+  batch. Use it with ``sample_fn=None``.
+  """
+
+  def wrapped(state: LMState, data, key):
+    tokens = lm_data.fetch(loader, state.data_position, mesh)
+    batch = {"tokens": tokens, **(data or {})}
+    new, metrics = update_fn(state, batch, key)
+    return new.replace(data_position=state.data_position + loader.batch), metrics
+
+  return wrapped

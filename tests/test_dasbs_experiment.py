@@ -76,6 +76,10 @@ def test_presets_are_valid_config_files():
     0.25,
     4096,
   )
+  # the CPU preset: the critical setting on 4 x 4 with the slower reference (gamma = 0.25)
+  cpu = dasbs.make_spec(module.get_config("ising_critical_cpu"))
+  assert (cpu.target.L, cpu.target.beta, cpu.sched.gamma, cpu.total_steps) == (4, 0.4407, 0.25, 450)
+  assert (cpu.source, cpu.ctrl_loss, cpu.corr_loss) == ("constant", "tm", "dm")
   with pytest.raises(SystemExit) as e:
     module.get_config("ising_hot")
   assert e.value.code == 2

@@ -1,4 +1,5 @@
-"""Discrete ASBS presets: the six settings of the authors' README (arXiv 2602.08243), L = 24 / 16.
+"""Discrete ASBS presets: the six settings of the authors' README (arXiv 2602.08243), L = 24 / 16,
+and `ising_critical_cpu`, a 4 x 4 CPU preset of ours.
 
 Pick one with the config argument; override any field with `--config.<field>=...` (the fields and
 their meaning are `jaxlab.sampling.dasbs.get_config`):
@@ -7,10 +8,8 @@ their meaning are `jaxlab.sampling.dasbs.get_config`):
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical
   # Potts q = 4 at low temperature, batch split over every device.
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:potts_low --mesh=data:-1
-  # Reduced CPU run of the critical preset (~8-13 min on 2 shared cores, 300 steps).
-  python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical \
-      --config.L=8 --config.num_stages=2 --config.ctrl_steps=100 --config.corr_steps=50 \
-      --config.sampling_steps=50 --config.num_repl=4 --config.lr=2e-3
+  # The CPU preset: Ising at beta_c on 4 x 4, 450 steps (minutes on 2 CPU cores).
+  python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
 
 Without an argument (or without --config) the preset is `ising_critical`.
 """
@@ -72,15 +71,35 @@ PRESETS = {
   },
   "potts_low": {**POTTS, **GROUND, **LONG, "beta": 1.3, "lr": 1e-3, "gamma": 0.25},
 }
+# The default CPU preset (not one of the authors' settings): Ising at beta_c on a 4 x 4 lattice,
+# 3 x (100 + 50) steps, minutes on 2 CPU cores. gamma = 0.25 (as the low-temperature presets):
+# with gamma = 1 a site of the reference leaves its ground state w.p. 1/3 over [0, 1] and the
+# sampler stays 0.13-0.17 per spin too disordered whatever the stage count; gamma = 0.1 leaves it
+# 0.26 too ordered. With gamma = 0.25 the unweighted error is 0.02-0.06 per spin and varies with
+# the seed (docs/dasbs.md, "CPU preset": the 0.05 target is not met on every seed).
+CPU_PRESETS = {
+  "ising_critical_cpu": {
+    **PRESETS["ising_critical"],
+    "L": 4,
+    "num_stages": 3,
+    "ctrl_steps": 100,
+    "corr_steps": 50,
+    "sampling_steps": 50,
+    "num_repl": 4,
+    "lr": 2e-3,
+    "gamma": 0.25,
+  },
+}
 
 
 def get_config(arg: str | None = None):
   """The preset named `arg` (default `ising_critical`) on top of `dasbs.get_config()`."""
   name = arg or "ising_critical"
-  if name not in PRESETS:
+  presets = {**PRESETS, **CPU_PRESETS}
+  if name not in presets:
     from jaxlab.core import experiment
 
-    experiment.fail("config", f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    experiment.fail("config", f"unknown preset {name!r}; presets: {', '.join(presets)}")
   config = dasbs.get_config()
-  config.update(**{**COMMON, **PRESETS[name]})
+  config.update(**{**COMMON, **presets[name]})
   return config

@@ -18,7 +18,9 @@ Commands:
 
 Presets (``--config.preset``, experiments/configs/itc.py): the three control runs of the paper's
 code. Scale (``--config.scale``): ``auto`` takes the paper's sizes when ``env_steps >= 200000``
-and the tiny CPU sizes otherwise. A field given on the command line always wins.
+and the tiny CPU sizes otherwise; ``cpu`` is the 50k-step reduced-budget run of docs/itc.md
+(``python -m experiments.itc --config.scale=cpu``). A field given on the command line always
+wins.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def resolve(config):
   """The run's config: preset, then scale, then the command line (which always wins)."""
   given = set(config_flags.get_override_values(FLAGS["config"]))
   check_choice("config.preset", config.preset, tuple(CONFIGS.PRESETS))
-  check_choice("config.scale", config.scale, ("auto", "paper", "tiny"))
+  check_choice("config.scale", config.scale, ("auto", "paper", *CONFIGS.SCALES))
   out = config.copy_and_resolve_references()
   with out.unlocked():
     for name, value in CONFIGS.PRESETS[config.preset].items():
@@ -85,13 +87,13 @@ def resolve(config):
     if FLAGS.env_steps is not None:
       out.env_steps = FLAGS.env_steps
     elif "env_steps" not in given and config.scale != "paper":
-      out.env_steps = CONFIGS.TINY["env_steps"]
+      out.env_steps = CONFIGS.SCALES.get(config.scale, CONFIGS.TINY)["env_steps"]
     scale = config.scale
     if scale == "auto":
       scale = "paper" if out.env_steps >= PAPER_SCALE_STEPS else "tiny"
     out.scale = scale
-    if scale == "tiny":
-      for name, value in CONFIGS.TINY.items():
+    if scale != "paper":
+      for name, value in CONFIGS.SCALES[scale].items():
         if name not in given and name != "env_steps":
           out[name] = value
     if FLAGS.decode is not None:

@@ -233,7 +233,11 @@ def test_world_model_is_block_causal():
   assert float(jnp.max(jnp.abs(obs[:, 2] - obs2[:, 2]))) > 0
   pos = np.asarray(W.positions(WM, 2))
   np.testing.assert_array_equal(pos[81], [1, 4, 4])  # action of frame 0: time 1, grid centre
-  np.testing.assert_array_equal(pos[82 + 10], [2, 1, 1])  # token 10 of frame 1: (x, y) = (1, 1)
+  np.testing.assert_array_equal(pos[82 + 12], [2, 1, 3])  # token 12 of frame 1: row 1, col 3
+  # The transformer is jaxlab.lm's (scanned blocks) with its world-model options.
+  assert "blocks" in params and "attn" in params["blocks"]
+  lm_cfg = WM.lm_config()
+  assert (lm_cfg.block_size, lm_cfg.rope_mode, lm_cfg.frame_shape) == (82, "spatiotemporal", (9, 9))
 
 
 def test_impala_policy_shapes():
@@ -347,3 +351,76 @@ def test_tiny_experiment_runs_and_resumes(tmp_path):
   again = subprocess.run(base + ["--steps=3"], capture_output=True, text=True, timeout=3000)
   assert again.returncode == 0, again.stderr[-2000:]
   assert "return" in again.stdout
+
+
+# --- the Dyna loop on the core runtime: checkpoint and resume ---
+
+
+def _toy_env(num_envs: int):
+  """A pixel env with the Craftax frame size: a 7 x 7 square walks along the middle row."""
+  from envs import vec
+
+  def frame(c):
+    col = (c % 9)[:, None, None]
+    cells = (jnp.arange(63)[None, None, :] // 7 == col) & (jnp.arange(63)[None, :, None] // 7 == 4)
+    return jnp.stack([cells, jnp.zeros_like(cells), cells], -1).astype(jnp.float32)
+
+  def reset(key):
+    c = jax.random.randint(key, (num_envs,), 0, 9)
+    return frame(c), vec.init_state(c, num_envs)
+
+  def step(state, action, key):
+    del key
+    c = state.env + action
+    done = c % 7 == 6
+    reward = (action == 1).astype(jnp.float32)
+    new, info = vec.track(state, c, reward, done)
+    return frame(c), new, reward, done, info
+
+  return vec.VecEnv("toy", num_envs, (63, 63, 3), 2, 1, (), 10.0, reset, step)
+
+
+@pytest.mark.slow  # about a CPU-minute: two compilations of the whole Dyna iteration
+def test_dyna_checkpoint_resumes(tmp_path):
+  # One Dyna iteration, then a second run of the same workdir continues from its checkpoint
+  # (replay, codebook, world model and agent), as `experiments.itc` does after a kill.
+  from jaxlab.core import runtime
+  from jaxlab.rl import ppo
+  from jaxlab.rl.itc import dyna
+
+  env = _toy_env(2)
+  wm = W.WorldModelConfig(vocab_size=8, num_actions=2, max_blocks=2, embed=12, layers=1, heads=2)
+  cfg = dyna.DynaConfig(
+    ppo=ppo.PPOConfig(num_envs=2, num_steps=3, epochs=1, minibatches=1, anneal_lr=False),
+    wm=wm,
+    tokenizer=T.TokenizerConfig(codebook_size=8, max_candidates=8),
+    replay_size=12,
+    warmup_steps=0,
+    imag_updates=0,
+    wm_updates=1,
+    wm_batch=2,
+    burn_in=1,
+    horizon=2,
+    tok_passes=1,
+  )
+  policy = policies.GRUPolicy(2, embed=4, hidden=4, head_hidden=(4,))
+  update = dyna.make_update(env, cfg)
+  key = jax.random.key_data(jax.random.key(0))
+  fresh = lambda: dyna.init(env, policy, cfg, jax.random.fold_in(key, 1))
+  loop = lambda n: runtime.Loop(n, log_every=1, ckpt_every=1, progress=False, plot=False)
+  work = tmp_path / "w"
+  first, _ = runtime.train(fresh(), update, loop(1), key=key, workdir=work, config={"a": 1})
+  # Run again to the same step: the whole state comes back from the checkpoint, nothing reruns
+  # (continuing past it is the core runtime's own tested behaviour).
+  state, result = runtime.train(fresh(), update, loop(1), key=key, workdir=work, config={"a": 1})
+  assert result.summary["step"] == 1 and int(state.iteration) == 1
+  assert int(state.book.size) >= 1  # the restored codebook, not the empty initial one
+  assert int(state.replay.count) == 3  # the restored replay: one iteration of 3 steps
+  for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(state), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  initial = fresh()
+  changed = [
+    not np.array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(jax.tree.leaves(initial.wm.params), jax.tree.leaves(state.wm.params))
+  ]
+  assert all(changed)  # the restored world model is the trained one, not a fresh init

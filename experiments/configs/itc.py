@@ -11,7 +11,9 @@ authors, ``configs.py``); ``PRESETS`` are the overrides of the authors' three YA
   ``num_dummy=81, distance_coef=0.6, trash_cost=0.3`` (``config/itc.yaml``).
 
 ``TINY`` shrinks every size so that a run finishes on a laptop CPU in minutes; it changes no
-rule of the method, only its scale (see docs/itc.md).
+rule of the method, only its scale (see docs/itc.md). ``CPU`` is ``TINY`` with more
+environments per iteration and a 50k-step default: the reduced-budget run of docs/itc.md
+(``--config.scale=cpu``); its 50k steps have not been timed to the end (see docs/itc.md).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.preset = "itc"  # baseline_reproduced | baseline_our_hyperparams | itc | none
-  c.scale = "auto"  # auto (paper if env_steps >= 200k, else tiny) | paper | tiny
+  c.scale = "auto"  # auto (paper if env_steps >= 200k, else tiny) | paper | tiny | cpu
   c.decode = "sample"  # sample | argmax | itc | itc_hungarian (the --decode flag wins)
   c.env_steps = 1_000_000  # real environment steps (the --env_steps flag wins)
   c.reset_ratio = 16  # Craftax optimistic resets
@@ -119,3 +121,17 @@ TINY = {
   "burn_in": 2,
   "picture_steps": 6,
 }
+
+# TINY sizes, 1000 real steps per iteration (50 iterations for the default 50k steps).
+CPU = {
+  **TINY,
+  "env_steps": 50_000,
+  "num_envs": 20,
+  "num_steps": 50,
+  "replay_size": 4000,
+  "warmup_steps": 5000,
+  "wm_updates": 10,
+  "imag_updates": 1,
+}
+
+SCALES = {"tiny": TINY, "cpu": CPU}

@@ -9,6 +9,24 @@ parameters and repeated in the computation (as MaxText does), so any GQA ratio r
 
 Layers are a ``nn.scan`` over one block (``scan_layers``; parameters stacked on a ``layers`` axis),
 so compile time does not grow with depth; ``remat`` picks a rematerialisation policy per block.
+
+Options for token world models (all off by default; off, every output is bit-identical to the
+plain LM):
+
+* ``block_size = k >= 1``: a BLOCK-CAUSAL mask. Tokens are grouped in consecutive blocks of ``k``
+  (one frame's tokens plus its per-step extra tokens, e.g. the action) and a token attends to
+  every token of its own and earlier blocks. It is the kernels' ``pos_q >= pos_k`` mask applied
+  to block indices ``pos // k``, so the blockwise kernel needs no extra mask input.
+* ``rope_mode="spatiotemporal"`` with ``frame_shape=(rows, cols)``: rotary dimensions split
+  between the frame's time index and the token's (row, col) in the frame (`st_positions`,
+  `rotate`): of a head's ``D`` dims, ``g = 2 * (D // 6)`` rotate by the row, the next ``g`` by the
+  column and the first ``D - 2g`` by the time, each group in the half-split convention of `rope`
+  with its own frequency ladder ``theta ** (-2i / group)``. This split is a reconstruction (the
+  world-model papers that use 3-axis RoPE do not publish theirs).
+* ``dropout``: residual dropout after attention and MLP, active only with ``train=True``.
+
+The world-model options need ``attention="dense"`` (context-parallel kernels would need the
+block index and the RoPE position carried separately); other settings raise `ConfigError`.
 """
 
 from __future__ import annotations
@@ -28,6 +46,7 @@ from jaxlab.lm import attention as attn_lib
 
 _POSITIVE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "mlp_dim")
 DTYPES = ("float32", "bfloat16")
+ROPE_MODES = ("1d", "spatiotemporal")
 # jax.checkpoint policies per block: what the backward pass may keep instead of recomputing.
 REMAT = {
   "none": None,
@@ -57,6 +76,11 @@ class LMConfig:
   tie_embeddings: bool = False
   scan_layers: bool = True  # nn.scan over blocks: compile time flat in depth
   attention_block: int = attn_lib.BLOCK  # query/key block of the blockwise attention kernel
+  # World-model options (module docstring); the defaults leave the LM unchanged.
+  block_size: int = 0  # 0: causal per token; k: block-causal over blocks of k tokens
+  rope_mode: str = "1d"  # one of ROPE_MODES
+  frame_shape: tuple[int, int] = (0, 0)  # (rows, cols) of a frame for spatio-temporal RoPE
+  dropout: float = 0.0  # residual dropout (train=True only)
 
   def __post_init__(self):
     self.validate()
@@ -82,7 +106,38 @@ class LMConfig:
       name("rope_theta"),
       f"must be a finite number > 0, got {self.rope_theta}",
     )
+    self._validate_world_model_options(name)
     return self
+
+  def _validate_world_model_options(self, name) -> None:
+    check_choice(name("rope_mode"), self.rope_mode, ROPE_MODES)
+    require(self.block_size >= 0, name("block_size"), f"must be >= 0, got {self.block_size}")
+    require(
+      math.isfinite(self.dropout) and 0 <= self.dropout < 1,
+      name("dropout"),
+      f"must be in [0, 1), got {self.dropout}",
+    )
+    if self.block_size or self.rope_mode != "1d":
+      require(
+        self.attention == "dense",
+        name("attention"),
+        f"block_size / rope_mode={self.rope_mode!r} need attention='dense' (the "
+        "context-parallel kernels derive the mask from the RoPE positions)",
+      )
+    if self.rope_mode != "spatiotemporal":
+      return
+    rows, cols = self.frame_shape
+    require(rows >= 1 and cols >= 1, name("frame_shape"), f"must be >= 1, got {self.frame_shape}")
+    require(
+      self.block_size >= rows * cols,
+      name("block_size"),
+      f"{self.block_size} must hold a frame of {rows} x {cols} tokens (spatio-temporal RoPE)",
+    )
+    require(
+      self.head_dim >= 6,
+      name("head_dim"),
+      f"must be >= 6 for spatio-temporal RoPE, got {self.head_dim}",
+    )
 
   def check_mesh(self, mesh: Mesh | None, seq_len: int, prefix: str = "config") -> None:
     """Raises `ConfigError` when this model and ``seq_len`` cannot run on ``mesh``."""
@@ -148,6 +203,40 @@ def rope(x_BxLxHxD, pos_BxL, theta: float):
   return out.astype(x_BxLxHxD.dtype)
 
 
+def st_positions(pos_BxL, block_size: int, frame_shape: tuple[int, int]):
+  """(time, row, col) of flat token indices for spatio-temporal RoPE, each ``[B, L]``.
+
+  Block ``t`` holds a frame's ``rows * cols`` tokens (row-major) then ``e = block_size - rows *
+  cols`` extra tokens. Frames sit at time ``(1 + e) t`` and extra token ``j`` at ``(1 + e) t + 1 +
+  j`` (between two frames), at the grid centre ``(rows // 2, cols // 2)``.
+  """
+  rows, cols = frame_shape
+  n = rows * cols
+  t, k = jnp.divmod(pos_BxL, block_size)
+  frame = k < n
+  row, col = jnp.divmod(jnp.minimum(k, n - 1), cols)
+  time = (1 + block_size - n) * t + jnp.where(frame, 0, k - n + 1)
+  return time, jnp.where(frame, row, rows // 2), jnp.where(frame, col, cols // 2)
+
+
+def rope_split(head_dim: int) -> tuple[int, int, int]:
+  """Rotary dims of (time, row, col) in spatio-temporal RoPE (module docstring)."""
+  g = 2 * (head_dim // 6)
+  return head_dim - 2 * g, g, g
+
+
+def rotate(x_BxLxHxD, pos_BxL, cfg: LMConfig):
+  """RoPE of ``cfg.rope_mode`` at flat token indices ``pos_BxL``."""
+  if cfg.rope_mode == "1d":
+    return rope(x_BxLxHxD, pos_BxL, cfg.rope_theta)
+  axes = st_positions(pos_BxL, cfg.block_size, cfg.frame_shape)
+  parts, start = [], 0
+  for p, size in zip(axes, rope_split(x_BxLxHxD.shape[-1]), strict=True):
+    parts.append(rope(x_BxLxHxD[..., start : start + size], p, cfg.rope_theta))
+    start += size
+  return jnp.concatenate(parts, -1)
+
+
 class Attention(nn.Module):
   cfg: LMConfig
   mesh: Mesh | None = None
@@ -161,7 +250,7 @@ class Attention(nn.Module):
     wk = self.param("wk", _init(knames), (c.d_model, c.n_kv_heads, c.head_dim))
     wv = self.param("wv", _init(knames), (c.d_model, c.n_kv_heads, c.head_dim))
     wo = self.param("wo", _init(("heads", "head_dim", "embed")), (c.n_heads, c.head_dim, c.d_model))
-    natural = not self.is_permuted()
+    natural = not self.is_permuted() and not c.block_size
     cp = 1 if self.mesh is None else self.mesh.shape.get("context", 1)
     if c.attention == "upipe" and cp > 1:  # projections chunked per head chunk, inside UPipe
       return attn_lib.upipe_attention(
@@ -182,12 +271,14 @@ class Attention(nn.Module):
     q = jnp.einsum("bld,dhk->blhk", x, wq.astype(dt))
     k = jnp.einsum("bld,dhk->blhk", x, wk.astype(dt))
     v = jnp.einsum("bld,dhk->blhk", x, wv.astype(dt))
-    q, k = rope(q, pos_BxL, c.rope_theta), rope(k, pos_BxL, c.rope_theta)
+    q, k = rotate(q, pos_BxL, c), rotate(k, pos_BxL, c)
+    # Block-causal: the kernels' pos_q >= pos_k mask on block indices.
+    mask_pos = pos_BxL // c.block_size if c.block_size else pos_BxL
     o = attn_lib.attention(
       q,
       k,
       v,
-      None if natural else pos_BxL,
+      None if natural else mask_pos,
       impl=c.attention,
       mesh=self.mesh,
       upipe_chunks=c.upipe_chunks,
@@ -222,13 +313,21 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
   cfg: LMConfig
   mesh: Mesh | None = None
+  train: bool = False  # residual dropout on (needs a "dropout" rng when cfg.dropout > 0)
 
   @nn.compact
   def __call__(self, x_BxLxD, pos_BxL):
-    x = x_BxLxD + Attention(self.cfg, self.mesh, name="attn")(RMSNorm(name="ln1")(x_BxLxD), pos_BxL)
+    drop = self._dropout
+    h = Attention(self.cfg, self.mesh, name="attn")(RMSNorm(name="ln1")(x_BxLxD), pos_BxL)
+    x = x_BxLxD + drop(h)
     x = shd.constrain(x, ("batch", "seq", None), self.mesh)
-    x = x + SwiGLU(self.cfg, name="mlp")(RMSNorm(name="ln2")(x))
+    x = x + drop(SwiGLU(self.cfg, name="mlp")(RMSNorm(name="ln2")(x)))
     return shd.constrain(x, ("batch", "seq", None), self.mesh)
+
+  def _dropout(self, x):
+    if not self.cfg.dropout or not self.train:
+      return x
+    return nn.Dropout(self.cfg.dropout, deterministic=False)(x)
 
 
 class _ScanBlock(Block):
@@ -238,24 +337,28 @@ class _ScanBlock(Block):
     return super().__call__(x_BxLxD, pos_BxL), None
 
 
-def _blocks(cfg: LMConfig, mesh, x, pos):
-  """The residual stream through ``cfg.n_layers`` blocks (scanned or unrolled, remat policy)."""
+def blocks(cfg: LMConfig, mesh, x, pos, train: bool = False):
+  """The residual stream through ``cfg.n_layers`` blocks (scanned or unrolled, remat policy).
+
+  Called inside a compact module, so its parameters belong to the caller (``blocks`` or
+  ``block<i>``); ``pos`` holds the flat token indices ``[B, L]``.
+  """
   policy = REMAT[cfg.remat]
   if not cfg.scan_layers:
     block = Block if cfg.remat == "none" else nn.remat(Block, policy=policy)
     for i in range(cfg.n_layers):
-      x = block(cfg, mesh, name=f"block{i}")(x, pos)
+      x = block(cfg, mesh, train, name=f"block{i}")(x, pos)
     return x
   block = _ScanBlock if cfg.remat == "none" else nn.remat(_ScanBlock, policy=policy)
   stack = nn.scan(
     block,
     variable_axes={"params": 0},
-    split_rngs={"params": True},
+    split_rngs={"params": True, "dropout": True},
     in_axes=(nn.broadcast,),
     length=cfg.n_layers,
     metadata_params={nn.PARTITION_NAME: "layers"},
   )
-  x, _ = stack(cfg, mesh, name="blocks")(x, pos)
+  x, _ = stack(cfg, mesh, train, name="blocks")(x, pos)
   return x
 
 
@@ -285,7 +388,7 @@ class Transformer(nn.Module):
     x = embed[tokens_BxL] if embeds_BxLxD is None else embeds_BxLxD
     x = x.astype(jnp.dtype(c.dtype))
     x = shd.constrain(x, ("batch", "seq", None), self.mesh)
-    x = _blocks(c, self.mesh, x, pos)
+    x = blocks(c, self.mesh, x, pos)
     x = RMSNorm(name="ln_f")(x)
     if c.tie_embeddings:
       w = embed.T

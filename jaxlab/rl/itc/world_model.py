@@ -1,4 +1,4 @@
-"""Token world model: a GPT-2 style transformer over (frame tokens, action) blocks.
+"""Token world model: `jaxlab.lm.model`'s transformer blocks over (frame tokens, action) blocks.
 
 The backbone of Dedieu et al. 2025 (arXiv 2502.01591) as in ITC's code (arXiv 2605.16457,
 ``nets/world_model.py``): a sequence is ``T`` blocks of ``L + 1`` tokens (the ``L = 81`` tokens of
@@ -9,19 +9,17 @@ tokens 2..L and the action) give the logits of the ``L`` tokens of frame ``t + 1
 token's output gives the reward (2 classes, label ``1[r >= 0.5]``) and termination logits. Heads
 are 2-layer MLPs. Loss: ``CE(next tokens) + reward_coef CE(reward) + termination_coef CE(done)``.
 
-Positions (``rope``): ``"1d"`` rotates queries and keys by the flat token index (the baseline);
-``"spatiotemporal"`` splits each head into rotary groups over (time, x, y), time advancing by 2 per
-frame and the action token sitting at time + 1 at the grid centre. The split of the head
-dimension between the three groups is not in the public material: this module gives x and y
-``2 * (head_dim // 6)`` dimensions each and time the rest (a reconstruction). ``absolute_embedding``
-adds a learned embedding per position in the block. Actions have their own embedding table
-(the authors share GPT-2's token table between codes and actions).
-
-Why not ``jaxlab.lm.model``'s blocks: their attention derives its causal mask from the same
-positions that drive RoPE (``q_pos >= k_pos``), so a block-causal mask together with 3-axis RoPE
-positions cannot be expressed, and they are RMSNorm/SwiGLU blocks without dropout. The rotation
-itself is ``jaxlab.lm.model.rope``. No KV cache: imagination re-runs the fixed-length context
-each step (correct by block causality, ``max_blocks`` times the work of a cached decoder).
+The transformer is `jaxlab.lm.model.blocks` with the LM's world-model options (see that module):
+``block_size = L + 1`` for the block-causal mask, ``rope_mode`` ``"1d"`` (RoPE on the flat token
+index, the baseline) or ``"spatiotemporal"`` (rotary groups over time, row and column; frames at
+time ``2t``, the action at ``2t + 1`` on the grid centre; the split of the head dimension is a
+reconstruction, documented in `jaxlab.lm.model`), and residual dropout. Differences from the
+authors' GPT-2 blocks: RMSNorm instead of LayerNorm, a SwiGLU MLP of hidden size
+``mlp_ratio * embed`` instead of GELU, no attention-probability dropout. ``absolute_embedding``
+adds a learned embedding per position in the block; actions have their own embedding table (the
+authors share GPT-2's token table between codes and actions). Embedding dropout as in GPT-2.
+No KV cache: imagination re-runs the fixed-length context each step (correct by block causality,
+``max_blocks`` times the work of a cached decoder).
 """
 
 from __future__ import annotations
@@ -33,11 +31,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlab.core.errors import check_choice, require
-from jaxlab.lm.model import rope
+from jaxlab.core.errors import ConfigError, check_choice, require
+from jaxlab.lm import model as lm
 
 Array = jax.Array
-ROPES = ("1d", "spatiotemporal")
+ROPES = lm.ROPE_MODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +50,7 @@ class WorldModelConfig:
   layers: int = 3
   heads: int = 8
   mlp_ratio: int = 4
-  dropout: float = 0.1  # embedding, attention and residual dropout
+  dropout: float = 0.1  # embedding and residual dropout (none on attention probabilities)
   rope: str = "1d"  # "1d" | "spatiotemporal"
   rope_theta: float = 10000.0
   absolute_embedding: bool = False  # learned embedding per position in the block
@@ -92,75 +90,41 @@ class WorldModelConfig:
     if self.rope == "spatiotemporal":
       require(hd >= 6, f"{prefix}.embed", "embed / heads must be >= 6 for 3-axis RoPE")
     require(0 <= self.dropout < 1, f"{prefix}.dropout", "must be in [0, 1)")
+    try:
+      self.lm_config()
+    except ConfigError as e:  # an LM field the checks above missed: name it under the prefix
+      raise ConfigError(f"{prefix}.{e.field.removeprefix('config.')}", e.message) from None
     return self
+
+  def lm_config(self) -> lm.LMConfig:
+    """The `jaxlab.lm` transformer of this world model (one attention block: the whole context)."""
+    hd = self.embed // self.heads
+    return lm.LMConfig(
+      vocab_size=self.vocab_size,
+      d_model=self.embed,
+      n_layers=self.layers,
+      n_heads=self.heads,
+      n_kv_heads=self.heads,
+      head_dim=hd,
+      mlp_dim=self.mlp_ratio * self.embed,
+      rope_theta=self.rope_theta,
+      attention_block=self.max_blocks * self.tokens_per_block,
+      block_size=self.tokens_per_block,
+      rope_mode=self.rope,
+      frame_shape=tuple(self.grid),
+      dropout=self.dropout,
+    )
 
 
 def positions(cfg: WorldModelConfig, num_blocks: int) -> Array:
-  """``[num_blocks * (L + 1), 3]`` integer positions: (flat index, 0, 0) or (time, x, y)."""
-  rows, cols = cfg.grid
-  n = cfg.tokens_per_block
-  flat = jnp.arange(num_blocks * n)
+  """``[num_blocks * (L + 1), 3]`` RoPE positions: (flat index, 0, 0) or (time, row, col).
+
+  For inspection: the model passes flat indices and `jaxlab.lm.model.rotate` derives these.
+  """
+  flat = jnp.arange(num_blocks * cfg.tokens_per_block)
   if cfg.rope == "1d":
     return jnp.stack([flat, jnp.zeros_like(flat), jnp.zeros_like(flat)], -1)
-  block, k = jnp.divmod(flat, n)
-  is_action = k == n - 1
-  y, x = jnp.divmod(jnp.minimum(k, n - 2), cols)
-  time = 2 * block + is_action
-  x = jnp.where(is_action, cols // 2, x)
-  y = jnp.where(is_action, rows // 2, y)
-  return jnp.stack([time, x, y], -1)
-
-
-def block_causal_mask(num_blocks: int, tokens_per_block: int) -> Array:
-  """bool ``[S, S]``: query token q may attend key k iff block(k) <= block(q)."""
-  b = jnp.arange(num_blocks * tokens_per_block) // tokens_per_block
-  return b[None, :] <= b[:, None]
-
-
-def _rotate(x: Array, pos: Array, cfg: WorldModelConfig) -> Array:
-  """RoPE on ``x [B, S, H, D]`` with positions ``[S, 3]``."""
-  b = x.shape[0]
-  if cfg.rope == "1d":
-    return rope(x, jnp.broadcast_to(pos[:, 0], (b, pos.shape[0])), cfg.rope_theta)
-  d = x.shape[-1]
-  g = 2 * (d // 6)
-  sizes = (d - 2 * g, g, g)
-  parts, start = [], 0
-  for axis, size in enumerate(sizes):
-    p = jnp.broadcast_to(pos[:, axis], (b, pos.shape[0]))
-    parts.append(rope(x[..., start : start + size], p, cfg.rope_theta))
-    start += size
-  return jnp.concatenate(parts, -1)
-
-
-class _Attention(nn.Module):
-  cfg: WorldModelConfig
-
-  @nn.compact
-  def __call__(self, x, pos, mask, train: bool):
-    c = self.cfg
-    hd = c.embed // c.heads
-    q, k, v = jnp.split(nn.DenseGeneral((3 * c.heads, hd), name="qkv")(x), 3, axis=-2)
-    q, k = _rotate(q, pos, c), _rotate(k, pos, c)
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(hd).astype(x.dtype)
-    logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
-    w = nn.Dropout(c.dropout, deterministic=not train)(jax.nn.softmax(logits, -1))
-    out = jnp.einsum("bhqk,bkhd->bqhd", w, v)
-    return nn.DenseGeneral(c.embed, axis=(-2, -1), name="out")(out)
-
-
-class _Block(nn.Module):
-  """GPT-2 block: pre-LayerNorm attention and GELU MLP, residual dropout."""
-
-  cfg: WorldModelConfig
-
-  @nn.compact
-  def __call__(self, x, pos, mask, train: bool):
-    c = self.cfg
-    drop = nn.Dropout(c.dropout, deterministic=not train)
-    x = x + drop(_Attention(c, name="attn")(nn.LayerNorm(name="ln1")(x), pos, mask, train))
-    h = nn.gelu(nn.Dense(c.mlp_ratio * c.embed, name="fc")(nn.LayerNorm(name="ln2")(x)))
-    return x + drop(nn.Dense(c.embed, name="proj")(h))
+  return jnp.stack(lm.st_positions(flat, cfg.tokens_per_block, tuple(cfg.grid)), -1)
 
 
 def _head(x, hidden: int, out: int, name: str):
@@ -184,10 +148,9 @@ class WorldModel(nn.Module):
       x = x + self.param("block_pos", nn.initializers.normal(0.02), (n + 1, c.embed))
     x = x.reshape(b, t * (n + 1), c.embed)
     x = nn.Dropout(c.dropout, deterministic=not train)(x)
-    pos, mask = positions(c, t), block_causal_mask(t, n + 1)
-    for i in range(c.layers):
-      x = _Block(c, name=f"block{i}")(x, pos, mask, train)
-    x = nn.LayerNorm(name="ln_f")(x).reshape(b, t, n + 1, c.embed)
+    pos = jnp.broadcast_to(jnp.arange(t * (n + 1), dtype=jnp.int32), (b, t * (n + 1)))
+    x = lm.blocks(c.lm_config(), None, x, pos, train=train)
+    x = lm.RMSNorm(name="ln_f")(x).reshape(b, t, n + 1, c.embed)
     obs = _head(x[:, :, 1:], c.embed, c.vocab_size, "obs")
     reward = _head(x[:, :, -1], c.embed, 2, "reward")
     done = _head(x[:, :, -1], c.embed, 2, "termination")

@@ -6,7 +6,8 @@ Trains PPO-GTrXL in sessions (``jaxlab.rl.dicode.loop``) under one curriculum
 ``runs/dicode/<curriculum>/seed<k>``): summary.json (evaluation, per-session history, for
 ``dicode`` the archive: admitted / rejected with reasons / retired, top tasks with scores),
 achievements.png, loop_state.json + agent/ (resume state), and for ``dicode`` the browsable
-archive/ (one directory per task with its program task.py and meta.json). A killed run resumes
+archive/ (one directory per task with its program task.py and meta.json), and for ``dicode`` and
+``dr`` pools/ (each task program's pre-built starting worlds). A killed run resumes
 where it stopped when started again with the same flags.
 
 ``--proposer=offline`` (default) mutates task programs locally (no network, no key);

@@ -435,3 +435,146 @@ def test_multitask_success_bonus_and_termination(env):
   assert float(r1[0] - r0[0]) == pytest.approx(60.0)
   np.testing.assert_array_equal(np.asarray(r1[1:]), np.asarray(r0[1:]))
   assert int(i1["task"][0]) == tasks[0]
+
+
+# ---- the data-driven session environment: task pools in the state, one program per shape -------
+
+POOL = 2
+
+
+@pytest.fixture(scope="module")
+def pooled(seed_tasks, small_worlds):
+  """Pools of two seed tasks (collect_coal, survive_needs) over the hand-made worlds, and the
+  tables of two different task sets over them."""
+  base = jax.tree.map(lambda x: x[:POOL], small_worlds)
+  tasks = [seed_tasks[0], seed_tasks[3]]
+  pools = [multitask.build_pool(t, jax.random.key(i), POOL, base=base) for i, t in enumerate(tasks)]
+  table_a = multitask.build_table(tasks, pools, [4, 1], 3)
+  table_b = multitask.build_table(
+    tasks[::-1], pools[::-1], [0, 2], 3, weights=[0.25, 0.75], original_return=5.0
+  )
+  return tasks, pools, table_a, table_b
+
+
+def _env(table):
+  return multitask.session_env(
+    "craftax-symbolic", N_ENVS, 6, table, reset_ratio=2, fresh_worlds=False
+  )
+
+
+def _host(tree):
+  def raw(x):
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      x = jax.random.key_data(x)
+    return np.asarray(x)
+
+  return jax.tree.map(raw, tree)
+
+
+def test_pool_keys_and_round_trip(pooled):
+  _, pools, _, _ = pooled
+  keys, k_base, k_task = multitask.pool_keys(jax.random.key(1), POOL)
+  for i in range(POOL):  # world.generate's own split of each world's key
+    want = jax.random.split(keys[i])
+    np.testing.assert_array_equal(jax.random.key_data(k_base[i]), jax.random.key_data(want[0]))
+    np.testing.assert_array_equal(jax.random.key_data(k_task[i]), jax.random.key_data(want[1]))
+  arrays = multitask.pool_to_arrays(pools[1])
+  _assert_same(multitask.pool_from_arrays(arrays, POOL), pools[1])
+  with pytest.raises(ValueError, match="pool leaf"):
+    multitask.pool_from_arrays(arrays, POOL + 1)
+  coal = _host(pools[0])
+  assert (coal.inventory.pickaxe == 1).all() and (coal.inventory.sword == 1).all()
+
+
+def test_table_pads_with_units_never_drawn(pooled):
+  tasks, _, table_a, table_b = pooled
+  assert np.asarray(table_a.slot).tolist() == [4, 1, 0]
+  assert np.isneginf(np.asarray(table_a.logits)[2])
+  np.testing.assert_allclose(np.exp(np.asarray(table_b.logits)[:2]), [0.25, 0.75], rtol=1e-6)
+  assert float(table_b.original_return) == 5.0
+  np.testing.assert_array_equal(np.asarray(table_a.relevant)[:2], multitask.relevant_table(tasks))
+  np.testing.assert_array_equal(
+    np.asarray(table_b.relevant)[:2], multitask.relevant_table(tasks)[::-1]
+  )
+  coal = tasks[0].params
+  np.testing.assert_allclose(
+    np.asarray(table_a.mults)[0], [coal[n] for n in multitask.PARAM_ORDER], rtol=1e-6
+  )
+  assert jax.tree.leaves(table_a.pool)[0].shape[:2] == (3, POOL)
+
+
+def test_reset_draws_pool_worlds_of_its_units(pooled):
+  _, pools, table_a, table_b = pooled
+  env_a, env_b = _env(table_a), _env(table_b)
+  assert env_a.step is env_b.step  # one step function for every task set of this shape
+  for table, env, order in ((table_a, env_a, (0, 1)), (table_b, env_b, (1, 0))):
+    obs, state = env.reset(jax.random.key(3))
+    units = np.asarray(state.env.task)
+    assert set(units.tolist()) <= {0, 1}  # the padding unit is never drawn
+    slots = np.asarray(table.slot)[units]
+    np.testing.assert_array_equal(np.asarray(obs[:, -6:]), np.eye(6)[slots])
+    games, kills = _host(state.env.game), np.asarray(state.env.kills)
+    for i, u in enumerate(units):
+      pool = _host(pools[order[u]])
+      game = jax.tree.map(lambda x, i=i: x[i], games)
+      found = []
+      for j in range(POOL):
+        ref = jax.tree.map(lambda x, j=j: x[j], pool)
+        true_kills = ref.monsters_killed
+        ref = ref.replace(monsters_killed=np.asarray(multitask.effective_kills(true_kills, 8)))
+        same = jax.tree.leaves(jax.tree.map(np.array_equal, game, ref))
+        found.append(all(same) and np.array_equal(kills[i], true_kills))
+      assert any(found)
+
+
+def test_new_task_set_reuses_the_traced_step(pooled):
+  """A new task set is new data in the same program: the jitted step traces once, and its
+  lowering (the HLO the persistent compilation cache keys on) is the same text."""
+  _, _, table_a, table_b = pooled
+  env_a, env_b = _env(table_a), _env(table_b)
+  traces = []
+
+  def step(state, action, key):
+    traces.append(1)  # a Python side effect: runs once per trace
+    return env_a.step(state, action, key)
+
+  jitted = jax.jit(step)
+  action = jnp.zeros((N_ENVS,), jnp.int32)
+  _, state_a = env_a.reset(jax.random.key(0))
+  _, state_b = env_b.reset(jax.random.key(1))
+  text_a = jitted.lower(state_a, action, jax.random.key(2)).as_text()
+  text_b = jitted.lower(state_b, action, jax.random.key(2)).as_text()
+  assert len(traces) == 1 and text_a == text_b
+  assert env_a.reset.func._cache_size() == 1  # reset compiled once for both tables
+
+
+@pytest.mark.slow
+def test_pools_and_fresh_worlds_equal_generated_worlds_and_step_exactly(seed_tasks):
+  """On craftax's own generator: a pool world is `world.generate(task, key_i)`; a fresh unit's
+  reset is `world.generate(original, key)`; one step equals `game_step` on those worlds."""
+  coal, original = seed_tasks[0], seed_tasks[-1]
+  key = jax.random.key(4)
+  pool = multitask.build_pool(coal, key, 2)
+  keys, _, _ = multitask.pool_keys(key, 2)
+  gen = jax.jit(lambda k: world.generate(coal, k))
+  for i in range(2):
+    _assert_same(jax.tree.map(lambda x, i=i: x[i], pool), gen(keys[i]))
+  table = multitask.build_table([original], [pool], [2], 1, fresh=[True])
+  env = multitask.session_env("craftax-symbolic", N_ENVS, 3, table, reset_ratio=N_ENVS)
+  k_reset = jax.random.key(9)
+  _, state = env.reset(k_reset)
+  world_keys, _, _ = multitask.pool_keys(jax.random.split(k_reset, 3)[2], N_ENVS)
+  want = jax.jit(jax.vmap(lambda k: world.generate(original, k)))(world_keys)
+  kills = want.monsters_killed
+  _assert_same(state.env.game, want.replace(monsters_killed=multitask.effective_kills(kills, 8)))
+  action = jnp.arange(N_ENVS, dtype=jnp.int32) % 5
+  k_step = jax.random.key(10)
+  _, stepped, reward, done, _ = jax.jit(env.step)(state, action, k_step)
+  params, static = world.env_params(), world.static_params()
+  mults = jnp.broadcast_to(_defaults(), (N_ENVS, len(multitask.PARAM_ORDER)))
+  ref, _, ref_reward = jax.jit(
+    jax.vmap(lambda k, s, n, a, m: multitask.game_step(k, s, n, a, m, params, static))
+  )(jax.random.split(jax.random.split(k_step)[0], N_ENVS), state.env.game, kills, action, mults)
+  assert not np.asarray(done).any()
+  _assert_same(stepped.env.game, ref)
+  np.testing.assert_array_equal(np.asarray(reward), np.asarray(ref_reward))

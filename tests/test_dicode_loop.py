@@ -465,3 +465,65 @@ def test_experiment_end_to_end_on_craftax(tmp_path):
     tmp_path,
   )
   assert r.returncode == 0 and (tmp_path / "cmp" / "comparison.png").exists(), r.stderr[-2000:]
+
+
+def test_pool_cache_builds_each_program_once_and_keeps_it_on_disk(tmp_path, monkeypatch):
+  """Pools are built once per program (in memory, then from <root>/<hash>.npz after a restart);
+  a file of another pool size is rebuilt. `build_pool` is replaced by a counter over tiny
+  arrays shaped like craftax worlds, so nothing compiles."""
+  from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import multitask, seeds, world
+
+  ref = jax.eval_shape(world.base_world, jax.random.key(0))
+  built = []
+
+  def fake_build(task, key, pool_size, base=None):
+    built.append((task.name, int(jax.random.key_data(key)[-1])))
+
+    def leaf(s):
+      if jax.dtypes.issubdtype(s.dtype, jax.dtypes.prng_key):
+        return jax.random.split(key, pool_size)
+      return jnp.full((pool_size, *s.shape), len(built), s.dtype)
+
+    return jax.tree.map(leaf, ref)
+
+  monkeypatch.setattr(multitask, "build_pool", fake_build)
+  src = seeds.load_seed_tasks()["collect_coal"]
+  cache = loop_lib.PoolCache(2, seed=3, root=tmp_path)
+  pool = cache.pool(src)
+  assert cache.pool(src) is pool and len(built) == 1
+  again = loop_lib.PoolCache(2, seed=3, root=tmp_path).pool(src)  # a restarted run
+  assert len(built) == 1
+  np.testing.assert_array_equal(np.asarray(again.map), np.asarray(pool.map))
+  assert loop_lib.PoolCache(3, seed=3, root=tmp_path).pool(src).map.shape[0] == 3
+  assert len(built) == 2  # another pool size: rebuilt
+  assert loop_lib.is_original("original", seeds.load_seed_tasks()["original"])
+  assert not loop_lib.is_original("original", src)
+
+
+@pytest.mark.slow
+def test_sessions_with_different_task_sets_lower_to_one_program():
+  """Two DiCode sessions over different task sets: the whole PPO chunk (GTrXL + the Craftax
+  multitask step) lowers to the same text, so the persistent cache compiles it once per run."""
+  from jaxlab.core import runtime
+  from jaxlab.rl import ppo
+  from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import seeds
+
+  c = tiny_config()
+  c.num_slots, c.pool_size, c.ppo.num_envs, c.ppo.num_steps = 8, 2, 4, 2
+  src = seeds.load_seed_tasks()
+  pools = loop_lib.PoolCache(c.pool_size)
+  texts = []
+  for name in ("collect_coal", "defeat_zombie"):
+    plan = curriculum_lib.SessionPlan(
+      "tasks", [name, "original"], np.array([0.8, 0.2]), [src[name], src["original"]], [0, 7]
+    )
+    env = loop_lib.default_make_env(plan, c.ppo.num_envs, c, 1.0, pools)
+    env = loop_lib.counted(env, loop_lib.num_units(plan, c), 0)
+    policy = loop_lib.make_policy(env.num_actions, c)
+    cfg = loop_lib.ppo_config(c)
+    state = ppo.init(env, policy, cfg, jax.random.key(0))
+    chunk = runtime.make_chunk_fn(ppo.make_update(env, policy, cfg))
+    texts.append(chunk.lower(state, None, jax.random.key(1), 0, 1).as_text())
+  assert texts[0] == texts[1]

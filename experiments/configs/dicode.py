@@ -2,15 +2,21 @@
 
 Presets:
   cpu    (default) the smallest run that exercises the whole loop on a CPU: a tiny GTrXL, 16
-         environments, 2 sessions of 4 PPO updates (2 x 4 x 16 x 32 = 4,096 environment steps),
-         one evolution round (4 proposals through the sandbox) between them, so the archive ends
-         with the 4 seed tasks plus the admitted proposals, each with its score. The agent learns
-         next to nothing at this budget. Runtime is compilation: every DiCode session is a new
-         XLA program (PPO-GTrXL + the Craftax step + the session's world generators), measured
-         at roughly 2 CPU-minutes for the plain-game PPO-GTrXL chunk alone on this machine; with
-         the sandbox (each proposal's worlds are compiled in the worker) and the evaluation
-         compile, expect ~10-15 min for --curriculum=dicode and ~5 min for --curriculum=none on
-         an idle 2-core CPU (far more on a loaded one). See docs/dicode.md, "Cost".
+         environments, 3 sessions of 4 PPO updates (3 x 4 x 16 x 32 = 6,144 environment steps),
+         two evolution rounds (4 proposals each through the sandbox), so the archive ends with
+         the 4 seed tasks plus the admitted proposals, each with its score (0 at this budget:
+         too few episodes finish to measure a success rate). The agent learns next to nothing.
+         Runtime is compilation, once per run (the session environment is data-driven, see
+         docs/dicode.md, "Cost"). Measured on the shared 2-core CPU under a load average of
+         10-15 (a process got 15-40 % of a core): session 0 of --curriculum=dicode 1344 s wall
+         with a cold compilation cache (the craftax generator, 5 task pools, PPO-GTrXL with the
+         multitask step), session 1 with 4 new tasks 104 s; --curriculum=none 901 s then
+         88-98 s per session and 568 CPU-s / 39 min wall in all, evaluation included;
+         --curriculum=dr, loading dicode's compiled program, 219 / 115 / 40 s per session. The
+         evaluation compiles its own program (once per curriculum and cache). On an idle 2-core
+         machine expect roughly 15-25 min for a cold --curriculum=dicode run and a few minutes
+         for a run whose programs are already in the cache (docs/dicode.md, "Measured at the
+         CPU budget").
   paper  the paper's settings (arXiv 2602.08194 and its reference code): 1024 environments x 128
          steps, 100 updates per session, 16 tasks, 40-update scoring window, evolution every 2
          sessions, 10 proposals, GTrXL 256 wide, ~2e9 environment steps: a GPU run.
@@ -43,7 +49,7 @@ def get_config(preset: str = "cpu") -> ml_collections.ConfigDict:
   c.env = "craftax-symbolic"  # the game (task programs need the full game, Craftax-Symbolic)
 
   # The session loop (jaxlab.rl.dicode.loop).
-  c.sessions = 2  # training sessions of the run (no evolution after the last one)
+  c.sessions = 3  # training sessions of the run (no evolution after the last one)
   c.updates_per_session = 4  # U: PPO updates per session (paper: 100)
   c.score_window = 2  # W: the last W updates of a session are scored (paper: 40)
   c.tasks_per_session = 8  # tasks in a session, the original game included (paper: 16)
@@ -59,6 +65,7 @@ def get_config(preset: str = "cpu") -> ml_collections.ConfigDict:
   c.bonus = "dynamic"  # success bonus: dynamic (max(k * original return, floor)) | static
   c.bonus_k = 2.0  # k of the bonus (paper: 2)
   c.bonus_floor = 20.0  # minimum bonus (paper: 20)
+  c.pool_size = 8  # P: pre-built starting worlds per task (the original game's are generated fresh)
   c.reset_ratio = 16  # Craftax optimistic resets: fresh worlds per step = num_envs // reset_ratio
 
   # Baselines (jaxlab.rl.dicode.curriculum).

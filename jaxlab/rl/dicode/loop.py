@@ -23,12 +23,16 @@ is written atomically; that file is the commit point. The archive commits each c
 agent; the archive keeps everything written before the kill, and candidates of an interrupted
 evolution round that never trained are retired with the reason "interrupted".
 
-Cost: the multitask environment switches (``lax.switch``) over the session's task programs, so a
-session with a new task set is a new XLA program: every DiCode session compiles PPO-GTrXL with the
-Craftax step and the tasks' world generators once (the reference code does the same and clears
-JAX's caches between sessions). On a 2-core CPU that compile dominates a small session; see
-docs/dicode.md for measured numbers. ``none``/``plr``/``sfl`` keep one program shape (levels are
-data in the environment state).
+Cost: every session builds the same XLA program. The multitask environment reads everything
+task-specific (each task's pool of starting worlds, multipliers, success set, bonus, slot, weight)
+from a table in its state (``multitask.session_env``), padded to ``max(tasks_per_session, size)``
+units; the level environment keeps its level seeds in its state; the per-unit counters have a
+fixed size. A new task set is new data: ``runtime.train`` traces the PPO update again (its chunk
+is jitted per call), the lowering is identical, and JAX's persistent compilation cache
+(``enable_compile_cache``) returns the executable compiled in the first session. What a new task
+costs is its pool: ``pool_size`` worlds of its program (``multitask.build_pool``: the program's
+world function compiled once, on top of the once-compiled craftax generator), kept in memory and
+under ``<workdir>/pools/`` (:class:`PoolCache`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from jaxlab.rl.dicode import scoring
 Array = jax.Array
 STATE_FILE = "loop_state.json"
 AGENT_DIR = "agent"
+POOL_DIR = "pools"
 
 
 # --- per-task episode counters over the scoring window ---
@@ -262,35 +267,104 @@ def base_env(name: str, num_envs: int, reset_ratio: int) -> vec.VecEnv:
   return dataclasses.replace(env, reset=jax.jit(env.reset))
 
 
-def default_make_env(plan, num_envs: int, config, original_return: float) -> vec.VecEnv:
-  """The session's environment: plain Craftax, the level environment, or the multitask one."""
+class PoolCache:
+  """Each task program's pool of starting worlds (``multitask.build_pool``), built once per run:
+  kept in memory and, with a ``root``, as ``<root>/<sha256 of the source>.npz`` so a resumed run
+  does not rebuild them. Pool keys come from ``seed`` and the program's hash."""
+
+  def __init__(self, pool_size: int, seed: int = 0, root=None):
+    self.pool_size, self.seed = pool_size, seed
+    self.root = None if root is None else pathlib.Path(root)
+    self._tasks: dict[str, Any] = {}
+    self._pools: dict[str, Any] = {}
+
+  @staticmethod
+  def digest(source: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(source.encode()).hexdigest()
+
+  def task(self, source: str):
+    from jaxlab.rl.dicode import sandbox
+
+    h = self.digest(source)
+    if h not in self._tasks:
+      self._tasks[h] = sandbox.load(source)
+    return self._tasks[h]
+
+  def pool(self, source: str):
+    from jaxlab.rl.dicode import multitask
+
+    h = self.digest(source)
+    if h in self._pools:
+      return self._pools[h]
+    path = None if self.root is None else self.root / f"{h[:32]}.npz"
+    pool = None
+    if path is not None and path.exists():
+      try:
+        with np.load(path, allow_pickle=False) as f:
+          pool = multitask.pool_from_arrays(dict(f), self.pool_size)
+      except (OSError, ValueError, KeyError):
+        pool = None  # unreadable or another pool size: rebuilt below
+    if pool is None:
+      key = jax.random.fold_in(jax.random.key(self.seed), int(h[:7], 16))
+      pool = jax.block_until_ready(multitask.build_pool(self.task(source), key, self.pool_size))
+      if path is not None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez_compressed(tmp, **multitask.pool_to_arrays(pool))
+        tmp.replace(path)
+    self._pools[h] = pool
+    return pool
+
+
+def num_units(plan, config) -> int:
+  """Units of a session's environment: fixed per run, so every session has the same shapes."""
+  if plan.kind == "tasks":
+    return max(config.tasks_per_session, plan.size)
+  return plan.size
+
+
+def is_original(name: str, source: str) -> bool:
+  """The unmodified game (the seed program ``original``): its worlds are generated fresh."""
+  from jaxlab.rl.dicode import seeds
+
+  return name == curriculum_lib.ORIGINAL and source == seeds.load_seed_tasks()[name]
+
+
+def default_make_env(
+  plan, num_envs: int, config, original_return: float, pools: PoolCache | None = None
+) -> vec.VecEnv:
+  """The session's environment: plain Craftax, the level environment, or the multitask one (one
+  compiled program per run: the session's tasks are data, see ``multitask.session_env``)."""
   if plan.kind == "base":
     return base_env(config.env, num_envs, config.reset_ratio)
   if plan.kind == "levels":
     return level_env(config.env, num_envs, plan.levels, plan.weights, config.reset_ratio)
-  from jaxlab.rl.dicode import multitask, sandbox
+  from jaxlab.rl.dicode import multitask
 
-  tasks = [sandbox.load(s) for s in plan.sources]
-  env = multitask.make(
+  pools = pools or PoolCache(config.pool_size)
+  table = multitask.build_table(
+    [pools.task(s) for s in plan.sources],
+    [pools.pool(s) for s in plan.sources],
+    plan.slots,
+    num_units(plan, config),
+    fresh=[is_original(n, s) for n, s in zip(plan.names, plan.sources)],
+    weights=[float(w) for w in plan.weights],
+    bonus_k=config.bonus_k,
+    bonus_floor=config.bonus_floor,
+    original_return=original_return if config.bonus == "dynamic" else 0.0,
+  )
+  return multitask.session_env(
     config.env,
     num_envs,
-    tasks,
     config.num_slots,
-    plan.slots,
-    weights=tuple(float(w) for w in plan.weights),
+    table,
     bonus=config.bonus,
     bonus_k=config.bonus_k,
     bonus_floor=config.bonus_floor,
     reset_ratio=config.reset_ratio,
   )
-  reset = env.reset
-  if config.bonus == "dynamic":
-
-    def reset(key, _reset=env.reset):
-      obs, state = _reset(key)
-      return obs, multitask.set_original_return(state, original_return)
-
-  return dataclasses.replace(env, reset=jax.jit(reset))
 
 
 def ppo_config(config) -> ppo.PPOConfig:
@@ -326,7 +400,8 @@ class Loop:
     self.config, self.curriculum, self.seed = config, curriculum, seed
     self.archive, self.proposer, self.log = archive, proposer, log
     hooks = hooks or Hooks()
-    self.make_env = hooks.make_env or default_make_env
+    pools = PoolCache(config.pool_size, seed, self.workdir / POOL_DIR)
+    self.make_env = hooks.make_env or functools.partial(default_make_env, pools=pools)
     self.validate = hooks.validate or _default_validate(config)
     self.ppo = ppo_config(config)
     self.key = jax.random.key(seed)
@@ -375,7 +450,7 @@ class Loop:
     c = self.config
     env = self.make_env(plan, c.ppo.num_envs, c, self.state["original_return"])
     start = max(0, c.updates_per_session - c.score_window) * c.ppo.num_steps
-    return counted(env, plan.size, start)
+    return counted(env, num_units(plan, c), start)
 
   def train_session(self, plan, session: int):
     """Trains ``updates_per_session`` PPO updates on ``plan``; returns (window counts, metrics)."""
@@ -406,11 +481,13 @@ class Loop:
       "achievement_names": env.achievement_names,
       **result.summary,
     }
-    return counts(state.env_state), info
+    window = {k: v[: plan.size] for k, v in counts(state.env_state).items()}
+    return window, info
 
   def run_session(self, session: int) -> dict:
     rng = np.random.default_rng([self.seed, session])
     plan = self.curriculum.plan(session, rng)
+    self.log(f"[dicode] session {session}: training on {plan.size} {plan.kind}")
     window, info = self.train_session(plan, session)
     stats = scoring.task_statistics(window, plan.names)
     original = plan.original_index()
@@ -674,7 +751,7 @@ def validate_config(config, curriculum: str) -> None:
       **{k: pos for k in ("parents", "reset_ratio", "levels_per_session", "plr_capacity")},
       **{k: pos for k in ("sfl_candidates", "sfl_buffer", "sfl_every", "sfl_rollout_steps")},
       **{k: pos for k in ("sandbox_timeout_s", "sandbox_memory_mb", "llm_timeout_s")},
-      **{k: pos for k in ("eval_envs", "eval_steps", "temperature")},
+      **{k: pos for k in ("eval_envs", "eval_steps", "temperature", "pool_size")},
       **{k: prob for k in ("original_proportion", "staleness_coef", "plr_replay_prob")},
       **{k: prob for k in ("plr_min_fill", "sfl_replay_prob")},
       "llm_retries": "nonneg",

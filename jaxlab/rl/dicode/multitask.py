@@ -1,12 +1,24 @@
 """The DiCode multitask Craftax environment, and the 12 task multipliers applied to craftax's step.
 
-`make(...)` returns an `envs.vec.VecEnv` over `Craftax-Symbolic-v1` (Mitsides, Faldor, Cully,
-"Dreaming in Code", arXiv 2602.08194, Sec. 3). Every reset draws a task per environment (uniform,
-or by `weights`) and builds its world with `lax.switch` over the tasks' world functions
-(`world.apply_task` on top of one shared craftax world). Success is "every relevant achievement
-unlocked" and the episode terminates on craftax's own conditions (time limit, death, boss beaten)
-or on success; since every task program declares its success as an achievement set, success and
-termination are exact table lookups (`relevant[task]`) rather than per-task switch branches.
+`session_env(...)` returns an `envs.vec.VecEnv` over `Craftax-Symbolic-v1` (Mitsides, Faldor,
+Cully, "Dreaming in Code", arXiv 2602.08194, Sec. 3) that is data-driven: everything task-specific
+is a `TaskTable` carried in the environment state (K units, padded with units that are never
+drawn): per unit a POOL of P pre-built starting worlds (`build_pool`: world i is exactly
+`world.generate(task, key_i)`), the 12 multipliers, the relevant-achievement row, the static
+bonus, the one-hot slot and the reset weight. A reset draws a unit by weight and a pool index,
+and copies that world. The environment's functions never close over tasks, so every task set of
+the same shape runs the same compiled program (`session_fns` is built once per shape; tested by
+counting traces). `make(...)` is the one-call form: it builds the tasks' pools and the table.
+
+Approximation: each task starts its episodes from a finite pool of P worlds (`pool_size`,
+default 8), not from a fresh world per reset as in the paper's implementation, which regenerates
+the task's world at every reset. A unit marked `fresh` (the unmodified game, whose program returns
+the builder unchanged) keeps fresh procedurally generated worlds: its resets generate new craftax
+worlds in the step, exactly as `world.generate` would for a new key.
+
+Success is "every relevant achievement unlocked" and the episode terminates on craftax's own
+conditions (time limit, death, boss beaten) or on success; since every task program declares its
+success as an achievement set, success and termination are table lookups.
 
 Observation: craftax's symbolic observation with a one-hot of length `num_slots` appended; task i
 sets slot `slots[i]` (the archive's stable slot, reused when a task leaves the archive).
@@ -15,8 +27,9 @@ plus `1[success] * bonus` on the step that completes the task, with
   dynamic:  bonus = max(bonus_k * R_original, bonus_floor)   (the reference default)
   static:   bonus = max(bonus_k * sum of the relevant achievements' rewards, bonus_floor)
 `R_original` is the running return of the original game, measured by the curriculum loop and
-written into the environment state with `set_original_return` (the reference implementation also
-sets it from outside each training session); it starts at 0, so the bonus starts at the floor.
+written into the table with `set_original_return` or `build_table(original_return=...)` (the
+reference implementation also sets it from outside each training session); it starts at 0, so the
+bonus starts at the floor.
 `info` adds `task` (int32 index into `tasks` of the episode that finished or is running) and
 `success` (bool). Resets are optimistic, as in `envs.craftax` (whose helper this reuses).
 
@@ -73,13 +86,29 @@ BONUS_TYPES = ("dynamic", "static")
 
 
 @struct.dataclass
-class TaskState:
-  """One environment: the craftax state plus what the task layer needs."""
+class TaskTable:
+  """Everything task-specific, as data: `K` units (the session's tasks, padded), each with a pool
+  of `P` starting worlds. It lives in the environment state, so one compiled step serves every
+  task set of the same shape."""
 
-  game: object  # craftax EnvState; `monsters_killed` holds the counter craftax sees
-  task: jax.Array  # int32, index into `tasks`
-  kills: jax.Array  # int32[num_levels], true monsters killed per floor
-  original_return: jax.Array  # float32, running original-game return (dynamic bonus)
+  pool: object  # craftax EnvState, leaves [K, P, ...]: each unit's pre-built starting worlds
+  fresh: jax.Array  # bool[K]: the unit is the unmodified game; its worlds are generated fresh
+  mults: jax.Array  # float32[K, 12]: the multipliers (PARAM_ORDER)
+  relevant: jax.Array  # bool[K, A]: the achievements success needs
+  static_bonus: jax.Array  # float32[K]: the static success bonus
+  slot: jax.Array  # int32[K]: the one-hot conditioning slot
+  logits: jax.Array  # float32[K]: log reset probability (-inf: never drawn, e.g. padding)
+  original_return: jax.Array  # float32: running original-game return (dynamic bonus)
+
+
+@struct.dataclass
+class TaskState:
+  """The batch of environments: craftax states plus what the task layer needs."""
+
+  game: object  # craftax EnvState [N]; `monsters_killed` holds the counter craftax sees
+  task: jax.Array  # int32[N], the unit (index into the table / `tasks`)
+  kills: jax.Array  # int32[N, num_levels], true monsters killed per floor
+  table: TaskTable  # shared by the batch (no leading N)
 
 
 def effective_kills(kills, threshold):
@@ -261,9 +290,9 @@ def game_step(rng, state, kills, action, m, params, static):
 
 def set_original_return(state: vec.VecState, value) -> vec.VecState:
   """The env state with the running original-game return (dynamic bonus) set to `value`."""
-  env = state.env
-  value = jnp.full_like(env.original_return, jnp.asarray(value, jnp.float32))
-  return state.replace(env=env.replace(original_return=value))
+  table = state.env.table
+  value = jnp.asarray(value, jnp.float32).reshape(())
+  return state.replace(env=state.env.replace(table=table.replace(original_return=value)))
 
 
 def relevant_table(tasks) -> np.ndarray:
@@ -304,6 +333,215 @@ def _check(tasks, num_slots, slots, bonus, bonus_k, bonus_floor, weights):
       raise ConfigError("weights", "must be one finite weight >= 0 per task, not all zero")
 
 
+# --- task pools: each task's starting worlds, built once per task ---
+
+
+@functools.cache
+def _apply_fn(task):
+  """`world.apply_task` for `task`, vmapped and jitted once per task program (per process)."""
+  return jax.jit(jax.vmap(functools.partial(world.apply_task, task)))
+
+
+def pool_keys(key, pool_size: int):
+  """The per-world keys of a pool: world i of a task is `world.generate(task, keys[i])`."""
+  keys = jax.random.split(key, pool_size)
+  halves = jax.vmap(jax.random.split)(keys)
+  return keys, halves[:, 0], halves[:, 1]
+
+
+def build_pool(task: task_lib.Task, key, pool_size: int, base=None):
+  """`pool_size` starting worlds of `task` (leaves [P, ...]): world i equals
+  `world.generate(task, pool_keys(key, P)[0][i])`. `base` (worlds [P, ...]) replaces craftax's
+  generator, for tests; otherwise the base worlds come from `world.base_worlds` (compiled once)."""
+  _, k_base, k_task = pool_keys(key, pool_size)
+  if base is None:
+    base = world.base_worlds(k_base)
+  return _apply_fn(task)(base, k_task)
+
+
+def _key_leaf(spec) -> bool:
+  return jax.dtypes.issubdtype(spec.dtype, jax.dtypes.prng_key)
+
+
+def pool_to_arrays(pool) -> dict[str, np.ndarray]:
+  """A pool as plain numpy arrays (typed keys as their key data), for `np.savez`."""
+  leaves = jax.tree.leaves(pool)
+  raw = [jax.random.key_data(x) if _key_leaf(x) else x for x in leaves]
+  return {f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(raw)}
+
+
+def pool_from_arrays(arrays, pool_size: int):
+  """The inverse of `pool_to_arrays`; ValueError if a leaf's shape or dtype is not a pool's."""
+  ref = jax.eval_shape(world.base_world, jax.random.key(0))
+  specs, treedef = jax.tree.flatten(ref)
+  leaves = []
+  for i, spec in enumerate(specs):
+    x = np.asarray(arrays[f"leaf{i:03d}"])
+    if _key_leaf(spec):
+      x = jax.random.wrap_key_data(jnp.asarray(x, jnp.uint32))
+    elif x.shape != (pool_size, *spec.shape) or x.dtype != spec.dtype:
+      raise ValueError(f"pool leaf {i}: {x.shape}/{x.dtype}, expected {spec.shape}/{spec.dtype}")
+    leaves.append(jnp.asarray(x))
+  if len(arrays) != len(specs):
+    raise ValueError(f"pool has {len(arrays)} leaves, expected {len(specs)}")
+  return jax.tree.unflatten(treedef, leaves)
+
+
+# --- the data-driven session environment ---
+
+
+def build_table(
+  tasks: Sequence[task_lib.Task],
+  pools: Sequence,
+  slots: Sequence[int],
+  num_units: int,
+  *,
+  fresh: Sequence[bool] | None = None,
+  weights: Sequence[float] | None = None,
+  bonus_k: float = 2.0,
+  bonus_floor: float = 20.0,
+  original_return: float = 0.0,
+) -> TaskTable:
+  """The table of `tasks` (with their `pools`), padded to `num_units` units that are never drawn.
+
+  `fresh[i]`: task i is the unmodified game (its program returns the builder unchanged and
+  pre-grants nothing), so its episodes start in freshly generated worlds instead of its pool.
+  """
+  k = len(tasks)
+  if k > num_units:
+    raise ConfigError("tasks", f"{k} tasks do not fit in {num_units} units")
+  pad = num_units - k
+  w = np.ones(k) if weights is None else np.asarray(weights, np.float64)
+  logits = np.where(w > 0, np.log(np.maximum(w / w.sum(), 1e-30)), -np.inf)
+  fresh = np.zeros(k, bool) if fresh is None else np.asarray(fresh, bool)
+  mults = np.asarray([[t.params[n] for n in PARAM_ORDER] for t in tasks], np.float32)
+
+  def padded(x, fill):
+    x = np.asarray(x)
+    return np.concatenate([x, np.full((pad, *x.shape[1:]), fill, x.dtype)])
+
+  pool = jax.tree.map(lambda *xs: jnp.stack(xs + (xs[0],) * pad), *pools)
+  return TaskTable(
+    pool=pool,
+    fresh=jnp.asarray(padded(fresh, False)),
+    mults=jnp.asarray(padded(mults, 1.0)),
+    relevant=jnp.asarray(padded(relevant_table(tasks), False)),
+    static_bonus=jnp.asarray(padded(static_bonus(tasks, bonus_k, bonus_floor), 0.0), jnp.float32),
+    slot=jnp.asarray(padded(np.asarray(slots, np.int32), 0)),
+    logits=jnp.asarray(padded(logits, -np.inf), jnp.float32),
+    original_return=jnp.asarray(original_return, jnp.float32),
+  )
+
+
+@functools.lru_cache(maxsize=8)
+def session_fns(
+  num_envs: int,
+  num_slots: int,
+  bonus: str,
+  bonus_k: float,
+  bonus_floor: float,
+  reset_ratio: int,
+  fresh_worlds: bool,
+):
+  """`(reset(key, table), step)` of the multitask environment: built (and `reset` compiled) once
+  per shape, whatever the tasks, because every task-specific value is read from `table`."""
+  params, static = world.env_params(), world.static_params()
+  resets = max(1, num_envs // reset_ratio)
+  no_achievements = jnp.zeros(len(task_lib.achievement_ids()), bool)
+
+  def start(table, key, n):
+    """`n` new episodes: unit by the table's weights, then a pool world or a fresh one."""
+    k_unit, k_index, k_fresh = jax.random.split(key, 3)
+    unit = jax.random.categorical(k_unit, table.logits, shape=(n,)).astype(jnp.int32)
+    size = jax.tree.leaves(table.pool)[0].shape[1]
+    index = jax.random.randint(k_index, (n,), 0, size)
+    game = jax.tree.map(lambda x: x[unit, index], table.pool)
+    if fresh_worlds:  # the unmodified game: world.generate of an identity program, fresh
+      _, k_base, _ = pool_keys(k_fresh, n)
+      new = jax.vmap(lambda k: world.finalize(world.base_world(k), no_achievements))(k_base)
+      game = vec.select(table.fresh[unit], new, game)
+    kills = game.monsters_killed
+    threshold = table.mults[unit, _P["monsters_killed_to_clear_level"]].astype(jnp.int32)[:, None]
+    game = game.replace(monsters_killed=effective_kills(kills, threshold))
+    return game, unit, kills
+
+  def observe(table, game, unit):
+    one_hot = jax.nn.one_hot(table.slot[unit], num_slots, dtype=jnp.float32)
+    obs = jax.vmap(render_craftax_symbolic)(game).astype(jnp.float32)
+    return jnp.concatenate([obs.reshape(obs.shape[0], -1), one_hot], axis=-1)
+
+  @jax.jit
+  def reset(key, table):
+    game, unit, kills = start(table, key, num_envs)
+    return observe(table, game, unit), vec.init_state(TaskState(game, unit, kills, table), num_envs)
+
+  def one_step(table, key, game, unit, kills, action):
+    game, kills, reward = game_step(key, game, kills, action, table.mults[unit], params, static)
+    success = jnp.all(game.achievements | ~table.relevant[unit])
+    done = gl.is_game_over(game, params, static) | success
+    dynamic = jnp.maximum(bonus_k * table.original_return, bonus_floor)
+    paid = dynamic if bonus == "dynamic" else table.static_bonus[unit]
+    return game, kills, reward + jnp.where(success, paid, 0.0), done, success
+
+  def step(state: vec.VecState, action, key):
+    k_step, k_reset = jax.random.split(key)
+    ts = state.env
+    table = ts.table
+    game, kills, reward, done, success = jax.vmap(one_step, in_axes=(None, 0, 0, 0, 0, 0))(
+      table, jax.random.split(k_step, num_envs), ts.game, ts.task, ts.kills, action
+    )
+    new_game, new_unit, new_kills = start(table, k_reset, resets)
+    fresh = (observe(table, new_game, new_unit), (new_game, new_unit, new_kills))
+    stepped = (observe(table, game, ts.task), (game, ts.task, kills))
+    obs, (g, u, k) = craftax.optimistic_reset(done, fresh, stepped)
+    reward = reward.astype(jnp.float32)
+    new_state, info = vec.track(state, TaskState(g, u, k, table), reward, done)
+    info["achievements"] = jnp.where(done[:, None], game.achievements, False).astype(jnp.float32)
+    info["task"] = ts.task
+    info["success"] = success
+    return obs, new_state, reward, done, info
+
+  return reset, step
+
+
+def session_env(
+  base: str,
+  num_envs: int,
+  num_slots: int,
+  table: TaskTable,
+  *,
+  bonus: str = "dynamic",
+  bonus_k: float = 2.0,
+  bonus_floor: float = 20.0,
+  reset_ratio: int = 16,
+  fresh_worlds: bool = True,
+) -> vec.VecEnv:
+  """The multitask environment over `table` (see `build_table`). Environments of the same shape
+  share `reset` and `step`, so a new table (a new task set) compiles nothing new."""
+  env_id, classic, pixels = craftax.resolve(base, "base")
+  if classic or pixels:
+    raise ConfigError("base", f"DiCode tasks need the full symbolic game, got {base!r}")
+  craftax._check_int("num_envs", num_envs)
+  craftax._check_int("reset_ratio", reset_ratio)
+  if bonus not in BONUS_TYPES:
+    raise ConfigError("bonus", f"must be one of {', '.join(BONUS_TYPES)}, got {bonus!r}")
+  reset, step = session_fns(
+    num_envs, num_slots, bonus, float(bonus_k), float(bonus_floor), reset_ratio, fresh_worlds
+  )
+  obs_dim = int(np.prod(jax.eval_shape(render_craftax_symbolic, _shape_state()).shape))
+  return vec.VecEnv(
+    name=f"dicode:{env_id}",
+    num_envs=num_envs,
+    obs_shape=(obs_dim + num_slots,),
+    num_actions=len(C.Action),
+    action_dim=0,
+    achievement_names=craftax.achievement_names(False),
+    max_return=craftax.MAX_RETURN[False],
+    reset=functools.partial(reset, table=table),
+    step=step,
+  )
+
+
 def make(
   base: str,
   num_envs: int,
@@ -316,86 +554,37 @@ def make(
   bonus_floor: float = 20.0,
   reset_ratio: int = 16,
   weights: Sequence[float] | None = None,
+  pool_size: int = 8,
+  pool_key=None,
+  fresh: Sequence[bool] | None = None,
 ) -> vec.VecEnv:
-  """The multitask environment over `tasks` (see module docstring)."""
-  env_id, classic, pixels = craftax.resolve(base, "base")
-  if classic or pixels:
-    raise ConfigError("base", f"DiCode tasks need the full symbolic game, got {base!r}")
-  craftax._check_int("num_envs", num_envs)
-  craftax._check_int("reset_ratio", reset_ratio)
+  """The multitask environment over `tasks` (see module docstring): builds each task's pool of
+  `pool_size` worlds (keys from `pool_key`, default `key(0)` folded with the task index) and
+  returns `session_env` over their table."""
   _check(tasks, num_slots, slots, bonus, bonus_k, bonus_floor, weights)
-  params, static = world.env_params(), world.static_params()
-  pool = max(1, num_envs // reset_ratio)
-  mults = jnp.asarray([[t.params[n] for n in PARAM_ORDER] for t in tasks], jnp.float32)
-  relevant = jnp.asarray(relevant_table(tasks))
-  static_table = jnp.asarray(static_bonus(tasks, bonus_k, bonus_floor), jnp.float32)
-  slot_of = jnp.asarray(list(slots), jnp.int32)
-  w = np.ones(len(tasks)) if weights is None else np.asarray(weights, np.float64)
-  logits = jnp.asarray(np.log(np.maximum(w / w.sum(), 1e-30)), jnp.float32)
-  logits = jnp.where(jnp.asarray(w) > 0, logits, -jnp.inf)
-  branches = [functools.partial(world.apply_task, t) for t in tasks]
-
-  def new_world(key, tid):
-    k_base, k_task = jax.random.split(key)
-    game = jax.lax.switch(tid, branches, world.base_world(k_base), k_task)
-    kills = game.monsters_killed
-    threshold = mults[tid, _P["monsters_killed_to_clear_level"]].astype(jnp.int32)
-    game = game.replace(monsters_killed=effective_kills(kills, threshold))
-    return TaskState(game, tid.astype(jnp.int32), kills, jnp.zeros((), jnp.float32))
-
-  def observe(ts):
-    one_hot = jax.nn.one_hot(slot_of[ts.task], num_slots, dtype=jnp.float32)
-    return jnp.concatenate([render_craftax_symbolic(ts.game).astype(jnp.float32), one_hot])
-
-  def fresh(key, n):
-    k_task, k_world = jax.random.split(key)
-    tids = jax.random.categorical(k_task, logits, shape=(n,))
-    states = jax.vmap(new_world)(jax.random.split(k_world, n), tids)
-    return jax.vmap(observe)(states), states
-
-  def reset(key):
-    obs, states = fresh(key, num_envs)
-    return obs, vec.init_state(states, num_envs)
-
-  def one_step(key, ts, action):
-    game, kills, reward = game_step(key, ts.game, ts.kills, action, mults[ts.task], params, static)
-    success = jnp.all(game.achievements | ~relevant[ts.task])
-    done = gl.is_game_over(game, params, static) | success
-    dynamic = jnp.maximum(bonus_k * ts.original_return, bonus_floor)
-    paid = dynamic if bonus == "dynamic" else static_table[ts.task]
-    reward = reward + jnp.where(success, paid, 0.0)
-    return TaskState(game, ts.task, kills, ts.original_return), reward, done, success
-
-  def step(state: vec.VecState, action, key):
-    k_step, k_reset = jax.random.split(key)
-    ts = state.env
-    stepped, reward, done, success = jax.vmap(one_step)(
-      jax.random.split(k_step, num_envs), ts, action
-    )
-    obs_re, states_re = fresh(k_reset, pool)
-    obs, new = craftax.optimistic_reset(
-      done, (obs_re, states_re), (jax.vmap(observe)(stepped), stepped)
-    )
-    new = new.replace(original_return=ts.original_return)
-    new_state, info = vec.track(state, new, reward.astype(jnp.float32), done)
-    info["achievements"] = jnp.where(done[:, None], stepped.game.achievements, False).astype(
-      jnp.float32
-    )
-    info["task"] = ts.task
-    info["success"] = success
-    return obs, new_state, reward.astype(jnp.float32), done, info
-
-  obs_dim = int(np.prod(jax.eval_shape(render_craftax_symbolic, _shape_state()).shape))
-  return vec.VecEnv(
-    name=f"dicode:{env_id}",
-    num_envs=num_envs,
-    obs_shape=(obs_dim + num_slots,),
-    num_actions=len(C.Action),
-    action_dim=0,
-    achievement_names=craftax.achievement_names(False),
-    max_return=craftax.MAX_RETURN[False],
-    reset=reset,
-    step=step,
+  craftax._check_int("pool_size", pool_size)
+  key = jax.random.key(0) if pool_key is None else pool_key
+  pools = [build_pool(t, jax.random.fold_in(key, i), pool_size) for i, t in enumerate(tasks)]
+  table = build_table(
+    tasks,
+    pools,
+    slots,
+    len(tasks),
+    fresh=fresh,
+    weights=weights,
+    bonus_k=bonus_k,
+    bonus_floor=bonus_floor,
+  )
+  return session_env(
+    base,
+    num_envs,
+    num_slots,
+    table,
+    bonus=bonus,
+    bonus_k=bonus_k,
+    bonus_floor=bonus_floor,
+    reset_ratio=reset_ratio,
+    fresh_worlds=fresh is not None and any(fresh),
   )
 
 

@@ -267,11 +267,14 @@ def test_disk_full_is_one_line_and_the_run_resumes_after(tmp_path, small_disk):
     "--config.dim=2000",
   ]
   r = _run("experiments.example", args, tmp_path)
-  # jaxlab's own report is one line, last, exit 1. Under load, orbax's asyncio writer thread can
-  # still print one "Event loop is closed" traceback of its own before it (docs/reliability.md).
+  # jaxlab's own report is one line, last, exit 1. Under load, orbax's asyncio writer threads can
+  # still print "Event loop is closed" tracebacks of their own before it (one to three seen;
+  # docs/reliability.md); any other traceback, or one through jaxlab's code, fails.
   assert r.returncode == 1, r.stderr[-2000:]
   assert r.stderr.strip().splitlines()[-1].startswith("error: disk full")
-  assert r.stderr.count("Traceback") <= 1 and "jaxlab/" not in r.stderr, r.stderr[-2000:]
+  closed_loop = r.stderr.count("RuntimeError: Event loop is closed")
+  assert r.stderr.count("Traceback") <= closed_loop, r.stderr[-2000:]
+  assert "jaxlab/" not in r.stderr, r.stderr[-2000:]
   subprocess.run(["mount", "-o", "remount,size=20m", str(small_disk)], check=True)
   again = _run("experiments.example", args, tmp_path)
   assert again.returncode == 0, again.stderr[-2000:]

@@ -106,7 +106,8 @@ def resolve(config):
 
 def agent_config(c, num_actions: int) -> dyna.DynaConfig:
   return dyna.DynaConfig(
-    ppo=ppo.PPOConfig.from_config(c, anneal_lr=False),
+    # On CPU the PPO loops are unrolled: XLA:CPU's CNN gradients are slow inside loops.
+    ppo=ppo.PPOConfig.from_config(c, anneal_lr=False, unroll=jax.default_backend() == "cpu"),
     wm=wm_lib.WorldModelConfig.from_config(c, num_actions),
     tokenizer=tok_lib.TokenizerConfig(
       codebook_size=c.codebook_size, threshold=c.threshold, max_candidates=c.max_candidates
@@ -174,7 +175,11 @@ def main(argv):
   cfg = agent_config(c, num_actions).validate()
   iterations = max(1, c.env_steps // cfg.steps_per_iteration)
   run = experiment.common(
-    "itc", default_steps=iterations, variant=(c.preset, c.decode, c.scale), unused=("mesh",)
+    "itc",
+    default_steps=iterations,
+    default_log_every=1,  # one iteration per chunk: no XLA loop around the CNN (ppo.PPOConfig)
+    variant=(c.preset, c.decode, c.scale),
+    unused=("mesh",),
   )
   env = craftax.make(ENV, c.num_envs, c.reset_ratio)
   require(env.num_actions == num_actions, "env", f"expected {num_actions} actions")

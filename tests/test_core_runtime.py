@@ -104,6 +104,14 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path, data):
   assert list(cols["step"]) == [10, 20, 30, 35, 40, 50, 60]
 
 
+def test_one_step_chunks_equal_scanned_chunks(tmp_path, data):
+  # A chunk of one step runs without a loop (runtime.make_chunk_fn); same numbers as a scan.
+  ref, _ = _train(tmp_path / "ref", data, 20)
+  one, summary = _train(tmp_path / "one", data, 20, log_every=1, ckpt_every=20)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), one, ref)
+  assert len(runtime.read_csv(tmp_path / "one" / "metrics.csv")["step"]) == 20
+
+
 def test_finished_run_is_not_redone_and_keeps_its_record(tmp_path, data):
   s1, first = _train(tmp_path, data, 20, eval_fn=lambda s, k: {"n": 1.0})
   on_disk = (tmp_path / "summary.json").read_bytes()
@@ -345,3 +353,29 @@ def test_units_per_step_adds_a_throughput_metric(tmp_path, data):
   assert s["train/env_steps_per_sec"] == pytest.approx(7 * s["steps_per_sec"])
   cols = runtime.read_csv(tmp_path / "metrics.csv")
   np.testing.assert_allclose(cols["env_steps_per_sec"], 7 * cols["steps_per_sec"], rtol=1e-6)
+
+
+def test_restored_state_reuses_the_compiled_update(tmp_path):
+  # A fresh TrainState holds step = 0 (a Python int), a carried one a weak int32; orbax restores
+  # the latter as a strong int32, which jit would compile a second time. Restore keeps the type.
+  from jaxlab.core import checkpoint
+  from jaxlab.core.train_state import TrainState
+
+  fresh = TrainState.create(lambda v, x: v["params"]["w"] @ x, {"w": jnp.ones(3)}, optax.sgd(0.1))
+  traces = []
+
+  @jax.jit
+  def step(s):
+    traces.append(1)
+    return s.apply_gradients(grads={"w": s.params["w"]})
+
+  carried = step(fresh)
+  carried = step(carried)
+  mngr = checkpoint.manager(tmp_path, 1)
+  checkpoint.save(mngr, 2, carried)
+  for like in (fresh, carried):  # a fresh init or a state carried in the process
+    restored = checkpoint.restore_with(mngr, like, 2)
+    assert int(restored.step) == 2
+    step(restored)
+  mngr.close()
+  assert len(traces) == 1

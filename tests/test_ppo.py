@@ -285,6 +285,23 @@ def _one_update(policy_name, mesh, n=16):
 
 
 @pytest.mark.parametrize("policy_name", ["mlp", "gru"])
+def test_unrolled_loops_equal_scanned(policy_name):
+  # `unroll` (CNN policies on CPU) must change only how XLA loops, not one number.
+  env = _cartpole(16)
+  pol = policies.make(policy_name, env.num_actions, **_SMALL[policy_name])
+  outs = []
+  for unroll in (False, True):
+    cfg = _config(16, num_steps=8, minibatches=2, epochs=2, num_updates=1, unroll=unroll)
+    state = ppo.init(env, pol, cfg, jax.random.key(0))
+    outs.append(jax.jit(ppo.make_update(env, pol, cfg))(state, None, jax.random.key(1)))
+  (a, ma), (b, mb) = outs
+  for x, y in zip(jax.tree.leaves(a.train.params), jax.tree.leaves(b.train.params), strict=True):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+  for k in ma:
+    np.testing.assert_allclose(float(ma[k]), float(mb[k]), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("policy_name", ["mlp", "gru"])
 def test_eight_devices_equal_one(policy_name):
   assert jax.device_count() == 8
   one, m1 = _one_update(policy_name, None)

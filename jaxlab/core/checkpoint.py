@@ -16,6 +16,8 @@ import threading
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
@@ -60,7 +62,21 @@ def restore_with(mngr: ocp.CheckpointManager, like: PyTree, step: int) -> PyTree
       f"checkpoint at step {step} in {mngr.directory} cannot be "
       f"restored into this run's state ({type(e).__name__}: {first})",
     ) from e
-  return restored["state"]
+  return jax.tree.map(_like_type, restored["state"], like)
+
+
+def _like_type(restored, like):
+  """Gives a restored leaf the weak type ``like`` had.
+
+  Orbax gives back strongly typed arrays, but a fresh state holds Python scalars (e.g.
+  ``TrainState.step = 0``) and a carried one weak-typed scalars; jit caches those apart from a
+  strong int32, so without this a resumed run compiles its update a second time.
+  """
+  if isinstance(like, bool | int | float) and not isinstance(like, np.generic):
+    return type(like)(np.asarray(restored).item())
+  if isinstance(like, jax.Array) and like.ndim == 0 and like.weak_type:
+    return jnp.asarray(np.asarray(restored).item())  # a Python scalar becomes a weak array
+  return restored
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: PyTree) -> None:

@@ -115,7 +115,11 @@ def make_chunk_fn(
       return update_fn(state, batch, k_update)
 
     steps = start + jnp.arange(length, dtype=jnp.int32)
-    state, per_step = jax.lax.scan(body, state, steps)
+    if length == 1:  # no loop: XLA:CPU runs convolutions inside loops slowly (jax-ml/jax#12868)
+      state, metrics = body(state, steps[0])
+      per_step = jax.tree.map(lambda m: jnp.asarray(m)[None], metrics)
+    else:
+      state, per_step = jax.lax.scan(body, state, steps)
     if state_sharding is not None:
       state = jax.lax.with_sharding_constraint(state, state_sharding)
     return state, jax.tree.map(lambda m: m.astype(jnp.float32), per_step)

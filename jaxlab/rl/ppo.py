@@ -61,6 +61,11 @@ class PPOConfig:
   num_updates: int = 0  # iterations of the whole run (the length of the decay; needed to anneal)
   normalize_advantages: bool = True  # per-minibatch advantage normalisation
   clip_value: bool = True  # PureJaxRL's clipped value loss
+  # Unroll the epoch and minibatch loops. For CNN policies on CPU: XLA:CPU runs convolution
+  # gradients inside a loop on a slow generic path (jax-ml/jax#12868; 13x measured for the IMPALA
+  # CNN's weight gradient, see benchmarks/itc.py), unrolled they take the fast one. Costs compile
+  # time (epochs x minibatches copies of the gradient); leave off on accelerators.
+  unroll: bool = False
 
   @classmethod
   def from_config(cls, config: Mapping[str, Any], **overrides) -> PPOConfig:
@@ -270,6 +275,17 @@ def _loss_fn(params, batch: dict, train: TrainState, config: PPOConfig):
   )
 
 
+def scan(f, carry, xs, unroll: bool):
+  """``lax.scan``, or with ``unroll`` a Python loop (no XLA loop at all, even for length 1)."""
+  if not unroll:
+    return jax.lax.scan(f, carry, xs)
+  ys = []
+  for i in range(jax.tree.leaves(xs)[0].shape[0]):
+    carry, y = f(carry, jax.tree.map(lambda x: x[i], xs))
+    ys.append(y)
+  return carry, jax.tree.map(lambda *y: jnp.stack(y), *ys)
+
+
 def _learn(train: TrainState, data, carry0, config, recurrent, mesh, key):
   """``epochs`` x ``minibatches`` gradient steps; returns (train, mean loss parts)."""
 
@@ -282,10 +298,10 @@ def _learn(train: TrainState, data, carry0, config, recurrent, mesh, key):
       return train.apply_loss(_loss_fn, {**mb, "carry": carry}, train, config)
 
     if not recurrent:  # an MLP's carry is () and the same for every minibatch
-      return jax.lax.scan(lambda tr, mb: minibatch(tr, (mb, carries)), train, mbs)
-    return jax.lax.scan(minibatch, train, (mbs, carries))
+      return scan(lambda tr, mb: minibatch(tr, (mb, carries)), train, mbs, config.unroll)
+    return scan(minibatch, train, (mbs, carries), config.unroll)
 
-  train, parts = jax.lax.scan(epoch, train, jax.random.split(key, config.epochs))
+  train, parts = scan(epoch, train, jax.random.split(key, config.epochs), config.unroll)
   return train, jax.tree.map(jnp.mean, parts)
 
 

@@ -199,7 +199,8 @@ def _imagination(train, wm, book, replay, cfg: DynaConfig, key: Array):
     parts["imag_done"] = jnp.mean(traj["done"].astype(jnp.float32))
     return train, parts
 
-  return jax.lax.scan(one, train, jax.random.split(key, cfg.imag_updates))
+  # Unrolled with the PPO loops where they are (`ppo.PPOConfig.unroll`: CNN gradients on CPU).
+  return ppo.scan(one, train, jax.random.split(key, cfg.imag_updates), cfg.ppo.unroll)
 
 
 def make_update(env, cfg: DynaConfig):

@@ -1,6 +1,7 @@
 """ITC world-model agent: imagination and world-model training throughput, decoding cost.
 
   python -m benchmarks.itc                      # tiny CPU shape (experiments/configs/itc.py TINY)
+  python -m benchmarks.itc --scale=cpu          # experiments.itc --config.scale=cpu shapes
   python -m benchmarks.itc --scale=paper        # the paper's shapes (a GPU run)
       [--batch=0] [--repeats=5] [--decodes=sample,itc,itc_hungarian]
 
@@ -15,6 +16,10 @@ codebook (throughput does not depend on what was learned, except Sinkhorn's iter
   (3) decoding alone: `decode.decode` on ``[imag_batch, 81, codebook]`` logits peaked on the
       previous frame's tokens (as a trained model's are) for sample, argmax, ITC (Sinkhorn +
       greedy rounding) and ITC-Hungarian (scipy on the host), as ms/call and ratio to sample.
+  (4) PPO on one real rollout (``num_envs x num_steps`` frames, ``epochs x minibatches`` steps of
+      the IMPALA-RNN policy) with the loops as ``lax.scan`` and unrolled (``PPOConfig.unroll``,
+      what `experiments.itc` uses on CPU), printed as a ratio: XLA:CPU runs convolution
+      gradients inside loops on a slow path (jax-ml/jax#12868).
 Every figure: compile (first call) excluded and printed, then the median of ``--repeats`` timed
 calls, each ended by ``block_until_ready``.
 """
@@ -33,13 +38,15 @@ from absl import flags
 from experiments.configs import itc as itc_configs
 from jaxlab.core import experiment
 from jaxlab.core.train_state import TrainState
-from jaxlab.rl import policies
+from jaxlab.rl import policies, ppo
 from jaxlab.rl.itc import decode as decode_lib
 from jaxlab.rl.itc import imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
 from jaxlab.rl.itc import world_model as wm_lib
 
-_SCALE = flags.DEFINE_enum("scale", "tiny", ["tiny", "paper"], "Shapes: TINY or the paper's.")
+_SCALE = flags.DEFINE_enum(
+  "scale", "tiny", ["tiny", "cpu", "paper"], "Shapes: TINY, CPU or the paper's."
+)
 _BATCH = flags.DEFINE_integer("batch", 0, "Imagined rollouts in parallel (0: the config's).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per figure (median kept).")
 _DECODES = flags.DEFINE_list(
@@ -67,8 +74,8 @@ def shapes():
   """The config of `experiments.itc` at ``--scale`` (preset ``itc``) and the batch."""
   c = itc_configs.get_config()
   overrides = dict(itc_configs.PRESETS["itc"])
-  if _SCALE.value == "tiny":
-    overrides.update(itc_configs.TINY)
+  if _SCALE.value != "paper":
+    overrides.update(itc_configs.SCALES[_SCALE.value])
   with c.unlocked():
     c.update(overrides)
   return c, _BATCH.value or c.imag_batch
@@ -189,6 +196,35 @@ def bench_decode(c, batch, methods, itc_cfg, key):
     )
 
 
+def bench_ppo(c, policy_train, key):
+  """(4): one PPO learn call on a real-size rollout, scanned vs unrolled loops."""
+  t, n = c.num_steps, c.num_envs
+  k_o, k_l = jax.random.split(key)
+  traj = {
+    "obs": jax.random.uniform(k_o, (t, n) + OBS),
+    "reset": jnp.zeros((t, n), bool),
+    "action": jnp.zeros((t, n), jnp.int32),
+    "log_prob": jnp.full((t, n), -jnp.log(NUM_ACTIONS)),
+    "value": jnp.zeros((t, n)),
+    "reward": jnp.zeros((t, n)),
+    "done": jnp.zeros((t, n), bool),
+  }
+  carry0 = policy_train.model_def.initial_carry(n)
+  print(f"(4) PPO on one rollout: {n} envs x {t} steps, {c.epochs} x {c.minibatches} steps")
+  times = {}
+  for unroll in (False, True):
+    cfg = ppo.PPOConfig.from_config(c, anneal_lr=False, unroll=unroll)
+    fn = jax.jit(
+      lambda tr, traj, k, cfg=cfg: ppo.learn(tr, traj, carry0, jnp.zeros(n), cfg, k)[1]["loss"]
+    )
+    first, times[unroll] = _timed(fn, policy_train, traj, k_l)
+    print(
+      f"  {'unrolled' if unroll else 'lax.scan':9s}: {times[unroll]:8.2f} s/call"
+      f"   (compile+first {first:.1f} s)"
+    )
+  print(f"  unrolled is x{times[False] / times[True]:.1f} faster than lax.scan here")
+
+
 def main(argv):
   del argv
   for name in UNUSED_FLAGS:
@@ -208,6 +244,7 @@ def main(argv):
   bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, itc_cfg, k_i)
   bench_world_model(c, wm_train, k_w)
   bench_decode(c, batch, all_methods, itc_cfg, k_d)
+  bench_ppo(c, *build(c, c.num_envs, k_b)[:1], k_i)
 
 
 if __name__ == "__main__":

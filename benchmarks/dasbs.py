@@ -11,7 +11,7 @@ the energy). Every timing is measured after compilation in this process.
 The target and model are the experiment's config (`experiments/configs/dasbs.py`, default preset
 `ising_critical` at L = 24):
 
-  # trains the CPU preset first (4 x 4 at beta_c, 450 steps; minutes on 2 CPU cores):
+  # trains the CPU preset first (4 x 4 at beta_c; minutes on 2 CPU cores):
   python -m benchmarks.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
   # a model trained by the experiment (same --config):
   python -m benchmarks.dasbs --config=experiments/configs/dasbs.py:potts_critical \

@@ -4,8 +4,8 @@ Commands:
   # Ising at beta_c, L = 24 (the default preset): GPU intended, hours on 2 CPU cores.
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:potts_low --mesh=data:-1
-  # The CPU preset: Ising at beta_c, L = 4, 3 x (100 + 50) steps, gamma = 0.25 (about 5 min on
-  # 2 CPU cores; unweighted energy error 0.02-0.06 per spin by seed, docs/dasbs.md "CPU preset"):
+  # The CPU preset: Ising at beta_c, L = 4 (minutes on 2 CPU cores; its schedule and per-seed
+  # unweighted energy errors: experiments/configs/dasbs.py and docs/dasbs.md, "CPU preset"):
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
 
 Writes to --workdir (default runs/dasbs/<target>/L<L>_beta<beta>): config.json, metrics.csv, tb/,

@@ -76,9 +76,16 @@ def test_presets_are_valid_config_files():
     0.25,
     4096,
   )
-  # the CPU preset: the critical setting on 4 x 4 with the slower reference (gamma = 0.25)
+  # the CPU preset: the critical setting on 4 x 4 with the slower reference (gamma = 0.25), fresh
+  # buffer pairs every 5 steps, 5 x (150 + 100) steps at lr 1e-3 (docs/dasbs.md, "CPU preset")
   cpu = dasbs.make_spec(module.get_config("ising_critical_cpu"))
-  assert (cpu.target.L, cpu.target.beta, cpu.sched.gamma, cpu.total_steps) == (4, 0.4407, 0.25, 450)
+  assert (cpu.target.L, cpu.target.beta, cpu.sched.gamma, cpu.total_steps) == (
+    4,
+    0.4407,
+    0.25,
+    1250,
+  )
+  assert (cpu.num_stages, cpu.resample_freq, cpu.lr, cpu.num_repl) == (5, 5, 1e-3, 4)
   assert (cpu.source, cpu.ctrl_loss, cpu.corr_loss) == ("constant", "tm", "dm")
   with pytest.raises(SystemExit) as e:
     module.get_config("ising_hot")

@@ -73,10 +73,16 @@ def _like_type(restored, like):
   strong int32, so without this a resumed run compiles its update a second time.
   """
   if isinstance(like, bool | int | float) and not isinstance(like, np.generic):
-    return type(like)(np.asarray(restored).item())
+    return type(like)(_item(restored))
   if isinstance(like, jax.Array) and like.ndim == 0 and like.weak_type:
-    return jnp.asarray(np.asarray(restored).item())  # a Python scalar becomes a weak array
+    # zeros_like keeps like's dtype, weak type and sharding; adding a Python scalar keeps them.
+    return jnp.zeros_like(like) + _item(restored)
   return restored
+
+
+def _item(x) -> Any:
+  """The value of a scalar leaf, also when it is replicated over several processes."""
+  return np.asarray(x.addressable_data(0) if isinstance(x, jax.Array) else x).item()
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: PyTree) -> None:

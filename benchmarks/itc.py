@@ -244,7 +244,7 @@ def main(argv):
   bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, itc_cfg, k_i)
   bench_world_model(c, wm_train, k_w)
   bench_decode(c, batch, all_methods, itc_cfg, k_d)
-  bench_ppo(c, *build(c, c.num_envs, k_b)[:1], k_i)
+  bench_ppo(c, build(c, c.num_envs, k_b)[0], k_i)  # the policy at the real rollout's batch
 
 
 if __name__ == "__main__":

@@ -68,12 +68,10 @@ def restore_with(mngr: ocp.CheckpointManager, like: PyTree, step: int) -> PyTree
 def _like_type(restored, like):
   """Gives a restored leaf the weak type ``like`` had.
 
-  Orbax gives back strongly typed arrays, but a fresh state holds Python scalars (e.g.
-  ``TrainState.step = 0``) and a carried one weak-typed scalars; jit caches those apart from a
-  strong int32, so without this a resumed run compiles its update a second time.
+  Orbax restores a Python scalar ``like`` (a fresh ``TrainState.step = 0``) as a Python scalar,
+  but a weak-typed scalar (one carried through jit) as a strong array; jit caches those apart,
+  so without this a resumed run would compile its update a second time.
   """
-  if isinstance(like, bool | int | float) and not isinstance(like, np.generic):
-    return type(like)(_item(restored))
   if isinstance(like, jax.Array) and like.ndim == 0 and like.weak_type:
     # zeros_like keeps like's dtype, weak type and sharding; adding a Python scalar keeps them.
     return jnp.zeros_like(like) + _item(restored)

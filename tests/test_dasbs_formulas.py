@@ -112,6 +112,50 @@ def test_ema_warm_up_matches_the_authors_counter():
   assert float(dasbs._ema_decay(spec, 1)) == pytest.approx(2 / 11)
 
 
+def test_corrector_ema_as_the_authors_code():
+  """The corrector has its own EMA (the authors' `ema_corrector`): its n-th update has decay
+  min(cap, (1 + n)/(10 + n)), n counting corrector steps over all stages, and the corrector takes
+  the EMA weights at the end of each corrector phase. `corr_ema=False` keeps the raw weights."""
+  leaves = lambda t: [np.asarray(a, np.float64) for a in jax.tree.leaves(t)]
+
+  def run(spec, check):
+    update = jax.jit(dasbs.make_update(spec))
+    state = dasbs.init_state(spec, jax.random.PRNGKey(0))
+    for i in range(spec.total_steps):
+      new, _ = update(state, None, jax.random.PRNGKey(10 + i))
+      check(i % spec.phase_steps - spec.ctrl_steps, state, new)
+      state = new
+    return state
+
+  n = [0]
+
+  def check_ema(local, old, new):
+    if local < 0:  # controller phase: the corrector is untouched
+      for a, b in zip(leaves(new.corr.params), leaves(old.corr.params)):
+        np.testing.assert_array_equal(a, b)
+      return
+    n[0] += 1
+    decay = min(spec.ema_decay, (1 + n[0]) / (10 + n[0]))
+    ema, got = leaves(old.corr.target_params), leaves(new.corr.target_params)
+    if local == spec.corr_steps - 1:  # end of the phase: the corrector is its EMA
+      for a, b in zip(leaves(new.corr.params), got):
+        np.testing.assert_array_equal(a, b)
+    else:
+      for a, b, e in zip(leaves(new.corr.params), got, ema):
+        np.testing.assert_allclose(b, decay * e + (1 - decay) * a, rtol=1e-5, atol=1e-7)
+        assert not np.allclose(b, a)  # an average, not a copy
+
+  spec = _tiny(num_stages=2, ctrl_steps=1, corr_steps=3)
+  state = run(spec, check_ema)
+  assert int(state.corr.step) == n[0] == spec.num_stages * spec.corr_steps
+
+  def check_raw(local, old, new):
+    for a, b in zip(leaves(new.corr.params), leaves(new.corr.target_params)):
+      np.testing.assert_array_equal(a, b)  # no averaging: the EMA copy is the raw weights
+
+  run(_tiny(num_stages=1, ctrl_steps=1, corr_steps=3, corr_ema=False), check_raw)
+
+
 def test_corr_tm_draws_each_pair_once():
   """corr-TM has no t to draw: a batch of batch_size distinct pairs, not num_repl copies."""
   spec = _tiny(source="uniform", corr_loss="tm")

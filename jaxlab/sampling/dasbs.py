@@ -4,12 +4,14 @@ Losses, reference process, sampler and schedule follow the authors' public code
 (github.com/AlexandreGUO2001/DASBS, `utils_train.py`, `sampling.py`); `docs/dasbs.md` gives the
 equations. Training alternates controller target/denoising matching and corrector matching
 (IPF-like stages), with a FIFO replay buffer of (x0, x1) pairs simulated by tau-leaping with the EMA
-controller, AdamW (not reset between stages) and an EMA with warm-up decay min(decay,
-(1+n)/(10+n)) that is copied into the controller at the end of each controller phase. Both networks
-are core `TrainState`s; the EMA is the controller's `target_params`. Deviations (our choices):
+controller, AdamW (not reset between stages) and, for each network, an EMA with warm-up decay
+min(decay, (1+n)/(10+n)) that is copied into the network at the end of its phase (as the authors'
+`ema_controller` / `ema_corrector`, not reset between stages). Both networks are core
+`TrainState`s; each EMA is the network's `target_params`. Deviations (our choices):
   * the loss is divided by D*N once (the code's extra constant 1/num_repl is dropped; it only
     rescales lr for Adam-free optimisers and is a no-op for Adam up to eps);
-  * the corrector keeps no EMA; corr-DM draws t ~ U[0, 1 - corr_dm_eps].
+  * corr-DM draws t ~ U[0, 1 - corr_dm_eps] (the code uses dm_eps for both);
+  * `corr_ema=False` turns the corrector's EMA off (an ablation, not an option of the code).
 Not implemented (options of the authors' code): path weights (`use_log_rnd`), the `ada` time weight,
 the memoryless mode (UDNS) and annealing of the target score.
 
@@ -87,6 +89,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.lr = 5e-4  # AdamW learning rate (controller and corrector)
   c.weight_decay = 0.0  # AdamW weight decay
   c.ema_decay = 0.9999  # EMA cap (warm-up (1+n)/(10+n))
+  c.corr_ema = True  # corrector EMA as the authors' code (False: raw corrector weights, ablation)
   return c
 
 
@@ -121,6 +124,7 @@ class Spec:
   lr: float
   weight_decay: float
   ema_decay: float
+  corr_ema: bool
 
   @property
   def total_steps(self) -> int:
@@ -172,6 +176,7 @@ _CHECKS = {
   "lr": "positive",
   "weight_decay": "nonneg",
   "ema_decay": "prob",
+  "corr_ema": (True, False),
 }
 
 
@@ -239,7 +244,7 @@ def make_models(spec: Spec):
 class DASBSState(struct.PyTreeNode):
   step: jax.Array  # global step: selects the stage and the phase
   ctrl: TrainState  # controller; target_params is its EMA, ctrl.step counts the EMA updates
-  corr: TrainState  # corrector (no EMA)
+  corr: TrainState  # corrector; target_params is its EMA, corr.step counts its EMA updates
   buf_x0: jax.Array  # buffer_size x D
   buf_x1: jax.Array
   buf_ptr: jax.Array
@@ -264,7 +269,7 @@ def _init_state(spec: Spec, key) -> DASBSState:
   return DASBSState(
     step=jnp.zeros((), jnp.int32),
     ctrl=TrainState.create(ctrl, ctrl.init(k1, x, jnp.zeros((1,)))["params"], tx, target=True),
-    corr=TrainState.create(corr, corr.init(k2, x, None)["params"], tx),
+    corr=TrainState.create(corr, corr.init(k2, x, None)["params"], tx, target=True),
     buf_x0=zb,
     buf_x1=zb,
     buf_ptr=jnp.zeros((), jnp.int32),
@@ -366,8 +371,9 @@ def _corr_step(spec: Spec, mesh, state: DASBSState, key):
     loss = losses.masked_loss(target, state.corr(x1, params=params), x1, spec.bregman)
     return loss, loss
 
+  decay = _ema_decay(spec, state.corr.step + 1) if spec.corr_ema else 0.0
   corr, loss = state.corr.apply_loss(loss_fn)
-  return state.replace(corr=corr), loss
+  return state.replace(corr=corr.update_target(tau=1.0 - decay)), loss
 
 
 def _update(spec: Spec, mesh, state: DASBSState, batch, key):
@@ -385,10 +391,12 @@ def _update(spec: Spec, mesh, state: DASBSState, batch, key):
   state = jax.lax.cond(local % spec.resample_freq == 0, resample, lambda st, k: st, state, k_res)
   ctrl_step, corr_step = (functools.partial(f, spec, mesh) for f in (_ctrl_step, _corr_step))
   state, loss = jax.lax.cond(is_ctrl, ctrl_step, corr_step, state, k_step)
-  # end of a controller phase: the controller takes the EMA weights
+  # end of a phase: its network takes the EMA weights
   end_ctrl = is_ctrl & (local == spec.ctrl_steps - 1)
-  ctrl = state.ctrl
-  params = jax.tree.map(lambda e, p: jnp.where(end_ctrl, e, p), ctrl.target_params, ctrl.params)
+  end_corr = ~is_ctrl & (local == spec.corr_steps - 1)
+  take = lambda ts, end: ts.replace(
+    params=jax.tree.map(lambda e, p: jnp.where(end, e, p), ts.target_params, ts.params)
+  )
   metrics = {
     "loss": loss,  # the active phase's loss (controller or corrector)
     "phase": 1.0 - is_ctrl.astype(jnp.float32),  # 0 = controller, 1 = corrector
@@ -396,7 +404,8 @@ def _update(spec: Spec, mesh, state: DASBSState, batch, key):
     "ess": state.last_ess,
     "invalid_frac": state.last_invalid,
   }
-  return state.replace(step=s + 1, ctrl=ctrl.replace(params=params)), metrics
+  ctrl, corr = take(state.ctrl, end_ctrl), take(state.corr, end_corr)
+  return state.replace(step=s + 1, ctrl=ctrl, corr=corr), metrics
 
 
 def make_update(spec: Spec, mesh=None):

@@ -172,3 +172,26 @@ def test_corr_tm_draws_each_pair_once():
   # a corrector step on corr-TM runs and gives a finite loss
   _, loss = jax.jit(lambda s, k: dasbs._corr_step(spec, None, s, k))(state, jax.random.PRNGKey(2))
   assert np.isfinite(float(loss))
+
+
+def test_cosine_lr_schedule_per_network():
+  """lr_schedule='cosine': update k (0-based) of a network uses lr * (f + (1 - f) (1 + cos(pi k /
+  K)) / 2), K = num_stages x its phase steps, f = lr_end_frac (then f lr); Adam on a constant
+  gradient moves a parameter by exactly that lr, so the steps show the schedule."""
+  spec = _tiny(lr=0.1, lr_schedule="cosine", lr_end_frac=0.2, num_stages=2, ctrl_steps=3)
+  const = _tiny(lr=0.1, num_stages=2, ctrl_steps=3)
+
+  def lrs(tx, n):
+    p, out = jnp.zeros(()), []
+    opt = tx.init(p)
+    for _ in range(n):
+      upd, opt = tx.update(jnp.ones(()), opt, p)
+      out.append(-float(upd))
+      p = p + upd
+    return out
+
+  cos = lambda k, K: 0.1 * (0.2 + 0.8 * (1 + math.cos(math.pi * min(k, K) / K)) / 2)
+  for tx, K in zip(dasbs.optimizers(spec), (6, 4)):  # 2 x 3 controller, 2 x 2 corrector updates
+    np.testing.assert_allclose(lrs(tx, K + 2), [cos(k, K) for k in range(K + 2)], rtol=1e-4)
+  for tx in dasbs.optimizers(const):
+    np.testing.assert_allclose(lrs(tx, 8), [0.1] * 8, rtol=1e-4)

@@ -48,6 +48,7 @@ CTRL_LOSSES = ("tm", "dm")
 CORR_LOSSES = ("tm", "dm")
 SOURCES = ("uniform", "constant")
 TIME_WEIGHTS = ("unif", "gamma")
+LR_SCHEDULES = ("constant", "cosine")
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -87,6 +88,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.dm_eps = 0.01  # ctrl-DM: t ~ U[0, 1 - dm_eps]
   c.corr_dm_eps = 0.01  # corr-DM: t ~ U[0, 1 - corr_dm_eps] (1.0: t = 0, x_t = x0)
   c.lr = 5e-4  # AdamW learning rate (controller and corrector)
+  c.lr_schedule = "constant"  # 'constant' (the authors') | 'cosine': each network's lr decays
+  # over its own updates of the whole run to lr * lr_end_frac (ours: docs/dasbs.md, "CPU preset")
+  c.lr_end_frac = 0.1  # cosine: final lr / lr
   c.weight_decay = 0.0  # AdamW weight decay
   c.ema_decay = 0.9999  # EMA cap (warm-up (1+n)/(10+n))
   c.corr_ema = True  # corrector EMA as the authors' code (False: raw corrector weights, ablation)
@@ -122,6 +126,8 @@ class Spec:
   dm_eps: float
   corr_dm_eps: float
   lr: float
+  lr_schedule: str
+  lr_end_frac: float
   weight_decay: float
   ema_decay: float
   corr_ema: bool
@@ -174,6 +180,8 @@ _CHECKS = {
   "dm_eps": "open_prob",
   "corr_dm_eps": lambda v: None if 0.0 < v <= 1.0 else f"must be in (0, 1], got {v}",
   "lr": "positive",
+  "lr_schedule": LR_SCHEDULES,
+  "lr_end_frac": "prob",
   "weight_decay": "nonneg",
   "ema_decay": "prob",
   "corr_ema": (True, False),
@@ -259,17 +267,30 @@ def init_state(config_or_spec, key) -> DASBSState:
   return jax.jit(_init_state, static_argnums=0)(spec, key)  # jit: eager flax init is slow on CPU
 
 
+def optimizers(spec: Spec) -> tuple[optax.GradientTransformation, ...]:
+  """(controller, corrector) AdamW. With 'cosine' each lr decays to lr * lr_end_frac over that
+  network's updates in the whole run (num_stages x its phase steps: it counts only its own)."""
+
+  def adamw(updates: int):
+    lr = spec.lr
+    if spec.lr_schedule == "cosine":
+      lr = optax.cosine_decay_schedule(spec.lr, max(updates, 1), alpha=spec.lr_end_frac)
+    return optax.adamw(lr, weight_decay=spec.weight_decay)
+
+  return adamw(spec.num_stages * spec.ctrl_steps), adamw(spec.num_stages * spec.corr_steps)
+
+
 def _init_state(spec: Spec, key) -> DASBSState:
   ctrl, corr = make_models(spec)
   D = spec.target.D
   x = jnp.zeros((1, D), jnp.int32)
   k1, k2 = jax.random.split(key)
-  tx = optax.adamw(spec.lr, weight_decay=spec.weight_decay)
+  tx_ctrl, tx_corr = optimizers(spec)
   zb = jnp.zeros((spec.buffer_size, D), jnp.int32)
   return DASBSState(
     step=jnp.zeros((), jnp.int32),
-    ctrl=TrainState.create(ctrl, ctrl.init(k1, x, jnp.zeros((1,)))["params"], tx, target=True),
-    corr=TrainState.create(corr, corr.init(k2, x, None)["params"], tx, target=True),
+    ctrl=TrainState.create(ctrl, ctrl.init(k1, x, jnp.zeros((1,)))["params"], tx_ctrl, target=True),
+    corr=TrainState.create(corr, corr.init(k2, x, None)["params"], tx_corr, target=True),
     buf_x0=zb,
     buf_x1=zb,
     buf_ptr=jnp.zeros((), jnp.int32),

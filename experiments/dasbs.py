@@ -32,6 +32,12 @@ from jaxlab.sampling import dasbs, exact, mcmc, metrics
 CONFIG_FILE = pathlib.Path(__file__).resolve().parent / "configs" / "dasbs.py"
 
 flags.DEFINE_integer("eval_samples", 1024, "Model samples for the final metrics.")
+flags.DEFINE_integer(
+  "stage_eval_samples",
+  256,
+  "Model samples scored after every stage (mean energy per spin and, for Ising at h = 0, its "
+  "signed error against the exact value: + = too disordered); 0 turns it off.",
+)
 flags.DEFINE_integer("mcmc_chains", 64, "MCMC reference chains.")
 flags.DEFINE_integer("mcmc_samples", 32, "Kept samples per chain.")
 flags.DEFINE_integer("mcmc_burn_in", 200, "Burn-in sweeps per chain.")
@@ -91,6 +97,25 @@ def evaluate(state, key, mesh, num: int, mc: dict):
   return res, e_model, e_ref / tgt.D
 
 
+def stage_eval(spec, key, num: int, mesh):
+  """eval_fn for the runtime: the sampler after each stage (it only changes in controller phases).
+  One compiled sampler for every stage; keys fold in the step, apart from the training keys."""
+  tgt = spec.target
+  exact_u = None
+  if tgt.kind == "ising" and tgt.h == 0.0:
+    exact_u = exact.ising_exact_observables(tgt.L, tgt.beta, tgt.J)["u_per_spin"]
+  sim = jax.jit(lambda ctrl, k: dasbs.simulate(spec, ctrl, ctrl.target_params, k, num, mesh)["x1"])
+
+  def eval_fn(state, step):
+    u = float(np.mean(np.asarray(tgt.energy(sim(state.ctrl, jax.random.fold_in(key, step))))))
+    out = {"stage_u_per_spin": u / tgt.D}
+    if exact_u is not None:
+      out["stage_err_u_signed"] = u / tgt.D - exact_u
+    return out
+
+  return eval_fn
+
+
 def energy_bins(*energies_per_spin: np.ndarray) -> np.ndarray:
   """One bin per energy level (energies live on a lattice), or 60 bins when there are too many."""
   allv = np.concatenate(energies_per_spin)
@@ -141,6 +166,11 @@ def report(run, state, result, key, train_s: float) -> None:
     "mcmc/method": mc["method"],
     **{f"eval/{k}": v for k, v in res.items()},
   }
+  stages = [result.evals[s] for s in sorted(result.evals)]
+  if stages and "stage_err_u_signed" in stages[0]:
+    summary["stage_err_u_signed"] = [ev["stage_err_u_signed"] for ev in stages]
+    errs = ", ".join(f"{e:+.3f}" for e in summary["stage_err_u_signed"])
+    print(f"[dasbs] signed err_u after each stage (+ = too disordered; this process): {errs}")
   experiment.write_summary(run.workdir, summary)
   print(
     f"[dasbs] {metrics.result_line(res)} -> {run.workdir}/summary.json",
@@ -163,6 +193,7 @@ def main(argv):
     mesh_axes=("data",),
   )
   experiment.check_positive("eval_samples", FLAGS.eval_samples)
+  experiment.check_positive("stage_eval_samples", FLAGS.stage_eval_samples, allow_zero=True)
   check_mcmc_flags()
   run.check_batch("config.batch_size", spec.batch_size)
   key = jax.random.key_data(jax.random.key(run.seed))
@@ -173,9 +204,21 @@ def main(argv):
   )
 
   t0 = time.perf_counter()
-  loop = run.loop(history=True, plot=False, progress_keys=("loss", "ess", "stage"))
+  n_stage = FLAGS.stage_eval_samples
+  loop = run.loop(
+    history=True,
+    plot=False,
+    progress_keys=("loss", "ess", "stage"),
+    eval_every=spec.phase_steps if n_stage else 0,
+  )
   state, result = dasbs.train(
-    spec, jax.random.fold_in(key, 0), mesh=run.mesh, workdir=run.workdir, loop=loop, record=config
+    spec,
+    jax.random.fold_in(key, 0),
+    mesh=run.mesh,
+    workdir=run.workdir,
+    loop=loop,
+    record=config,
+    eval_fn=stage_eval(spec, jax.random.fold_in(key, 3), n_stage, run.mesh) if n_stage else None,
   )
   report(run, state, result, key, time.perf_counter() - t0)
 

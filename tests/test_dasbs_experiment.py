@@ -142,6 +142,10 @@ def test_tiny_run_resumes_and_reports(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   first = json.loads((workdir / "summary.json").read_text())
   assert first["step"] == 6 and np.isfinite(first["train/loss"])
+  # one stage = 6 steps: the sampler is scored after it (signed error against the exact U)
+  (err,) = first["stage_err_u_signed"]
+  u = first["eval/stage_u_per_spin"]
+  assert err == pytest.approx(u - first["eval/exact/u_per_spin"]) and -2.5 < u < 0
   r = _run("experiments.dasbs", [f"--workdir={workdir}", *TINY], tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "resuming from checkpoint at step 6" in r.stdout + r.stderr
@@ -150,6 +154,7 @@ def test_tiny_run_resumes_and_reports(tmp_path):
   for k in ("energy_w2", "abs_err_u_per_spin", "ess_target", "mag", "exact/u_per_spin"):
     assert np.isfinite(s[f"eval/{k}"]), k
   assert "provenance" in s and "energy_w2=" in r.stdout
+  assert len(s["stage_err_u_signed"]) == 1 and "signed err_u after each stage" in r.stdout
   for name in ("config.json", "metrics.csv", "curves.png", "energy_hist.png"):
     assert (workdir / name).exists(), name
   assert sorted(os.listdir(tmp_path)) == ["run"]  # nothing written to the current directory

@@ -457,13 +457,21 @@ def default_loop(spec: Spec, num_steps: int | None = None, **overrides) -> runti
 
 
 def train(
-  config, key, *, mesh=None, workdir=None, loop: runtime.Loop | None = None, record=None
+  config,
+  key,
+  *,
+  mesh=None,
+  workdir=None,
+  loop: runtime.Loop | None = None,
+  record=None,
+  eval_fn=None,
 ) -> tuple[DASBSState, runtime.Result]:
   """Runs the staged schedule through `jaxlab.core.runtime.train`; returns `(state, result)`.
 
   Without `workdir` it runs in memory (`default_loop`: one chunk, no files); with one, the runtime
   writes metrics and checkpoints and resumes, and `record` is saved as its config.json. Step i uses
   `fold_in(k_run, i)` with `k_init, k_run = split(key)`, so both paths give the same state.
+  `eval_fn(state, step) -> dict` runs every `loop.eval_every` steps (it draws no training keys).
   """
   spec = make_spec(config)
   k_init, k_run = jax.random.split(key)
@@ -478,6 +486,7 @@ def train(
     mesh=mesh,
     state_sharding=sh,
     config=record,
+    eval_fn=eval_fn,
   )
 
 

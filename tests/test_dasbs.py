@@ -245,7 +245,8 @@ def test_tabular_3x3_constant_source_corr_dm_learns_the_target():
   """End to end on the path of the critical / low-temperature presets: constant source (the two
   ground states), ctrl-TM, corr-DM, log-linear noise, 3x3 Ising at beta_c, tables for networks.
 
-  Measured (seed 0, 8000 samples): TV 0.07 and |U - U_exact| 0.07 per spin; the same schedule
+  Measured (seed 0, 8000 samples): TV 0.065 and |U - U_exact| 0.053 per spin (0.07 and 0.07
+  without the corrector EMA); the same schedule
   without corrector steps gives TV 0.13 and 0.15, the untrained sampler (the reference from the
   ground states) TV 0.7 and 1.4, so a corrector or controller loss that stops working fails here.
   Four IPF-like stages leave a residual bias (eight halve it only slowly), hence 0.1, not the

@@ -76,17 +76,31 @@ def test_presets_are_valid_config_files():
     0.25,
     4096,
   )
-  # the CPU preset: the critical setting on 4 x 4 with the slower reference (gamma = 0.25), fresh
-  # buffer pairs every 5 steps, 5 x (150 + 100) steps at lr 1e-3 (docs/dasbs.md, "CPU preset")
-  cpu = dasbs.make_spec(module.get_config("ising_critical_cpu"))
-  assert (cpu.target.L, cpu.target.beta, cpu.sched.gamma, cpu.total_steps) == (
-    4,
-    0.4407,
-    0.25,
-    1250,
+  # the CPU presets (docs/dasbs.md, "CPU preset"): beta_c on 4 x 4, 1250 steps, refills every 5
+  # steps; the default one with the corrector (alpha 0.5, gamma 0.25, 5 x (150 + 100), constant lr,
+  # no corrector EMA), the other memoryless (alpha 0.01, gamma 1, no corrector, cosine lr)
+  for name in ("ising_critical_cpu", "ising_critical_cpu_memoryless"):
+    cpu = dasbs.make_spec(module.get_config(name))
+    assert (cpu.target.L, cpu.target.beta, cpu.total_steps, cpu.num_stages) == (4, 0.4407, 1250, 5)
+    assert (cpu.resample_freq, cpu.lr, cpu.num_repl, cpu.source) == (5, 1e-3, 4, "constant")
+  cpu = dasbs.make_spec(module.get_config("ising_critical_cpu_memoryless"))
+  assert (cpu.sched.alpha, cpu.sched.gamma, cpu.corr_steps, cpu.lr_schedule) == (
+    0.01,
+    1.0,
+    0,
+    "cosine",
   )
-  assert (cpu.num_stages, cpu.resample_freq, cpu.lr, cpu.num_repl) == (5, 5, 1e-3, 4)
-  assert (cpu.source, cpu.ctrl_loss, cpu.corr_loss) == ("constant", "tm", "dm")
+  # memoryless: a site keeps its source value over [0, 1] w.p. within 1 % of 1/2
+  keep = (1 + np.exp(-float(cpu.sched.Gamma(0.0, 1.0)))) / 2
+  assert 0.5 < keep < 0.505 + 1e-6
+  ipf = dasbs.make_spec(module.get_config("ising_critical_cpu"))
+  assert (ipf.sched.alpha, ipf.sched.gamma, ipf.ctrl_steps, ipf.corr_steps) == (0.5, 0.25, 150, 100)
+  assert (ipf.ctrl_loss, ipf.corr_loss, ipf.corr_ema, ipf.lr_schedule) == (
+    "tm",
+    "dm",
+    False,
+    "constant",
+  )
   with pytest.raises(SystemExit) as e:
     module.get_config("ising_hot")
   assert e.value.code == 2

@@ -13,7 +13,9 @@ min(decay, (1+n)/(10+n)) that is copied into the network at the end of its phase
   * corr-DM draws t ~ U[0, 1 - corr_dm_eps] (the code uses dm_eps for both);
   * `corr_ema=False` turns the corrector's EMA off (an ablation, not an option of the code).
 Not implemented (options of the authors' code): path weights (`use_log_rnd`), the `ada` time weight,
-the memoryless mode (UDNS) and annealing of the target score.
+UDNS (memoryless + ctrl-DM + path weights) and annealing of the target score. Their memoryless mode
+with ctrl-TM is a setting here (alpha <= 0.01, corr_steps = 0: the corrector stays 0), except that
+their tau-leaping grid starts at t = 0.01 (preset `ising_critical_cpu_memoryless`).
 
 One training step is `update(state, batch=None, key) -> (state, metrics)`; the step index in the
 state selects the stage and phase, so the whole schedule runs in the core runtime (in memory by

@@ -5,7 +5,7 @@ Commands:
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:potts_low --mesh=data:-1
   # The CPU preset: Ising at beta_c, L = 4 (minutes on 2 CPU cores; its schedule and per-seed
-  # unweighted energy errors: experiments/configs/dasbs.py and docs/dasbs.md, "CPU preset"):
+  # unweighted energy errors: experiments/configs/dasbs.py and docs/dasbs.md, "CPU presets"):
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
 
 Writes to --workdir (default runs/dasbs/<target>/L<L>_beta<beta>): config.json, metrics.csv, tb/,

@@ -79,7 +79,7 @@ PRESETS = {
 # reference leaves its ground state w.p. 1/3 over [0, 1] and the sampler stays 0.13-0.17 per spin
 # too disordered; gamma = 0.1 leaves it 0.26 too ordered. resample_freq = 5: with 20, a phase trains
 # on 192-320 distinct buffer pairs, reused 20-50 times, and seeds 3 and 4 went 0.30-0.40 per spin
-# into disorder in the last stage. No corrector EMA: with it seeds 1 and 3 end 0.15-0.17 off.
+# into disorder in the last stage. No corrector EMA: with it seeds 0-4 end 0.065-0.18 off.
 # Unweighted energy error over seeds 0-4: 0.013, 0.068, 0.007, 0.077, 0.044 per spin (mean 0.042).
 # `ising_critical_cpu_memoryless` is the memoryless setting of the authors' code (`memoryless: true`
 # with ctrl-TM): alpha = 0.01 and gamma = 1, so a site keeps its source value over [0, 1] w.p.

@@ -91,7 +91,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.corr_dm_eps = 0.01  # corr-DM: t ~ U[0, 1 - corr_dm_eps] (1.0: t = 0, x_t = x0)
   c.lr = 5e-4  # AdamW learning rate (controller and corrector)
   c.lr_schedule = "constant"  # 'constant' (the authors') | 'cosine': each network's lr decays
-  # over its own updates of the whole run to lr * lr_end_frac (ours: docs/dasbs.md, "CPU preset")
+  # over its own updates of the whole run to lr * lr_end_frac (ours: docs/dasbs.md, "CPU presets")
   c.lr_end_frac = 0.1  # cosine: final lr / lr
   c.weight_decay = 0.0  # AdamW weight decay
   c.ema_decay = 0.9999  # EMA cap (warm-up (1+n)/(10+n))

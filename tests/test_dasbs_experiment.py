@@ -77,8 +77,9 @@ def test_presets_are_valid_config_files():
     4096,
   )
   # the CPU presets (docs/dasbs.md, "CPU preset"): beta_c on 4 x 4, 1250 steps, refills every 5
-  # steps; the default one with the corrector (alpha 0.5, gamma 0.25, 5 x (150 + 100), constant lr,
-  # no corrector EMA), the other memoryless (alpha 0.01, gamma 1, no corrector, cosine lr)
+  # steps; the default one with the corrector (alpha 0.5, gamma 0.25, 5 x (150 + 100), batch 128,
+  # constant lr, no corrector EMA), the other memoryless (alpha 0.01, gamma 1, no corrector,
+  # cosine lr)
   for name in ("ising_critical_cpu", "ising_critical_cpu_memoryless"):
     cpu = dasbs.make_spec(module.get_config(name))
     assert (cpu.target.L, cpu.target.beta, cpu.total_steps, cpu.num_stages) == (4, 0.4407, 1250, 5)
@@ -95,6 +96,8 @@ def test_presets_are_valid_config_files():
   assert 0.5 < keep < 0.505 + 1e-6
   ipf = dasbs.make_spec(module.get_config("ising_critical_cpu"))
   assert (ipf.sched.alpha, ipf.sched.gamma, ipf.ctrl_steps, ipf.corr_steps) == (0.5, 0.25, 150, 100)
+  # twice the memoryless preset's pairs per step, same buffer refills per phase
+  assert (ipf.batch_size, ipf.buffer_size, cpu.batch_size, cpu.buffer_size) == (128, 1024, 64, 512)
   assert (ipf.ctrl_loss, ipf.corr_loss, ipf.corr_ema, ipf.lr_schedule) == (
     "tm",
     "dm",

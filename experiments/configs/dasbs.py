@@ -96,6 +96,8 @@ CPU_PRESETS = {
     "ctrl_steps": 150,
     "corr_steps": 100,
     "gamma": 0.25,
+    "batch_size": 128,  # 2 x the data per step: at 64 the late stages drift into disorder
+    "buffer_size": 1024,  # 8 refills, as at batch 64
     "corr_ema": False,  # docs/dasbs.md, "Corrector EMA"
   },
   "ising_critical_cpu_memoryless": {

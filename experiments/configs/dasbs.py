@@ -8,8 +8,9 @@ their meaning are `jaxlab.sampling.dasbs.get_config`):
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical
   # Potts q = 4 at low temperature, batch split over every device.
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:potts_low --mesh=data:-1
-  # The CPU preset: Ising at beta_c on 4 x 4, 1250 steps (5-7 min on 2 busy CPU cores; per-seed
-  # unweighted energy errors: docs/dasbs.md, "CPU presets"); `..._memoryless`: without corrector.
+  # The CPU preset: Ising at beta_c on 4 x 4, 1250 steps (about 7 min with two runs sharing 2 CPU
+  # cores; per-seed unweighted energy errors: docs/dasbs.md, "CPU presets"); `..._memoryless`:
+  # without corrector (4 min).
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
 
 Without an argument (or without --config) the preset is `ising_critical`.
@@ -72,16 +73,18 @@ PRESETS = {
   },
   "potts_low": {**POTTS, **GROUND, **LONG, "beta": 1.3, "lr": 1e-3, "gamma": 0.25},
 }
-# CPU presets (not authors' settings): Ising at beta_c on a 4 x 4 lattice, 1250 steps, 5-7 min on
+# CPU presets (not authors' settings): Ising at beta_c on a 4 x 4 lattice, 1250 steps, 4-7 min on
 # 2 busy CPU cores (docs/dasbs.md, "CPU presets").
 # `ising_critical_cpu` (the default CPU run) alternates controller and corrector phases as the GPU
 # presets, with gamma = 0.25 (as the low-temperature presets): with gamma = 1 a site of the
 # reference leaves its ground state w.p. 1/3 over [0, 1] and the sampler stays 0.13-0.17 per spin
 # too disordered; gamma = 0.1 leaves it 0.26 too ordered. resample_freq = 5: with 20, a phase trains
 # on 192-320 distinct buffer pairs, reused 20-50 times, and seeds 3 and 4 went 0.30-0.40 per spin
-# into disorder in the last stage. No corrector EMA: with it seeds 0-4 end 0.065-0.18 off.
-# Unweighted energy error over seeds 0-7: 0.013, 0.068, 0.007, 0.077, 0.044, 0.144, 0.063, 0.062
-# per spin (mean 0.060; < 0.05 on 3 of 8 seeds).
+# into disorder in the last stage. No corrector EMA: with it seeds 0-4 ended 0.065-0.18 off at
+# batch 64.
+# Batch 128: signed unweighted energy error over seeds 0-9 (8192 samples) +0.075, +0.009, +0.075,
+# +0.002, -0.007, +0.055, +0.066, +0.034, +0.102, +0.031 per spin (|.| mean 0.046, < 0.05 on 5 of
+# 10); batch 64 had |.| mean 0.063 on seeds 0-7 (3 of 8) with twice the spread.
 # `ising_critical_cpu_memoryless` is the memoryless setting of the authors' code (`memoryless: true`
 # with ctrl-TM): alpha = 0.01 and gamma = 1, so a site keeps its source value over [0, 1] w.p.
 # (1 + 1/101) / 2 = 0.505 and the reference's terminal law is uniform to within 1 %; the corrector

@@ -89,8 +89,9 @@ PRESETS = {
 # with ctrl-TM): alpha = 0.01 and gamma = 1, so a site keeps its source value over [0, 1] w.p.
 # (1 + 1/101) / 2 = 0.505 and the reference's terminal law is uniform to within 1 %; the corrector
 # is 0 (no corrector phases) and the controller regresses onto the target's own discrete score. The
-# lr decays (cosine) to 1e-4. Their tau-leaping grid starts at t = 0.01, ours at 0. Smaller energy
-# errors, but a far lower target ESS and an unbalanced +/- phase split (docs/dasbs.md).
+# lr decays (cosine) to 1e-4. Their tau-leaping grid starts at t = 0.01, ours at 0. Energy errors
+# of the same size (too ordered), a far lower target ESS and an unbalanced +/- phase split
+# (docs/dasbs.md).
 _CPU = {**PRESETS["ising_critical"], "L": 4, "num_stages": 5, "resample_freq": 5}
 _CPU |= {"sampling_steps": 50, "num_repl": 4, "lr": 1e-3}
 CPU_PRESETS = {

@@ -100,7 +100,7 @@ CPU_PRESETS = {
     "ctrl_steps": 150,
     "corr_steps": 100,
     "gamma": 0.25,
-    "batch_size": 128,  # 2 x the data per step: at 64 the late stages drift into disorder
+    "batch_size": 128,  # 2 x the data per step: half the seed-to-seed spread; the drift stays
     "buffer_size": 1024,  # 8 refills, as at batch 64
     "corr_ema": False,  # docs/dasbs.md, "Corrector EMA"
   },

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab.sampling import dasbs, sampler
+from jaxlab.sampling import dasbs, losses, sampler
 from jaxlab.sampling import reference as ref_lib
 
 N, D = 3, 2
@@ -195,3 +195,53 @@ def test_cosine_lr_schedule_per_network():
     np.testing.assert_allclose(lrs(tx, K + 2), [cos(k, K) for k in range(K + 2)], rtol=1e-4)
   for tx in dasbs.optimizers(const):
     np.testing.assert_allclose(lrs(tx, 8), [0.1] * 8, rtol=1e-4)
+
+
+def test_corr_dm_at_t0_is_the_bridge_average_of_corr_dm():
+  """Rao-Blackwell identity behind `corr_dm_eps=1`: averaged over the reference bridge
+  x_t ~ p(. | x0, x1), the corr-DM ratio p_{1|t}(x1^{d<-n} | x_t) / p_{1|t}(x1 | x_t) is
+  p_{1|0}(x1^{d<-n} | x0) / p_{1|0}(x1 | x0), its value at t = 0, for every t: the same
+  conditional mean given x1 (so the same corrector minimiser), less variance. Exact: entry (d, n)
+  depends on x_t^d only, so the bridge average is a sum over x_t^d's N values."""
+  with jax.enable_x64(True):
+    N, D = 3, 2
+    st = jnp.asarray(list(itertools.product(range(N), repeat=D)))
+    x0, x1 = jnp.repeat(st, len(st), 0), jnp.tile(st, (len(st), 1))
+    B = x0.shape[0]
+    for sched in (ref_lib.Schedule("log_linear", 0.25, 0.5), ref_lib.Schedule("const", 0.7)):
+      at0 = jnp.exp(losses.corr_dm_log_target(sched, x1, x0, jnp.zeros(B), N))
+      for t in (0.2, 0.7, 0.95):
+        tB = jnp.full((B,), t)
+        p_BxDxN = jnp.exp(ref_lib.bridge_logits(sched, x0, x1, tB, N))
+        avg = sum(
+          p_BxDxN[..., v, None]
+          * jnp.exp(losses.corr_dm_log_target(sched, x1, jnp.full_like(x0, v), tB, N))
+          for v in range(N)
+        )
+        np.testing.assert_allclose(avg, at0, rtol=1e-10)
+        # the identity is not vacuous: at t > 0 single bridge draws scatter around the mean
+        one = jnp.exp(losses.corr_dm_log_target(sched, x1, jnp.zeros_like(x0), tB, N))
+        assert float(jnp.max(jnp.abs(one - at0))) > 0.1
+
+
+def test_corr_dm_at_t0_draws_each_pair_once(monkeypatch):
+  """With corr_dm_eps = 1 the corrector step regresses on the t = 0 target (x_t = x0) and draws
+  batch_size distinct pairs, not num_repl identical copies."""
+  spec = _tiny(corr_dm_eps=1.0)
+  assert (spec.source, spec.corr_loss) == ("constant", "dm")
+  state = dasbs.init_state(spec, jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  state = state.replace(
+    buf_x0=jnp.asarray(rng.integers(0, 2, (16, 9))),
+    buf_x1=jnp.asarray(rng.integers(0, 2, (16, 9))),
+    buf_count=jnp.array(16, jnp.int32),
+  )
+  repls, draw = [], dasbs._draw
+  monkeypatch.setattr(dasbs, "_draw", lambda *a: repls.append(a[-1]) or draw(*a))
+  key = jax.random.PRNGKey(3)
+  _, loss = dasbs._corr_step(spec, None, state, key)
+  assert repls == [1]
+  x0, x1, _, _ = draw(spec, None, state, key, 1)
+  target = losses.corr_dm_log_target(spec.sched, x1, x0, jnp.zeros(x0.shape[:1]), 2)
+  want = losses.masked_loss(target, state.corr(x1), x1, spec.bregman)
+  np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)

@@ -379,8 +379,10 @@ def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
 def _corr_step(spec: Spec, mesh, state: DASBSState, key):
   """One corrector step (corr-TM or corr-DM); the controller is frozen."""
   sched, N = spec.sched, spec.target.N
-  # corr-TM draws no t: replicated pairs would be exact copies (same loss, num_repl x the cost)
-  x0, x1, k_t, k_b = _draw(spec, mesh, state, key, 1 if spec.corr_loss == "tm" else None)
+  # corr-TM and corr-DM with t = 0 draw no t: replicated pairs would be exact copies (the same
+  # loss and gradient at num_repl x the cost)
+  no_t = spec.corr_loss == "tm" or spec.corr_dm_eps == 1.0
+  x0, x1, k_t, k_b = _draw(spec, mesh, state, key, 1 if no_t else None)
   if spec.corr_loss == "tm":  # S_mu = 0: the uniform source
     log_phi0 = state.ctrl(x0, jnp.zeros(x0.shape[:1]))
     target = losses.corr_tm_log_target(jnp.zeros_like(log_phi0), log_phi0, x0, x1)

@@ -10,7 +10,10 @@ min(decay, (1+n)/(10+n)) that is copied into the network at the end of its phase
 `TrainState`s; each EMA is the network's `target_params`. Deviations (our choices):
   * the loss is divided by D*N once (the code's extra constant 1/num_repl is dropped; it only
     rescales lr for Adam-free optimisers and is a no-op for Adam up to eps);
-  * corr-DM draws t ~ U[0, 1 - corr_dm_eps] (the code uses dm_eps for both);
+  * corr-DM draws t ~ U[0, 1 - corr_dm_eps] (the code uses dm_eps for both). corr_dm_eps = 1
+    (t = 0, x_t = x0) regresses on the bridge average of the corr-DM target: the same mean
+    given x1, so the same minimiser, with less variance (Rao-Blackwell; docs/dasbs.md), and each
+    pair is drawn once;
   * `corr_ema=False` turns the corrector's EMA off (an ablation, not an option of the code).
 Not implemented (options of the authors' code): path weights (`use_log_rnd`), the `ada` time weight,
 UDNS (memoryless + ctrl-DM + path weights) and annealing of the target score. Their memoryless mode
@@ -88,7 +91,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.bregman = "tlogt"  # 'tlogt' | '-logt' | 't2'
   c.time_weight = "unif"  # controller-loss time weight: 'unif' (1) | 'gamma' (gamma(t)/N)
   c.dm_eps = 0.01  # ctrl-DM: t ~ U[0, 1 - dm_eps]
-  c.corr_dm_eps = 0.01  # corr-DM: t ~ U[0, 1 - corr_dm_eps] (1.0: t = 0, x_t = x0)
+  c.corr_dm_eps = 0.01  # corr-DM: t ~ U[0, 1 - corr_dm_eps] (1.0: t = 0, x_t = x0, the
+  # Rao-Blackwellised target: same minimiser, less variance)
   c.lr = 5e-4  # AdamW learning rate (controller and corrector)
   c.lr_schedule = "constant"  # 'constant' (the authors') | 'cosine': each network's lr decays
   # over its own updates of the whole run to lr * lr_end_frac (ours: docs/dasbs.md, "CPU presets")

@@ -84,7 +84,9 @@ PRESETS = {
 # batch 64.
 # Batch 128: signed unweighted energy error over seeds 0-9 (8192 samples) +0.075, +0.009, +0.075,
 # +0.002, -0.007, +0.055, +0.066, +0.034, +0.102, +0.031 per spin (|.| mean 0.046, < 0.05 on 5 of
-# 10); batch 64 had |.| mean 0.063 on seeds 0-7 (3 of 8) with twice the spread.
+# 10); batch 64 had |.| mean 0.063 on seeds 0-7 (3 of 8) with twice the spread. The corrector
+# target at t = 0 (corr_dm_eps = 1, the Rao-Blackwellised corr-DM target) shrinks the drift with
+# tables but not here: seeds 0-5 +0.044, +0.110, -0.020, +0.006, +0.051, -0.009 (docs/dasbs.md).
 # `ising_critical_cpu_memoryless` is the memoryless setting of the authors' code (`memoryless: true`
 # with ctrl-TM): alpha = 0.01 and gamma = 1, so a site keeps its source value over [0, 1] w.p.
 # (1 + 1/101) / 2 = 0.505 and the reference's terminal law is uniform to within 1 %; the corrector

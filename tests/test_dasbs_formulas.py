@@ -245,3 +245,50 @@ def test_corr_dm_at_t0_draws_each_pair_once(monkeypatch):
   target = losses.corr_dm_log_target(spec.sched, x1, x0, jnp.zeros(x0.shape[:1]), 2)
   want = losses.masked_loss(target, state.corr(x1), x1, spec.bregman)
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)
+
+
+def test_exact_corrector_of_the_constant_source_against_transition_probabilities():
+  """`exact_log_corr` (the diagnostic's closed form) against log sum_g p_{1|0}(y | g...g) from the
+  reference's transition matrix, for y = x and every single-site change of x (Potts q = 3)."""
+  spec = _tiny(target="potts", q=3, beta=1.0, exact_corrector=True, gamma=0.25, model="ropesit")
+  N, D = 3, 9
+  rng = np.random.default_rng(0)
+  x_BxD = jnp.asarray(rng.integers(0, N, (4, D)))
+  x_BxD = x_BxD.at[0].set(1).at[1, :7].set(2)  # a source state and one next to another
+  got = np.asarray(dasbs.exact_log_corr(spec, x_BxD))
+  sources = jnp.repeat(jnp.arange(N)[:, None], D, 1)
+  for b in range(4):
+    ys = [x_BxD[b]] + [x_BxD[b].at[d].set(n) for d in range(D) for n in range(N)]
+    P = ref_lib.transition_matrix(
+      spec.sched, jnp.concatenate([sources, jnp.stack(ys)]), 0.0, 1.0, N
+    )
+    log_phi = np.log(np.asarray(P[:N, N:]).sum(0))  # hat-phi_1 up to a constant
+    want = (log_phi[1:] - log_phi[0]).reshape(D, N)
+    np.testing.assert_allclose(got[b], want, atol=2e-5)
+
+
+def test_exact_corrector_enters_the_controller_target():
+  """With exact_corrector the ctrl-TM step regresses on S_nu - exact_log_corr, not on the network
+  corrector; configs the closed form does not cover are refused, naming the field."""
+  spec = _tiny(exact_corrector=True, corr_steps=0)
+  state = dasbs.init_state(spec, jax.random.PRNGKey(0))
+  rng = np.random.default_rng(1)
+  state = state.replace(
+    buf_x0=jnp.asarray(rng.integers(0, 2, (16, 9))),
+    buf_x1=jnp.asarray(rng.integers(0, 2, (16, 9))),
+    buf_count=jnp.array(16, jnp.int32),
+  )
+  key = jax.random.PRNGKey(4)
+  _, loss = dasbs._ctrl_step(spec, None, state, key)
+  x0, x1, k_t, k_b = dasbs._draw(spec, None, state, key)
+  t = jax.random.uniform(k_t, x0.shape[:1], maxval=1.0)
+  xt = ref_lib.sample_bridge(k_b, spec.sched, x0, x1, t, 2)
+  target = losses.ctrl_tm_log_target(spec.target.score(x1), dasbs.exact_log_corr(spec, x1), x1, xt)
+  want = losses.masked_loss(target, state.ctrl(xt, t), xt, spec.bregman)
+  np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)
+  plain = dasbs._ctrl_step(_tiny(), None, state, key)[1]  # the zero-initialised network corrector
+  assert abs(float(plain) - float(loss)) > 1e-3
+  from jaxlab.core.errors import ConfigError
+
+  with pytest.raises(ConfigError, match="config.exact_corrector"):
+    _tiny(exact_corrector=True, source="uniform", corr_loss="tm")

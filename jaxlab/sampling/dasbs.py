@@ -100,6 +100,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.weight_decay = 0.0  # AdamW weight decay
   c.ema_decay = 0.9999  # EMA cap (warm-up (1+n)/(10+n))
   c.corr_ema = True  # corrector EMA as the authors' code (False: raw corrector weights, ablation)
+  c.exact_corrector = (
+    False  # diagnostic (ours, not the paper's method): ctrl-TM uses the closed-form
+  )
+  # corrector of the constant source (`exact_log_corr`) instead of the network; set corr_steps=0
   return c
 
 
@@ -137,6 +141,7 @@ class Spec:
   weight_decay: float
   ema_decay: float
   corr_ema: bool
+  exact_corrector: bool
 
   @property
   def total_steps(self) -> int:
@@ -191,6 +196,7 @@ _CHECKS = {
   "weight_decay": "nonneg",
   "ema_decay": "prob",
   "corr_ema": (True, False),
+  "exact_corrector": (True, False),
 }
 
 
@@ -219,6 +225,13 @@ def _check_combinations(c) -> None:
     "config.hidden",
     f"must be divisible by heads ({c.heads}), got {c.hidden}",
   )
+  if c.exact_corrector:
+    require(
+      c.source == "constant" and c.ctrl_loss == "tm" and c.h == 0.0,
+      "config.exact_corrector",
+      "the closed form needs source='constant', ctrl_loss='tm' and h = 0, got "
+      f"source={c.source!r}, ctrl_loss={c.ctrl_loss!r}, h={c.h}",
+    )
   if c.model == "tabular":
     n, d = (2 if c.target == "ising" else int(c.q)), int(c.L) ** 2
     require(n**d <= 4096, "config.model", f"'tabular' needs N^D <= 4096 states, got {n}^{d}")
@@ -357,6 +370,29 @@ def _draw(spec: Spec, mesh, state: DASBSState, key, repl: int | None = None):
   return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b
 
 
+def exact_log_corr(spec: Spec, x_BxD):
+  """log hat-phi_1(x^{d<-n}) - log hat-phi_1(x) (BxDxN) of the SB for the constant source.
+
+  The source puts 1/N on each all-g configuration; with h = 0 the target and the reference are
+  symmetric under relabelling the values, so phi_0 is equal on them and
+  hat-phi_1(x) ∝ sum_g p_{1|0}(x | g...g) = sum_g B^{m_g} A^{D - m_g}, m_g = #{d: x^d = g}, with A,
+  B the reference's per-site jump / stay probabilities over [0, 1]. A diagnostic (ours): it
+  separates the controller's error from the corrector's (docs/dasbs.md)."""
+  N, D = spec.target.N, spec.target.D
+  la, lb = ref_lib.log_AB(spec.sched, 0.0, 1.0, N)
+  g = jnp.arange(N)
+  m_BxG = (x_BxD[..., None] == g).sum(1).astype(jnp.float32)
+  lse = lambda m: jax.nn.logsumexp(m * lb + (D - m) * la, axis=-1)
+  # the jump x^d -> n moves one site from value x^d to value n
+  m_BxDxNxG = (
+    m_BxG[:, None, None, :]
+    - (x_BxD[..., None, None] == g).astype(jnp.float32)
+    + (jnp.arange(N)[:, None] == g).astype(jnp.float32)
+  )
+  out = lse(m_BxDxNxG) - lse(m_BxG)[:, None, None]
+  return jnp.where(losses.off_mask(x_BxD, N), out, 0.0)
+
+
 def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
   """One controller step (ctrl-TM or ctrl-DM) and its EMA update."""
   sched, N = spec.sched, spec.target.N
@@ -365,7 +401,8 @@ def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
   t = jax.random.uniform(k_t, x0.shape[:1], maxval=hi)
   xt = _bx(ref_lib.sample_bridge(k_b, sched, x0, x1, t, N), mesh)
   if spec.ctrl_loss == "tm":
-    target = losses.ctrl_tm_log_target(spec.target.score(x1), state.corr(x1), x1, xt)
+    log_corr = exact_log_corr(spec, x1) if spec.exact_corrector else state.corr(x1)
+    target = losses.ctrl_tm_log_target(spec.target.score(x1), log_corr, x1, xt)
   else:
     target = losses.ctrl_dm_log_target(sched, x1, xt, t, N)
   target = jax.lax.stop_gradient(target)

@@ -298,7 +298,7 @@ def test_tabular_3x3_rao_blackwellized_corrector_shrinks_the_drift():
   too disordered; with t = 0 (`corr_dm_eps=1`, the bridge average of the same target: same
   minimiser, less variance) the drift shrinks. Measured through the program, seeds 0-2 (8192
   samples): +0.049, +0.064, +0.043 against +0.012, +0.028, +0.015 per spin (docs/dasbs.md,
-  "The corrector target at t = 0"). About 2 min alone on 2 cores."""
+  "The corrector target at t = 0"). 3 min 54 s with two other runs on the 2 cores."""
   import pathlib
   import sys
 

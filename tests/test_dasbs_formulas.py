@@ -224,18 +224,23 @@ def test_corr_dm_at_t0_is_the_bridge_average_of_corr_dm():
         assert float(jnp.max(jnp.abs(one - at0))) > 0.1
 
 
+def _random_buffer(spec, seed: int):
+  """A fresh state whose 16-pair buffer holds random Ising pairs (3 x 3)."""
+  state = dasbs.init_state(spec, jax.random.PRNGKey(0))
+  rng = np.random.default_rng(seed)
+  return state.replace(
+    buf_x0=jnp.asarray(rng.integers(0, 2, (16, 9))),
+    buf_x1=jnp.asarray(rng.integers(0, 2, (16, 9))),
+    buf_count=jnp.array(16, jnp.int32),
+  )
+
+
 def test_corr_dm_at_t0_draws_each_pair_once(monkeypatch):
   """With corr_dm_eps = 1 the corrector step regresses on the t = 0 target (x_t = x0) and draws
   batch_size distinct pairs, not num_repl identical copies."""
   spec = _tiny(corr_dm_eps=1.0)
   assert (spec.source, spec.corr_loss) == ("constant", "dm")
-  state = dasbs.init_state(spec, jax.random.PRNGKey(0))
-  rng = np.random.default_rng(0)
-  state = state.replace(
-    buf_x0=jnp.asarray(rng.integers(0, 2, (16, 9))),
-    buf_x1=jnp.asarray(rng.integers(0, 2, (16, 9))),
-    buf_count=jnp.array(16, jnp.int32),
-  )
+  state = _random_buffer(spec, 0)
   repls, draw = [], dasbs._draw
   monkeypatch.setattr(dasbs, "_draw", lambda *a: repls.append(a[-1]) or draw(*a))
   key = jax.random.PRNGKey(3)
@@ -271,13 +276,7 @@ def test_exact_corrector_enters_the_controller_target():
   """With exact_corrector the ctrl-TM step regresses on S_nu - exact_log_corr, not on the network
   corrector; configs the closed form does not cover are refused, naming the field."""
   spec = _tiny(exact_corrector=True, corr_steps=0)
-  state = dasbs.init_state(spec, jax.random.PRNGKey(0))
-  rng = np.random.default_rng(1)
-  state = state.replace(
-    buf_x0=jnp.asarray(rng.integers(0, 2, (16, 9))),
-    buf_x1=jnp.asarray(rng.integers(0, 2, (16, 9))),
-    buf_count=jnp.array(16, jnp.int32),
-  )
+  state = _random_buffer(spec, 1)
   key = jax.random.PRNGKey(4)
   _, loss = dasbs._ctrl_step(spec, None, state, key)
   x0, x1, k_t, k_b = dasbs._draw(spec, None, state, key)

@@ -100,10 +100,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.weight_decay = 0.0  # AdamW weight decay
   c.ema_decay = 0.9999  # EMA cap (warm-up (1+n)/(10+n))
   c.corr_ema = True  # corrector EMA as the authors' code (False: raw corrector weights, ablation)
-  c.exact_corrector = (
-    False  # diagnostic (ours, not the paper's method): ctrl-TM uses the closed-form
-  )
-  # corrector of the constant source (`exact_log_corr`) instead of the network; set corr_steps=0
+  c.exact_corrector = False  # diagnostic (ours): ctrl-TM uses `exact_log_corr`, not the network
+  # corrector (constant source only; set corr_steps=0). Not the paper's method: docs/dasbs.md
   return c
 
 

@@ -165,9 +165,9 @@ def test_corr_tm_draws_each_pair_once():
     buf_x1=jnp.arange(16 * 9).reshape(16, 9) % 2,
     buf_count=jnp.array(16, jnp.int32),
   )
-  x0, x1, _, _ = dasbs._draw(spec, None, state, jax.random.PRNGKey(0), 1)
+  x0, x1, _, _, _ = dasbs._draw(spec, None, state, jax.random.PRNGKey(0), 1)
   assert x0.shape == (spec.batch_size, 9)
-  x0, _, _, _ = dasbs._draw(spec, None, state, jax.random.PRNGKey(0))
+  x0, _, _, _, _ = dasbs._draw(spec, None, state, jax.random.PRNGKey(0))
   assert x0.shape == (spec.batch_size * spec.num_repl, 9)
   # a corrector step on corr-TM runs and gives a finite loss
   _, loss = jax.jit(lambda s, k: dasbs._corr_step(spec, None, s, k))(state, jax.random.PRNGKey(2))
@@ -246,7 +246,7 @@ def test_corr_dm_at_t0_draws_each_pair_once(monkeypatch):
   key = jax.random.PRNGKey(3)
   _, loss = dasbs._corr_step(spec, None, state, key)
   assert repls == [1]
-  x0, x1, _, _ = draw(spec, None, state, key, 1)
+  x0, x1, _, _, _ = draw(spec, None, state, key, 1)
   target = losses.corr_dm_log_target(spec.sched, x1, x0, jnp.zeros(x0.shape[:1]), 2)
   want = losses.masked_loss(target, state.corr(x1), x1, spec.bregman)
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)
@@ -279,7 +279,7 @@ def test_exact_corrector_enters_the_controller_target():
   state = _random_buffer(spec, 1)
   key = jax.random.PRNGKey(4)
   _, loss = dasbs._ctrl_step(spec, None, state, key)
-  x0, x1, k_t, k_b = dasbs._draw(spec, None, state, key)
+  x0, x1, k_t, k_b, _ = dasbs._draw(spec, None, state, key)
   t = jax.random.uniform(k_t, x0.shape[:1], maxval=1.0)
   xt = ref_lib.sample_bridge(k_b, spec.sched, x0, x1, t, 2)
   target = losses.ctrl_tm_log_target(spec.target.score(x1), dasbs.exact_log_corr(spec, x1), x1, xt)
@@ -291,3 +291,106 @@ def test_exact_corrector_enters_the_controller_target():
 
   with pytest.raises(ConfigError, match="config.exact_corrector"):
     _tiny(exact_corrector=True, source="uniform", corr_loss="tm")
+
+
+def _np_log_marginal_constant(x_BxD, gam: float, N: int):
+  """log p^r_1(x) from the N ground states, written from the per-site jump / stay probabilities."""
+  a, b = (1 - math.exp(-gam)) / N, (1 + (N - 1) * math.exp(-gam)) / N
+  m = np.stack([(x_BxD == g).sum(-1) for g in range(N)], -1)
+  return np.log((b**m * a ** (x_BxD.shape[-1] - m)).sum(-1) / N)
+
+
+@pytest.fixture(scope="module")
+def weighted_paths():
+  """40 000 tau-leaping paths of a random tabular controller (3 x 3 Ising, gamma = 0.25), with the
+  'target' path weights."""
+  spec = _tiny(path_weights="target", gamma=0.25, sampling_steps=4)
+  state = dasbs.init_state(spec, jax.random.PRNGKey(0))
+  table = state.ctrl.params["table"]
+  rand = jax.random.normal(jax.random.PRNGKey(1), table.shape) * 0.5
+  ctrl = state.ctrl.replace(params={"table": rand})
+  out = jax.jit(lambda k: dasbs.simulate(spec, ctrl, ctrl.params, k, 40_000))(jax.random.PRNGKey(2))
+  return spec, out, np.asarray(dasbs.path_log_weights(spec, out), np.float64)
+
+
+def test_target_path_weights_against_a_transcription(weighted_paths):
+  """'target': log w = -beta E(x1) - log p^r_1(x1) + log p_r - log p_u (up to a constant)."""
+  spec, out, lw = weighted_paths
+  x1 = np.asarray(out["x1"])
+  gam = float(spec.sched.Gamma(0.0, 1.0))
+  e = np.asarray(spec.target.energy(jnp.asarray(x1)), np.float64)
+  want = (
+    -spec.target.beta * e
+    - _np_log_marginal_constant(x1, gam, 2)
+    + np.asarray(out["log_p_r"])
+    - np.asarray(out["log_p_u"])
+  )
+  np.testing.assert_allclose(lw - lw.mean(), want - want.mean(), atol=2e-4)
+
+
+def test_target_path_weights_reweight_to_the_sb_coupling(weighted_paths):
+  """Self-normalised with the 'target' weights, paths of any controller give the SB coupling of
+  the constant source, P*(x0, x1) = nu(x1) p^r(x0 | x1): its energy and how often x0 is the
+  ground state x1 leans to (enumerated); unweighted, the random controller is far from both."""
+  from jaxlab.sampling import exact
+
+  spec, out, lw = weighted_paths
+  tgt = spec.target
+  states, pmf, _ = exact.exact_pmf(tgt)
+  gam = float(spec.sched.Gamma(0.0, 1.0))
+  a, b = (1 - math.exp(-gam)) / 2, (1 + math.exp(-gam)) / 2
+  m0 = (states == 0).sum(-1)
+  p0 = b**m0 * a ** (9 - m0) / (b**m0 * a ** (9 - m0) + a**m0 * b ** (9 - m0))  # p^r(x0=0 | x1)
+  e_states = np.asarray(tgt.energy(jnp.asarray(states)), np.float64) / 9
+  f_states = (m0 / 9) * p0  # E[1{x0 = 0} * fraction of zeros in x1 | x1]
+  want_u, want_f = (pmf * e_states).sum(), (pmf * f_states).sum()
+  x0, x1 = np.asarray(out["x0"]), np.asarray(out["x1"])
+  u = np.asarray(tgt.energy(jnp.asarray(x1)), np.float64) / 9
+  f = (x0[:, 0] == 0) * (x1 == 0).mean(-1)
+  w = np.exp(lw - lw.max())
+  w /= w.sum()
+  ess = 1 / (w**2).sum()
+  assert ess > 2000, ess
+  se_u, se_f = u.std() / math.sqrt(ess), f.std() / math.sqrt(ess)
+  assert abs((w * u).sum() - want_u) < 4 * se_u + 1e-3, ((w * u).sum(), want_u, se_u)
+  assert abs((w * f).sum() - want_f) < 4 * se_f + 1e-3, ((w * f).sum(), want_f, se_f)
+  assert abs(u.mean() - want_u) > 10 * se_u  # the check is not vacuous
+
+
+def test_rnd_path_weights_are_the_authors_log_dp_star_dp_u(weighted_paths):
+  """'rnd' = the sampler's log-RND; in the memoryless setting log nu(x1) + log p_r - log p_u."""
+  _, out, _ = weighted_paths
+  spec = _tiny(path_weights="rnd")
+  np.testing.assert_array_equal(dasbs.path_log_weights(spec, out), out["log_rnd"])
+  spec = _tiny(path_weights="rnd", alpha=0.01, corr_steps=0)
+  assert dasbs.memoryless(spec)
+  want = spec.target.log_prob_unnorm(out["x1"]) + out["log_p_r"] - out["log_p_u"]
+  np.testing.assert_allclose(dasbs.path_log_weights(spec, out), want, rtol=1e-6)
+  assert not np.any(np.asarray(dasbs.path_log_weights(_tiny(), out)))  # 'none'
+
+
+def test_path_weights_enter_both_losses():
+  """Each drawn pair's loss is weighted by B * softmax(log w) over the drawn pairs, in the
+  controller and the corrector step; 'target' is refused where it is not the SB's weight."""
+  spec = _tiny(path_weights="target", corr_dm_eps=1.0)
+  lw = jnp.asarray(np.random.default_rng(5).normal(size=16), jnp.float32)
+  state = _random_buffer(spec, 2).replace(buf_logw=lw)
+  key = jax.random.PRNGKey(6)
+  x0, x1, k_t, k_b, w = dasbs._draw(spec, None, state, key)
+  assert w.shape == (8 * 3,) and float(w.sum()) == pytest.approx(8 * 3, rel=1e-5)
+  assert float(jnp.max(w) / jnp.min(w)) > 2
+  t = jax.random.uniform(k_t, x0.shape[:1], maxval=1.0)
+  xt = ref_lib.sample_bridge(k_b, spec.sched, x0, x1, t, 2)
+  target = losses.ctrl_tm_log_target(spec.target.score(x1), state.corr(x1), x1, xt)
+  want = losses.masked_loss(target, state.ctrl(xt, t), xt, spec.bregman, w)
+  np.testing.assert_allclose(float(dasbs._ctrl_step(spec, None, state, key)[1]), float(want), 1e-6)
+  unweighted = losses.masked_loss(target, state.ctrl(xt, t), xt, spec.bregman)
+  assert abs(float(unweighted) - float(want)) > 1e-4
+  x0, x1, _, _, w = dasbs._draw(spec, None, state, key, 1)
+  target = losses.corr_dm_log_target(spec.sched, x1, x0, jnp.zeros(x0.shape[:1]), 2)
+  want = losses.masked_loss(target, state.corr(x1), x1, spec.bregman, w)
+  np.testing.assert_allclose(float(dasbs._corr_step(spec, None, state, key)[1]), float(want), 1e-6)
+  from jaxlab.core.errors import ConfigError
+
+  with pytest.raises(ConfigError, match="config.path_weights"):
+    _tiny(path_weights="target", source="uniform", corr_loss="tm")

@@ -14,11 +14,15 @@ min(decay, (1+n)/(10+n)) that is copied into the network at the end of its phase
     (t = 0, x_t = x0) regresses on the bridge average of the corr-DM target: the same mean
     given x1, so the same minimiser, with less variance (Rao-Blackwell; docs/dasbs.md), and each
     pair is drawn once;
-  * `corr_ema=False` turns the corrector's EMA off (an ablation, not an option of the code).
-Not implemented (options of the authors' code): path weights (`use_log_rnd`), the `ada` time weight,
-UDNS (memoryless + ctrl-DM + path weights) and annealing of the target score. Their memoryless mode
-with ctrl-TM is a setting here (alpha <= 0.01, corr_steps = 0: the corrector stays 0), except that
-their tau-leaping grid starts at t = 0.01 (preset `ising_critical_cpu_memoryless`).
+  * `corr_ema=False` turns the corrector's EMA off (an ablation, not an option of the code);
+  * `path_weights='target'` (ours) weights each pair by its exact path weight against the SB of the
+    constant source, so the regressions see the SB's coupling instead of the sampler's own
+    (docs/dasbs.md, "Path weights"); `'rnd'` is the authors' `use_log_rnd` (with softmax).
+Not implemented (options of the authors' code): the `ada` time weight and annealing of the target
+score. Their memoryless mode with ctrl-TM is a setting here (alpha <= 0.01, corr_steps = 0: the
+corrector stays 0), except that their tau-leaping grid starts at t = 0.01 (preset
+`ising_critical_cpu_memoryless`); UDNS (memoryless + ctrl-DM + `use_log_rnd`) is that setting with
+ctrl_loss='dm' and path_weights='rnd'.
 
 One training step is `update(state, batch=None, key) -> (state, metrics)`; the step index in the
 state selects the stage and phase, so the whole schedule runs in the core runtime (in memory by
@@ -46,6 +50,7 @@ from jaxlab.core import sharding as shd
 from jaxlab.core.errors import check_config, require
 from jaxlab.core.train_state import TrainState
 from jaxlab.sampling import energies, losses, networks, sampler
+from jaxlab.sampling import metrics as sampler_metrics
 from jaxlab.sampling import reference as ref_lib
 
 MODELS = ("ropesit", "tabular")
@@ -53,6 +58,7 @@ CTRL_LOSSES = ("tm", "dm")
 CORR_LOSSES = ("tm", "dm")
 SOURCES = ("uniform", "constant")
 TIME_WEIGHTS = ("unif", "gamma")
+PATH_WEIGHTS = ("none", "rnd", "target")
 LR_SCHEDULES = ("constant", "cosine")
 
 
@@ -102,6 +108,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.corr_ema = True  # corrector EMA as the authors' code (False: raw corrector weights, ablation)
   c.exact_corrector = False  # diagnostic (ours): ctrl-TM uses `exact_log_corr`, not the network
   # corrector (constant source only; set corr_steps=0). Not the paper's method: docs/dasbs.md
+  c.path_weights = "none"  # weight each pair's loss by B * softmax(log w) over the batch:
+  # 'none' (the authors' default) | 'rnd' (their use_log_rnd: log dP*/dP_u of the sampler; in the
+  # memoryless setting log nu(x1) + log p_r - log p_u) | 'target' (ours: the exact path weight
+  # against the SB, constant source and h = 0 only; docs/dasbs.md, "Path weights")
   return c
 
 
@@ -140,6 +150,7 @@ class Spec:
   ema_decay: float
   corr_ema: bool
   exact_corrector: bool
+  path_weights: str
 
   @property
   def total_steps(self) -> int:
@@ -195,6 +206,7 @@ _CHECKS = {
   "ema_decay": "prob",
   "corr_ema": (True, False),
   "exact_corrector": (True, False),
+  "path_weights": PATH_WEIGHTS,
 }
 
 
@@ -229,6 +241,13 @@ def _check_combinations(c) -> None:
       "config.exact_corrector",
       "the closed form needs source='constant', ctrl_loss='tm' and h = 0, got "
       f"source={c.source!r}, ctrl_loss={c.ctrl_loss!r}, h={c.h}",
+    )
+  if c.path_weights == "target":
+    require(
+      c.source == "constant" and c.h == 0.0,
+      "config.path_weights",
+      "'target' weights are exact only for source='constant' with h = 0 (phi_0 equal on the "
+      f"ground states), got source={c.source!r}, h={c.h}",
     )
   if c.model == "tabular":
     n, d = (2 if c.target == "ising" else int(c.q)), int(c.L) ** 2
@@ -274,6 +293,7 @@ class DASBSState(struct.PyTreeNode):
   buf_x1: jax.Array
   buf_ptr: jax.Array
   buf_count: jax.Array
+  buf_logw: jax.Array  # buffer_size: log path weight of each pair ('path_weights'; 0 for 'none')
   last_ess: jax.Array  # ESS of the tau-leaping log-RND of the last resample
   last_invalid: jax.Array  # fraction of invalid tau-leap rows in the last resample
   spec: Spec = struct.field(pytree_node=False)
@@ -312,6 +332,7 @@ def _init_state(spec: Spec, key) -> DASBSState:
     buf_x1=zb,
     buf_ptr=jnp.zeros((), jnp.int32),
     buf_count=jnp.zeros((), jnp.int32),
+    buf_logw=jnp.zeros((spec.buffer_size,), jnp.float32),
     last_ess=jnp.zeros(()),
     last_invalid=jnp.zeros(()),
     spec=spec,
@@ -341,6 +362,27 @@ def _ema_decay(spec: Spec, n):
   return jnp.minimum(spec.ema_decay, (1.0 + n) / (10.0 + n))
 
 
+def memoryless(spec: Spec) -> bool:
+  """The authors' memoryless setting: log-linear noise with alpha <= 0.01 and no corrector."""
+  return spec.sched.kind == "log_linear" and spec.sched.alpha <= 0.01 and spec.corr_steps == 0
+
+
+def path_log_weights(spec: Spec, out: dict):
+  """log w per simulated path (B) for `spec.path_weights`, from a `sampler.tau_leap` output.
+
+  'rnd' is the authors' `log_dp_star_dp_u`: the discretisation log-RND, except in the memoryless
+  setting, where log dP*/dP^r is replaced by log nu(x1). 'target' is P*(path) / P_u(path) on the
+  tau-leaping grid for the SB P* of the constant source: P*(x0, x1) = nu(x1) p^r(x0 | x1), so
+  log w = log nu(x1) - log p^r_1(x1) + log p_r - log p_u (`metrics.path_is_log_weights`)."""
+  if spec.path_weights == "none":
+    return jnp.zeros_like(out["log_rnd"])
+  if spec.path_weights == "target":
+    return sampler_metrics.path_is_log_weights(spec.target, spec.sched, spec.source, out)
+  if memoryless(spec):
+    return spec.target.log_prob_unnorm(out["x1"]) + out["log_p_r"] - out["log_p_u"]
+  return out["log_rnd"]
+
+
 def _resample(spec: Spec, mesh, state: DASBSState, key) -> DASBSState:
   """Simulates batch_size paths with the EMA controller into the FIFO buffer."""
   B = spec.batch_size
@@ -349,6 +391,7 @@ def _resample(spec: Spec, mesh, state: DASBSState, key) -> DASBSState:
   return state.replace(
     buf_x0=state.buf_x0.at[idx].set(out["x0"]),
     buf_x1=state.buf_x1.at[idx].set(out["x1"]),
+    buf_logw=state.buf_logw.at[idx].set(path_log_weights(spec, out).astype(jnp.float32)),
     buf_ptr=(state.buf_ptr + B) % spec.buffer_size,
     buf_count=jnp.minimum(state.buf_count + B, spec.buffer_size),
     last_ess=sampler.ess(out["log_rnd"]),
@@ -358,14 +401,17 @@ def _resample(spec: Spec, mesh, state: DASBSState, key) -> DASBSState:
 
 def _draw(spec: Spec, mesh, state: DASBSState, key, repl: int | None = None):
   """batch_size pairs without replacement from the filled part of the buffer, each ``repl``
-  (default num_repl) times, and keys for t and the bridge."""
+  (default num_repl) times, keys for t and the bridge, and the pairs' loss weights
+  B * softmax(log w) over the drawn pairs (all 1 with path_weights='none'), as the authors'
+  `get_path_weights`."""
   k_perm, k_t, k_b = jax.random.split(key, 3)
   filled = jnp.arange(spec.buffer_size) < state.buf_count
   pick = jnp.argsort(jax.random.uniform(k_perm, (spec.buffer_size,)) + ~filled)[: spec.batch_size]
   repl = spec.num_repl if repl is None else repl
   x0 = jnp.repeat(state.buf_x0[pick], repl, 0)
   x1 = jnp.repeat(state.buf_x1[pick], repl, 0)
-  return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b
+  w = jnp.repeat(spec.batch_size * jax.nn.softmax(state.buf_logw[pick]), repl, 0)
+  return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b, w
 
 
 def exact_log_corr(spec: Spec, x_BxD):
@@ -394,7 +440,7 @@ def exact_log_corr(spec: Spec, x_BxD):
 def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
   """One controller step (ctrl-TM or ctrl-DM) and its EMA update."""
   sched, N = spec.sched, spec.target.N
-  x0, x1, k_t, k_b = _draw(spec, mesh, state, key)
+  x0, x1, k_t, k_b, w_path = _draw(spec, mesh, state, key)
   hi = 1.0 if spec.ctrl_loss == "tm" else 1.0 - spec.dm_eps
   t = jax.random.uniform(k_t, x0.shape[:1], maxval=hi)
   xt = _bx(ref_lib.sample_bridge(k_b, sched, x0, x1, t, N), mesh)
@@ -404,7 +450,7 @@ def _ctrl_step(spec: Spec, mesh, state: DASBSState, key):
   else:
     target = losses.ctrl_dm_log_target(sched, x1, xt, t, N)
   target = jax.lax.stop_gradient(target)
-  w = sched.rate(t) / N if spec.time_weight == "gamma" else None
+  w = w_path * (sched.rate(t) / N if spec.time_weight == "gamma" else 1.0)
 
   def loss_fn(params):
     loss = losses.masked_loss(target, state.ctrl(xt, t, params=params), xt, spec.bregman, w)
@@ -421,7 +467,7 @@ def _corr_step(spec: Spec, mesh, state: DASBSState, key):
   # corr-TM and corr-DM with t = 0 draw no t: replicated pairs would be exact copies (the same
   # loss and gradient at num_repl x the cost)
   no_t = spec.corr_loss == "tm" or spec.corr_dm_eps == 1.0
-  x0, x1, k_t, k_b = _draw(spec, mesh, state, key, 1 if no_t else None)
+  x0, x1, k_t, k_b, w = _draw(spec, mesh, state, key, 1 if no_t else None)
   if spec.corr_loss == "tm":  # S_mu = 0: the uniform source
     log_phi0 = state.ctrl(x0, jnp.zeros(x0.shape[:1]))
     target = losses.corr_tm_log_target(jnp.zeros_like(log_phi0), log_phi0, x0, x1)
@@ -432,7 +478,7 @@ def _corr_step(spec: Spec, mesh, state: DASBSState, key):
   target = jax.lax.stop_gradient(target)
 
   def loss_fn(params):
-    loss = losses.masked_loss(target, state.corr(x1, params=params), x1, spec.bregman)
+    loss = losses.masked_loss(target, state.corr(x1, params=params), x1, spec.bregman, w)
     return loss, loss
 
   decay = _ema_decay(spec, state.corr.step + 1) if spec.corr_ema else 0.0

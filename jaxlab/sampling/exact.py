@@ -164,8 +164,97 @@ def exact_sb_rates(target, sched: ref_lib.Schedule, source: str = "uniform"):
 
 
 def _log_ab64(sched, s, t, N):
+  a, b = _ab64(sched, s, t, N)
+  return math.log(a), math.log(b)
+
+
+# ----------------------------------------------------------------------------- exact SB, constant
+def constant_source_sb_log_phi(target, sched: ref_lib.Schedule, times):
+  """Exact SB controller of the constant source (h = 0) on a tau-leaping grid, without the S x S
+  matrix of `exact_sb_rates`, so lattices up to 2^20 states (4 x 4 Ising) fit.
+
+  With h = 0 the target and the reference are symmetric under relabelling the values, so phi_0 is
+  equal on the N all-equal sources and phi_1 ∝ nu / p^r_1. The reference kernel factorises over
+  sites: phi_t = (K_t ⊗ ... ⊗ K_t) phi_1 with K_t[a, b] = B(t, 1) if a == b else A(t, 1), one
+  N x N contraction per axis of phi_1 reshaped to (N,) * D (float64; all terms are positive).
+
+  `times` must be a uniform ascending grid in [0, 1] (e.g. `linspace(0, 1, steps + 1)[:-1]`, the
+  points where `sampler.tau_leap` calls the controller): `log_phi(t_B, x_BxD) -> BxDxN` (float32,
+  log phi_t(x^{d<-n}) - log phi_t(x), 0 at n = x^d) uses the grid point nearest to the common
+  time t_B[0], so it is exact only at grid times. Only log phi_t (T x S) is stored; neighbours are
+  gathered per call. Also returns {"times", "log_phi_t" (T x S, float64, max 0 per row),
+  "log_phi1" (S, max 0)}.
+  """
+  N, D = target.N, target.D
+  if target.h != 0.0:
+    raise ValueError(f"the constant-source closed form needs h = 0, got h={target.h}")
+  if N**D > MAX_ENUM_STATES:
+    raise ValueError(f"N^D = {N}^{D} states exceeds {MAX_ENUM_STATES}")
+  times = np.asarray(times, np.float64)
+  T = times.shape[0] if times.ndim == 1 else 0
+  dt = float(times[1] - times[0]) if T > 1 else 1.0
+  if (
+    T == 0
+    or times[0] < 0
+    or times[-1] > 1
+    or dt <= 0
+    or not np.allclose(np.diff(times), dt, rtol=0, atol=1e-9)
+  ):
+    raise ValueError("times must be a non-empty uniform ascending 1-D grid in [0, 1]")
+  states = enumerate_states(N, D)
+  S = states.shape[0]
+  energy = jax.jit(target.energy)
+  e = np.concatenate(
+    [np.asarray(energy(jnp.asarray(states[i : i + 8192])), np.float64) for i in range(0, S, 8192)]
+  )
+  # log p^r_1(x) = log mean_g A^{D - m_g} B^{m_g}, m_g = #{d: x^d = g} (float64)
+  la1, lb1 = _log_ab64(sched, 0.0, 1.0, N)
+  m_SxG = np.stack([(states == g).sum(1) for g in range(N)], 1)
+  log_p1 = np.logaddexp.reduce(m_SxG * lb1 + (D - m_SxG) * la1, axis=1) - math.log(N)
+  log_phi1 = -target.beta * e - log_p1
+  log_phi1 -= log_phi1.max()
+  phi1 = np.exp(log_phi1)
+  if not (phi1 > 0).all():
+    raise ValueError("log phi_1 spans more than float64's range (beta too large)")
+  rows = []
+  for t in times:
+    a, b = _ab64(sched, float(t), 1.0, N)  # at t = 1: a = 0, K = identity
+    K = np.full((N, N), a)
+    np.fill_diagonal(K, b)
+    p = phi1
+    for d in range(D):  # contract axis d of phi reshaped to (N^d, N, N^(D-1-d))
+      p = np.einsum("ab,ibj->iaj", K, p.reshape(N**d, N, -1)).reshape(-1)
+    lp = np.log(p)
+    rows.append(lp - lp.max())
+  log_phi_t = np.stack(rows)  # T x S
+  table = jnp.asarray(log_phi_t, jnp.float32)
+  t0 = float(times[0])
+
+  def log_phi(t_B, x_BxD):
+    t = jnp.ravel(t_B)[0]  # one common time per call (as in tau-leaping)
+    k = jnp.clip(jnp.round((t - t0) / dt), 0, T - 1).astype(jnp.int32)
+    return neighbour_log_ratios(table[k], x_BxD, N)
+
+  return log_phi, {"times": times, "log_phi_t": log_phi_t, "log_phi1": log_phi1}
+
+
+def neighbour_log_ratios(log_phi_S, x_BxD, N: int):
+  """f(x^{d<-n}) - f(x) (BxDxN, 0 at n = x^d) of a function tabulated over all states (log_phi_S
+  in `enumerate_states` order): the controller's output form, gathered without an S x D x N
+  table."""
+  D = x_BxD.shape[-1]
+  xs = x_BxD.astype(jnp.int32)
+  i = state_index(xs, N)
+  pw = jnp.asarray(N ** np.arange(D - 1, -1, -1), jnp.int32)
+  nb = i[..., None, None] + (jnp.arange(N) - xs[..., None]) * pw[:, None]
+  lp_S = jnp.asarray(log_phi_S)
+  return lp_S[nb] - lp_S[i][..., None, None]
+
+
+def _ab64(sched, s, t, N):
+  """(A, B) of `reference.log_AB` in float64, not in logs (A = 0 when s = t)."""
   if sched.kind == "const":
     G = sched.gamma * (t - s)
   else:
     G = sched.gamma * (math.log(sched.alpha + t) - math.log(sched.alpha + s))
-  return math.log(-math.expm1(-G) / N), math.log((1 + (N - 1) * math.exp(-G)) / N)
+  return -math.expm1(-G) / N, (1 + (N - 1) * math.exp(-G)) / N

@@ -78,8 +78,8 @@ def test_presets_are_valid_config_files():
   )
   # the CPU presets (docs/dasbs.md, "CPU presets"): beta_c on 4 x 4, 1250 steps, refills every 5
   # steps; the default one with the corrector (alpha 0.5, gamma 0.25, 5 x (150 + 100), batch 128,
-  # constant lr, no corrector EMA), the other memoryless (alpha 0.01, gamma 1, no corrector,
-  # cosine lr)
+  # cosine lr, no corrector EMA, target path weights), the other memoryless (alpha 0.01, gamma 1,
+  # no corrector, cosine lr)
   for name in ("ising_critical_cpu", "ising_critical_cpu_memoryless"):
     cpu = dasbs.make_spec(module.get_config(name))
     assert (cpu.target.L, cpu.target.beta, cpu.total_steps, cpu.num_stages) == (4, 0.4407, 1250, 5)
@@ -102,8 +102,10 @@ def test_presets_are_valid_config_files():
     "tm",
     "dm",
     False,
-    "constant",
+    "cosine",
   )
+  # the SB's coupling through the path weights, and corr-DM's Rao-Blackwellised t = 0 target
+  assert (ipf.path_weights, ipf.corr_dm_eps, cpu.path_weights) == ("target", 1.0, "none")
   with pytest.raises(SystemExit) as e:
     module.get_config("ising_hot")
   assert e.value.code == 2

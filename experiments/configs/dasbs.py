@@ -82,11 +82,13 @@ PRESETS = {
 # on 192-320 distinct buffer pairs, reused 20-50 times, and seeds 3 and 4 went 0.30-0.40 per spin
 # into disorder in the last stage. No corrector EMA: with it seeds 0-4 ended 0.065-0.18 off at
 # batch 64.
-# Batch 128: signed unweighted energy error over seeds 0-9 (8192 samples) +0.075, +0.009, +0.075,
-# +0.002, -0.007, +0.055, +0.066, +0.034, +0.102, +0.031 per spin (|.| mean 0.046, < 0.05 on 5 of
-# 10); batch 64 had |.| mean 0.063 on seeds 0-7 (3 of 8) with twice the spread. The corrector
-# target at t = 0 (corr_dm_eps = 1, the Rao-Blackwellised corr-DM target) shrinks the drift with
-# tables but not here: seeds 0-5 +0.044, +0.110, -0.020, +0.006, +0.051, -0.009 (docs/dasbs.md).
+# Batch 128. Without path weights the samples drift into disorder (seeds 0-9: signed mean +0.044
+# per spin, < 0.05 on 5 of 10): training on the sampler's own pairs is a fixed-point iteration
+# that approaches the SB from the disordered side. path_weights = 'target' (ours: each pair's
+# exact weight against the SB of this source) removes that lag; with it the corrector needs its
+# t = 0 target (corr_dm_eps = 1, the Rao-Blackwellised corr-DM target), and a cosine lr cuts the
+# seed-to-seed noise of the last stage. Per-seed errors of each step: docs/dasbs.md, "The drift
+# is the lag of a fixed-point iteration".
 # `ising_critical_cpu_memoryless` is the memoryless setting of the authors' code (`memoryless: true`
 # with ctrl-TM): alpha = 0.01 and gamma = 1, so a site keeps its source value over [0, 1] w.p.
 # (1 + 1/101) / 2 = 0.505 and the reference's terminal law is uniform to within 1 %; the corrector
@@ -105,6 +107,9 @@ CPU_PRESETS = {
     "batch_size": 128,  # 2 x the data per step: half the seed-to-seed spread; the drift stays
     "buffer_size": 1024,  # 8 refills, as at batch 64
     "corr_ema": False,  # docs/dasbs.md, "Corrector EMA"
+    "path_weights": "target",  # the SB's coupling, not the sampler's own (ours)
+    "corr_dm_eps": 1.0,  # corr-DM at t = 0: same minimiser, less variance (ours)
+    "lr_schedule": "cosine",  # 1e-3 -> 1e-4 over each network's updates
   },
   "ising_critical_cpu_memoryless": {
     **_CPU,

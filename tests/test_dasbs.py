@@ -461,6 +461,23 @@ def test_data_parallel_training_equals_single_device(tiny_run):
   assert max(moved) > 0 and int(many.step) == 6
 
 
+def test_data_parallel_training_with_path_weights_equals_single_device():
+  """The weighted losses (softmax over the drawn pairs, which the mesh splits) on data:8 and on
+  one device give the same state; the weights are not all equal."""
+  from jaxlab.core import mesh as mesh_lib
+  from jaxlab.sampling import dasbs
+
+  c = _tiny_config(path_weights="target")
+  one, _ = dasbs.train(c, jax.random.PRNGKey(3))
+  assert float(jnp.std(one.buf_logw[: int(one.buf_count)])) > 0.1
+  many, _ = dasbs.train(c, jax.random.PRNGKey(3), mesh=mesh_lib.make_mesh({"data": 8}))
+  _assert_same_state(one, many, rtol=2e-4, atol=2e-5)
+  plain, _ = dasbs.train(_tiny_config(), jax.random.PRNGKey(3))
+  assert not np.allclose(
+    np.asarray(plain.ctrl.params["table"]), np.asarray(one.ctrl.params["table"])
+  )
+
+
 def test_ropesit_starts_at_reference_and_gets_gradients():
   """The transformer controller outputs log phi = 0 (the reference) at init and 0 on the diagonal
   always; the ctrl-TM loss gives it a nonzero gradient; bad configs are rejected by name."""

@@ -411,7 +411,7 @@ def _draw(spec: Spec, mesh, state: DASBSState, key, repl: int | None = None):
   x0 = jnp.repeat(state.buf_x0[pick], repl, 0)
   x1 = jnp.repeat(state.buf_x1[pick], repl, 0)
   w = jnp.repeat(spec.batch_size * jax.nn.softmax(state.buf_logw[pick]), repl, 0)
-  return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b, w
+  return _bx(x0, mesh), _bx(x1, mesh), k_t, k_b, _bx(w, mesh)
 
 
 def exact_log_corr(spec: Spec, x_BxD):

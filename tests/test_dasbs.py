@@ -291,6 +291,24 @@ def test_tabular_3x3_constant_source_corr_dm_learns_the_target():
   assert 0.5 * np.abs(p_ref - pmf).sum() > 0.5
 
 
+def _cpu_preset_on_tables(**overrides) -> float:
+  """Signed energy error per spin (8192 samples) of `ising_critical_cpu` moved to 3 x 3 with
+  lookup tables for networks, lr 0.05 (constant) and `overrides`; train key 0, sample key 1."""
+  import pathlib
+  import sys
+
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+  from experiments.configs import dasbs as presets
+  from jaxlab.sampling import dasbs
+
+  c = presets.get_config("ising_critical_cpu")
+  c.update(L=3, model="tabular", knots=8, lr=0.05, lr_schedule="constant", **overrides)
+  state, _ = dasbs.train(c, jax.random.PRNGKey(0))
+  tgt = state.spec.target
+  x, _ = dasbs.sample(state, jax.random.PRNGKey(1), 8192)
+  return float(jnp.mean(tgt.energy(x))) / tgt.D - exact.enumerated_observables(tgt)["u_per_site"]
+
+
 @pytest.mark.slow
 def test_tabular_3x3_rao_blackwellized_corrector_shrinks_the_drift():
   """The CPU preset's path (constant source, ctrl-TM / corr-DM, gamma = 0.25, 4 -> 3 x 3, tables
@@ -299,36 +317,9 @@ def test_tabular_3x3_rao_blackwellized_corrector_shrinks_the_drift():
   minimiser, less variance) the drift shrinks. Measured through the program, seeds 0-2 (8192
   samples): +0.049, +0.064, +0.043 against +0.012, +0.028, +0.015 per spin (docs/dasbs.md,
   "The corrector target at t = 0"). 3 min 54 s with two other runs on the 2 cores."""
-  import pathlib
-  import sys
-
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-  from experiments.configs import dasbs as presets
-  from jaxlab.sampling import dasbs
-
-  errs = {}
-  for eps in (0.01, 1.0):
-    c = presets.get_config("ising_critical_cpu")
-    c.update(
-      L=3,
-      model="tabular",
-      knots=8,
-      batch_size=1024,
-      buffer_size=8192,
-      num_repl=8,
-      num_stages=8,
-      ctrl_steps=300,
-      corr_steps=150,
-      lr=0.05,
-      sampling_steps=32,
-      corr_dm_eps=eps,
-      path_weights="none",
-    )
-    state, _ = dasbs.train(c, jax.random.PRNGKey(0))
-    tgt = state.spec.target
-    x, _ = dasbs.sample(state, jax.random.PRNGKey(1), 8192)
-    u_exact = exact.enumerated_observables(tgt)["u_per_site"]
-    errs[eps] = float(jnp.mean(tgt.energy(x))) / tgt.D - u_exact
+  kw = dict(batch_size=1024, buffer_size=8192, num_repl=8, num_stages=8, ctrl_steps=300)
+  kw |= dict(corr_steps=150, sampling_steps=32, path_weights="none")
+  errs = {eps: _cpu_preset_on_tables(corr_dm_eps=eps, **kw) for eps in (0.01, 1.0)}
   print(f"signed err_u: t ~ U[0, 0.99] {errs[0.01]:+.4f}, t = 0 {errs[1.0]:+.4f}")
   assert errs[0.01] > 0.03, errs  # the drift into disorder is there (standard error 0.006)
   assert abs(errs[1.0]) < errs[0.01] - 0.02, errs
@@ -340,36 +331,9 @@ def test_target_path_weights_remove_the_fixed_point_lag():
   the SB from the disordered side (+0.17, +0.14 per spin on seeds 0, 1); with the 'target' path
   weights it regresses on the SB's coupling and lands on it (+0.013, +0.000; docs/dasbs.md,
   "Path weights"). About 8 s per run."""
-  import pathlib
-  import sys
-
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-  from experiments.configs import dasbs as presets
-  from jaxlab.sampling import dasbs
-
-  errs = {}
-  for weights in ("none", "target"):
-    c = presets.get_config("ising_critical_cpu")
-    c.update(
-      L=3,
-      model="tabular",
-      knots=8,
-      batch_size=256,
-      buffer_size=1024,
-      num_stages=2,
-      ctrl_steps=60,
-      corr_steps=0,
-      exact_corrector=True,
-      lr=0.05,
-      sampling_steps=16,
-      path_weights=weights,
-    )
-    state, _ = dasbs.train(c, jax.random.PRNGKey(0))
-    tgt = state.spec.target
-    x, _ = dasbs.sample(state, jax.random.PRNGKey(1), 8192)
-    errs[weights] = (
-      float(jnp.mean(tgt.energy(x))) / tgt.D - exact.enumerated_observables(tgt)["u_per_site"]
-    )
+  kw = dict(batch_size=256, buffer_size=1024, num_repl=4, num_stages=2, ctrl_steps=60)
+  kw |= dict(corr_steps=0, exact_corrector=True, sampling_steps=16)
+  errs = {w: _cpu_preset_on_tables(path_weights=w, **kw) for w in ("none", "target")}
   print(f"signed err_u: unweighted {errs['none']:+.4f}, target weights {errs['target']:+.4f}")
   assert errs["none"] > 0.08, errs
   assert abs(errs["target"]) < 0.04, errs

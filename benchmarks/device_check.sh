@@ -38,7 +38,7 @@ run lm 240 $PY -m benchmarks.lm --model=small --steps=10
 # UHM vs ReBRAC update cost at paper scale (4x512), random data (no ogbench on the GPU image).
 run uhm 150 $PY -m benchmarks.uhm --paper_scale --agents=rebrac,ghm,uhm --steps=200
 # GOMA: 1024 vmapped instances vs the NumPy loop.
-run vi 60 $PY -m benchmarks.vi
+run vi 60 $PY -m benchmarks.goma
 # DASBS: training/sampling throughput vs MCMC effective samples/s at L=24, beta_c.
 # PPO on Craftax: env-only builtin reset (a), optimistic resets (b), PPO MLP (c), at 1024 envs.
 run ppo 420 $PY -m benchmarks.ppo --envs=craftax-classic-symbolic,craftax-symbolic --num_envs=1024 --rollout=64 --iterations=4

@@ -38,11 +38,12 @@ from absl import flags
 from experiments.configs import itc as itc_configs
 from jaxlab.core import experiment
 from jaxlab.core.train_state import TrainState
-from jaxlab.rl import policies, ppo
+from jaxlab.rl import ppo
 from jaxlab.rl.itc import decode as decode_lib
 from jaxlab.rl.itc import imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
 from jaxlab.rl.itc import world_model as wm_lib
+from jaxlab.rl.ppo import policies
 
 _SCALE = flags.DEFINE_enum(
   "scale", "tiny", ["tiny", "cpu", "paper"], "Shapes: TINY, CPU or the paper's."

@@ -5,7 +5,7 @@
 
 In one run on one device, for each environment and at the same number of environments N:
   (a) env-only steps/s, random actions, craftax's builtin auto-reset (a world generated every step);
-  (b) env-only steps/s, random actions, jaxlab's optimistic resets (envs.craftax, N/16 worlds/step);
+  (b) env-only steps/s, random actions, jaxlab's optimistic resets (jaxlab.envs.craftax, N/16 worlds/step);
   (c) PPO (MLP 3x512, Craftax_Baselines settings) steady env steps/s, rollout + GAE + 4 epochs x 8
       minibatches, compile time excluded and printed separately.
 Prints (c)/(a) and (c)/(b). Target: (c)/(a) >= 1, i.e. learning with our resets steps faster than
@@ -22,9 +22,10 @@ import jax
 import jax.numpy as jnp
 from absl import flags
 
-from envs import craftax as craftax_envs
 from jaxlab.core import experiment
-from jaxlab.rl import policies, ppo
+from jaxlab.envs import craftax as craftax_envs
+from jaxlab.rl import ppo
+from jaxlab.rl.ppo import policies
 
 _ENVS = flags.DEFINE_list("envs", ["craftax-classic-symbolic"], "Craftax environments to time.")
 _NUM_ENVS = flags.DEFINE_integer("num_envs", 64, "Parallel environments N (same for a, b, c).")
@@ -75,7 +76,7 @@ def builtin_rollout(name: str, n: int, steps: int):
 
 
 def optimistic_rollout(name: str, n: int, steps: int):
-  """(b): the same with envs.craftax (optimistic resets)."""
+  """(b): the same with jaxlab.envs.craftax (optimistic resets)."""
   env = craftax_envs.make(name, n)
 
   @jax.jit

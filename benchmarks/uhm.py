@@ -20,7 +20,8 @@ from absl import flags
 
 from jaxlab.core import experiment
 from jaxlab.core.errors import require
-from jaxlab.rl import offline_data, uhm
+from jaxlab.rl import uhm
+from jaxlab.rl.uhm import offline_data
 
 flags.DEFINE_integer("batch_size", 256, "Transitions per update.")
 flags.DEFINE_list("agents", ["rebrac", "dtd", "ghm", "uhm", "mbtd"], "Agents to time.")
@@ -31,7 +32,7 @@ FLAGS = flags.FLAGS
 
 def _dataset():
   try:
-    from envs import ogbench as og
+    from jaxlab.envs import ogbench as og
 
     return og.load(verbose=False).train, "embedded cube-single-play"
   except (ImportError, OSError):  # the ogbench extra (or MuJoCo) is not installed

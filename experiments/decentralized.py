@@ -14,7 +14,7 @@ A strategy whose iterates reach NaN/inf is reported as diverged (never as a winn
 in which every strategy diverged exits with status 3 after writing its summary.
 
 Least squares also reports rates (rates.md): each strategy at the common γ and at its own largest
-stable step (exact, `jaxlab.optim.dec.stability`) with full and with minibatch gradients, as the gap
+stable step (exact, `jaxlab.optim.decentralized.stability`) with full and with minibatch gradients, as the gap
 after 10, 100, 1000 steps, the tail gap and the linear rate ρ. The sweep compares only cells where
 the strategies differ: uniform λ (A = W) is listed as identical, not run.
 """
@@ -31,7 +31,7 @@ from absl import flags
 
 from jaxlab.core import experiment, metrics
 from jaxlab.optim import decentralized as dec
-from jaxlab.optim.dec import compare
+from jaxlab.optim.decentralized import compare
 
 _TOPOLOGY = flags.DEFINE_string(
   "topology", "erdos_renyi", f"Communication graph: {', '.join(dec.TOPOLOGIES)}."

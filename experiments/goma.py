@@ -18,7 +18,7 @@ min..max over seeds), metrics.csv (log-spaced iterations) and summary.json (per 
 curve over iterations config.fit_lo..fit_hi, for deterministic problems the constant
 k^2 ||F(z_k)||^2 / (L^2 R^2) at the last iteration, final residual and oracle calls). ||F|| is
 measured at the update sequence z_k with the exact operator. GOMA here is a reconstruction: see
-`jaxlab.optim.vi.run`. Deterministic GOMA is anchored Popov with a constant 0.4/L step: on
+`jaxlab.optim.goma.vi.run`. Deterministic GOMA is anchored Popov with a constant 0.4/L step: on
 deterministic problems a step-size sweep (config.step_sweep, step_sweep.csv) runs that update at
 eta = c/L for each c and reports each as stable or diverged, so GOMA's lead over APV (whose step
 tends to 0.215/L) shows as what it is, a larger stable step.
@@ -36,7 +36,9 @@ import numpy as np
 from absl import flags
 
 from jaxlab.core import experiment, metrics, plots
-from jaxlab.optim import problems, report, vi, vi_compare
+from jaxlab.optim import report
+from jaxlab.optim.goma import compare as vi_compare
+from jaxlab.optim.goma import problems, vi
 
 PROBLEMS = ("bilinear", "stochastic_bilinear", "quadratic", "rotation")
 NOISES = ("additive", "multiplicative")
@@ -270,7 +272,7 @@ def main(argv):
     "constant": None
     if stochastic
     else "k^2 ||F(z_k)||^2 / (L^2 ||z_0 - P_Sol(z_0)||^2), k = iters",
-    "goma": "reconstruction (docs/goma.md); see jaxlab.optim.vi.run docstring",
+    "goma": "reconstruction (docs/goma.md); see jaxlab.optim.goma.vi.run docstring",
     "config": cfg.to_dict(),
     "methods": per_method,
     "step_sweep": sweep,

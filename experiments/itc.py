@@ -36,12 +36,13 @@ from ml_collections import config_flags
 
 from jaxlab.core import experiment, plots, runtime
 from jaxlab.core.errors import check_choice, check_config, require
-from jaxlab.rl import policies, ppo
+from jaxlab.rl import ppo
 from jaxlab.rl.itc import buffer as buffer_lib
 from jaxlab.rl.itc import decode as decode_lib
 from jaxlab.rl.itc import dyna, imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
 from jaxlab.rl.itc import world_model as wm_lib
+from jaxlab.rl.ppo import policies
 
 
 def _load_configs():
@@ -167,7 +168,7 @@ def rollout_picture(state: dyna.DynaState, cfg: dyna.DynaConfig, steps: int, pat
 
 def main(argv):
   del argv
-  from envs import craftax
+  from jaxlab.envs import craftax
 
   c = resolve(_CONFIG.value)
   # Validate everything before the (slow) environment is built and before anything is written.

@@ -33,7 +33,9 @@ from ml_collections import config_flags
 
 from jaxlab.core import experiment, metrics, runtime
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require
-from jaxlab.rl import policies, ppo, ppo_eval
+from jaxlab.rl import ppo
+from jaxlab.rl.ppo import evaluation as ppo_eval
+from jaxlab.rl.ppo import get_config, policies
 
 flags.DEFINE_string(
   "env",
@@ -43,50 +45,6 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("policy", "mlp", "Policy network: mlp, gru or gtrxl.")
 FLAGS = flags.FLAGS
-
-
-def get_config() -> ml_collections.ConfigDict:
-  """Craftax_Baselines' PPO (arXiv 2402.16801; PureJaxRL code). ~1e9 steps: a GPU run."""
-  c = ml_collections.ConfigDict()
-  c.preset = "auto"  # auto | craftax | gymnax | none: which preset fills fields not given as flags
-  c.total_timesteps = 1_000_000_000  # env steps of the run: updates = total // (envs * steps)
-  c.num_envs = 1024  # parallel environments (must divide over the mesh's data devices)
-  c.num_steps = 64  # rollout length per environment and update
-  c.epochs = 4  # passes over each rollout
-  c.minibatches = 8  # gradient steps per epoch
-  c.gamma = 0.99  # discount
-  c.gae_lambda = 0.8  # GAE lambda (arXiv 1506.02438)
-  c.clip_eps = 0.2  # PPO ratio clip; also the value-loss clip
-  c.ent_coef = 0.01  # entropy bonus weight
-  c.vf_coef = 0.5  # value-loss weight
-  c.max_grad_norm = 1.0  # global gradient-norm clip
-  c.lr = 2e-4  # Adam learning rate (eps 1e-5)
-  c.anneal_lr = True  # linear decay of the learning rate to 0 over the run
-  c.normalize_advantages = True  # per-minibatch advantage normalisation
-  c.clip_value = True  # clipped value loss (PureJaxRL)
-  c.reset_ratio = 16  # Craftax optimistic resets: fresh worlds per step = num_envs // reset_ratio
-  c.eval_envs = 256  # held-out environments per evaluation (one episode each)
-  c.eval_steps = 10_000  # step cap of an evaluation (unfinished episodes count their return so far)
-  c.eval_every = 0  # updates between evaluations (0: ten per run); the last update always evaluates
-  c.eval_greedy = False  # evaluate the most likely action instead of sampling the policy
-  c.mlp = ml_collections.ConfigDict()
-  c.mlp.hidden = (512, 512, 512)  # actor and critic towers (Craftax_Baselines ActorCritic)
-  c.mlp.activation = "tanh"  # tanh | relu | gelu
-  c.gru = ml_collections.ConfigDict()
-  c.gru.embed = 512  # Dense embedding before the GRU (Craftax_Baselines ppo_rnn)
-  c.gru.hidden = 512  # GRU state size
-  c.gru.head_hidden = (512, 512)  # hidden layers of the actor and critic heads
-  c.gru.activation = "relu"
-  c.gtrxl = ml_collections.ConfigDict()
-  c.gtrxl.embed = 256  # model width (DiCode: 256)
-  c.gtrxl.num_heads = 8  # attention heads (must divide embed)
-  c.gtrxl.num_layers = 2  # transformer layers
-  c.gtrxl.window = 128  # memory: previous steps each step attends to
-  c.gtrxl.ffn = 256  # feed-forward hidden size
-  c.gtrxl.gate_bias = 2.0  # GTrXL gate bias b_g (arXiv 1910.06764)
-  c.gtrxl.head_hidden = (256,)  # hidden layers of the actor and critic heads
-  c.gtrxl.activation = "relu"
-  return c
 
 
 # A CartPole-sized PureJaxRL setting: 16 envs x 128 steps, learning rate raised for fewer, larger
@@ -131,7 +89,7 @@ def is_craftax(env_name: str) -> bool:
 
 def check_env(env_name: str) -> str:
   """ConfigError naming ``--env`` for an unknown name (before anything is built)."""
-  from envs import craftax, gymnax
+  from jaxlab.envs import craftax, gymnax
 
   if is_craftax(env_name):
     craftax.resolve(env_name, "env")
@@ -216,10 +174,10 @@ def schedule(steps: int, eval_every: int) -> tuple[int, int, int]:
 
 def make_env(env_name: str, num_envs: int, config):
   if is_craftax(env_name):
-    from envs import craftax
+    from jaxlab.envs import craftax
 
     return craftax.make(env_name, num_envs, reset_ratio=config.reset_ratio)
-  from envs import gymnax
+  from jaxlab.envs import gymnax
 
   return gymnax.make(env_name, num_envs)
 
@@ -253,7 +211,7 @@ def _report(run, env, result, rates: dict) -> None:
 
 
 def _versions() -> dict:
-  from envs import vec
+  from jaxlab.envs import vec
 
   return vec.versions()
 

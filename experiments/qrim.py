@@ -10,7 +10,7 @@ classically (``jaxlab.rl.qrim``). Three parts, written to the workdir (default
    ``queries.png`` (log-log);
 2. tabular robust value iteration (random (s,a)-rectangular robust MDP, |U| = ``--set_size``):
    the simulated minimiser's values vs exhaustive minimisation, queries per backup;
-3. robust PPO (``jaxlab.rl.qrim_robust``) on ``--env`` with U a ``--set_size`` grid of physical
+3. robust PPO (``jaxlab.rl.qrim.robust``) on ``--env`` with U a ``--set_size`` grid of physical
    parameters vs PPO on the nominal parameters, both evaluated on held-out parameters
    (``--steps`` PPO updates; ``--config.robust_ppo=False`` skips this part).
 
@@ -29,7 +29,10 @@ from absl import flags
 
 from jaxlab.core import experiment, plots, runtime
 from jaxlab.core.errors import check_config, require
-from jaxlab.rl import policies, ppo, ppo_eval, qrim, qrim_robust
+from jaxlab.rl import ppo, qrim
+from jaxlab.rl.ppo import evaluation as ppo_eval
+from jaxlab.rl.ppo import policies
+from jaxlab.rl.qrim import robust as qrim_robust
 
 flags.DEFINE_string("env", "cartpole", "cartpole | pendulum (parameter grids: docs/qrim.md)")
 flags.DEFINE_integer("set_size", 256, "|U|: uncertainty-set size of the robust MDP and the grid")

@@ -1,6 +1,6 @@
 r"""R4 (arXiv 2601.09236): learn a reward from trajectory ratings, then train PPO on it.
 
-Offline protocol: a pool of behaviour trajectories (random linear policies, ``envs.gymnax``) is
+Offline protocol: a pool of behaviour trajectories (random linear policies, ``jaxlab.envs.gymnax``) is
 rated (simulated: true returns binned into classes; or a human-ratings CSV, see docs/r4.md), the
 reward ensemble is fitted with ``--method`` (r4: rMSE on soft ranks; rbrl; bt: Bradley-Terry on
 pairs), Kendall tau / Spearman rho are measured on held-out trajectories, and PPO
@@ -26,7 +26,11 @@ from absl import flags
 
 from jaxlab.core import experiment, plots, runtime
 from jaxlab.core.errors import check_choice, check_config, require
-from jaxlab.rl import policies, ppo, ppo_eval, r4, r4_data, r4_protocol
+from jaxlab.rl import ppo, r4
+from jaxlab.rl.ppo import evaluation as ppo_eval
+from jaxlab.rl.ppo import policies
+from jaxlab.rl.r4 import data as r4_data
+from jaxlab.rl.r4 import protocol as r4_protocol
 
 flags.DEFINE_string(
   "env", "cartpole", "gymnax environment (cartpole, acrobot, breakout-minatar...)"
@@ -147,7 +151,7 @@ def main(argv):
   del argv
   config = _CONFIG.value
   method, ratings, protocol = FLAGS.method, FLAGS.ratings, FLAGS.protocol
-  from envs import gymnax
+  from jaxlab.envs import gymnax
 
   gymnax.resolve(FLAGS.env)
   rc, pc = _validate(config, method, ratings, protocol)

@@ -38,7 +38,8 @@ from absl import flags
 
 from jaxlab.core import experiment, plots, runtime, sharding
 from jaxlab.core.errors import require
-from jaxlab.rl import offline_data, uhm
+from jaxlab.rl import uhm
+from jaxlab.rl.uhm import offline_data
 
 ENVS = ("ogbench",)
 
@@ -124,11 +125,11 @@ def _eval_every(run) -> int:
 
 
 def load_data(run):
-  """The task's data set (`envs.ogbench.load`); a missing or bad set raises ConfigError (exit 2)."""
+  """The task's data set (`jaxlab.envs.ogbench.load`); a missing or bad set raises ConfigError (exit 2)."""
   # gymnasium/glfw warn about float64 bounds and a missing X display; both are harmless here.
   warnings.filterwarnings("ignore", message=".*precision lowered.*")
   warnings.filterwarnings("ignore", message=".*DISPLAY.*")
-  from envs import ogbench as og  # imports mujoco: only after the cheap checks
+  from jaxlab.envs import ogbench as og  # imports mujoco: only after the cheap checks
 
   return og.load(
     FLAGS.env_name,
@@ -150,7 +151,7 @@ def make_eval_fn(run, env, num_seeds: int):
   With several vmapped seeds: each seed's actor is evaluated (`success_seed<i>`), and `success`,
   `return` and `episode_len` are the means over seeds.
   """
-  from envs import ogbench as og
+  from jaxlab.envs import ogbench as og
 
   policy = make_policy()
 
@@ -282,7 +283,7 @@ def main(argv):
 
 def report(run, cfg, result, record) -> None:
   """Learning curve, summary.json completed with the data / seed / OGBench record, one line."""
-  from envs import ogbench as og
+  from jaxlab.envs import ogbench as og
 
   if result.evals:
     steps = sorted(result.evals)

@@ -4,7 +4,7 @@
       --step=20000 --eval_episodes=50
 
 Reads the run's config.json, restores the checkpoint (latest when --step is not given), runs the
-real OGBench environment (reward and success on s, `envs.ogbench.SUCCESS_TIMING`) and writes
+real OGBench environment (reward and success on s, `jaxlab.envs.ogbench.SUCCESS_TIMING`) and writes
 ``eval_step<step>_n<episodes>.json`` into the workdir: the mean over the run's training seeds
 (several when it was trained with --num_seeds) and `success_per_seed`. Used to
 compare agents at equal steps with more episodes than the in-training evaluation.
@@ -58,7 +58,7 @@ def main(argv):
 
   warnings.filterwarnings("ignore", message=".*precision lowered.*")
   warnings.filterwarnings("ignore", message=".*DISPLAY.*")
-  from envs import ogbench as og
+  from jaxlab.envs import ogbench as og
 
   env = og.make_env(env_name)
   obs_dim = int(env.observation_space.shape[0])

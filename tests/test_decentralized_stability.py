@@ -1,5 +1,5 @@
 """Exact linear analysis of full-gradient decentralized SGD on least squares
-(jaxlab.optim.dec.stability): stability limits that the simulator obeys, the constant-step fixed
+(jaxlab.optim.decentralized.stability): stability limits that the simulator obeys, the constant-step fixed
 point and its γ → 0 limit, and the sweep's identical-cell rule."""
 
 import jax
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxlab.optim import decentralized as dec
-from jaxlab.optim.dec import compare, stability
+from jaxlab.optim.decentralized import compare, stability
 
 
 @pytest.fixture(scope="module")

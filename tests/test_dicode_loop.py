@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from envs import vec
+from jaxlab.envs import vec
 from jaxlab.rl.dicode import curriculum as curriculum_lib
 from jaxlab.rl.dicode import scoring
 from tests.programs import run_program

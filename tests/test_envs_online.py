@@ -1,4 +1,4 @@
-"""The online-RL environments: gymnax and Craftax behind `envs.vec.VecEnv` (docs/online_envs.md)."""
+"""The online-RL environments: gymnax and Craftax behind `jaxlab.envs.vec.VecEnv` (docs/online_envs.md)."""
 
 import collections
 import os
@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import craftax as cx
-from envs import gymnax as gx
-from envs import vec
 from jaxlab.core.errors import ConfigError
+from jaxlab.envs import craftax as cx
+from jaxlab.envs import gymnax as gx
+from jaxlab.envs import vec
 
 N = 4
 Ref = collections.namedtuple("Ref", "obs worlds")
@@ -198,7 +198,7 @@ def raw_limit():
 
 
 def _pool_worlds(raw, key, pool):
-  """The fresh worlds `step(.., key)` draws: envs.craftax splits `key` into (step, reset) keys."""
+  """The fresh worlds `step(.., key)` draws: jaxlab.envs.craftax splits `key` into (step, reset) keys."""
   _, k_reset = jax.random.split(key)
   worlds = raw.worlds(jax.random.split(k_reset, pool))
   return [np.asarray(worlds.map[j]) for j in range(pool)]

@@ -12,11 +12,11 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from jaxlab.core.train_state import TrainState
-from jaxlab.rl import policies
 from jaxlab.rl.itc import decode as D
 from jaxlab.rl.itc import imagine
 from jaxlab.rl.itc import tokenizer as T
 from jaxlab.rl.itc import world_model as W
+from jaxlab.rl.ppo import policies
 
 CFG = D.ITCConfig()
 V = 16  # synthetic vocabulary: 0 background, 1..15 objects
@@ -331,7 +331,7 @@ def test_replay_keeps_the_latest_steps_in_order():
 
 @pytest.mark.slow
 def test_tokenizer_round_trip_on_craftax_frames():
-  from envs import craftax
+  from jaxlab.envs import craftax
 
   env = craftax.make("craftax-classic-pixels", 4, reset_ratio=4)
   obs, _ = env.reset(jax.random.key(0))
@@ -358,7 +358,7 @@ def test_tiny_experiment_runs_and_resumes(tmp_path):
 
 def _toy_env(num_envs: int):
   """A pixel env with the Craftax frame size: a 7 x 7 square walks along the middle row."""
-  from envs import vec
+  from jaxlab.envs import vec
 
   def frame(c):
     col = (c % 9)[:, None, None]

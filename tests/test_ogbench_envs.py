@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("ogbench")
 
-from envs import ogbench as og  # noqa: E402
-from envs import ogbench_generate as gen  # noqa: E402
+from jaxlab.envs import ogbench as og  # noqa: E402
+from jaxlab.envs import ogbench_generate as gen  # noqa: E402
 
 CUBE = "cube-single-play-v0"
 POINT = "pointmaze-medium-navigate-v0"
@@ -311,7 +311,7 @@ def test_success_timing_is_pinned_to_the_current_state():
 def test_concurrent_runs_generate_a_missing_set_once(tmp_path):
   """Two runs of a sweep asking for the same missing set: one generates, the other waits, loads."""
   code = (
-    "from envs import ogbench as og; d = og.load('pointmaze-medium-stitch-singletask-task1-v0', "
+    "from jaxlab.envs import ogbench as og; d = og.load('pointmaze-medium-stitch-singletask-task1-v0', "
     f"dataset_dir={str(tmp_path)!r}, num_episodes=2, verbose=True); "
     "print('N', len(d.train['rewards']))"
   )

@@ -14,11 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import vec
 from jaxlab.core import mesh as mesh_lib
 from jaxlab.core import runtime
-from jaxlab.rl import policies, ppo, ppo_eval
-from jaxlab.rl.ppo_loss import LossTerms, gae, ppo_loss
+from jaxlab.envs import vec
+from jaxlab.rl import ppo
+from jaxlab.rl.ppo import evaluation as ppo_eval
+from jaxlab.rl.ppo import policies
+from jaxlab.rl.ppo.loss import LossTerms, gae, ppo_loss
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -238,7 +240,7 @@ def test_episode_statistics_from_a_rollout():
 
 
 def _cartpole(n):
-  from envs import gymnax
+  from jaxlab.envs import gymnax
 
   return gymnax.make("cartpole", n)
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.rl import qrim, qrim_robust
+from jaxlab.rl import qrim
+from jaxlab.rl.qrim import robust as qrim_robust
 
 
 def _dense_grover(marked: np.ndarray, k: int) -> np.ndarray:

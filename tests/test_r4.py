@@ -10,8 +10,10 @@ import pytest
 from scipy.optimize import isotonic_regression
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.rl import r4, r4_data, r4_protocol
-from jaxlab.rl.r4_softrank import hard_rank, soft_rank
+from jaxlab.rl import r4
+from jaxlab.rl.r4 import data as r4_data
+from jaxlab.rl.r4 import protocol as r4_protocol
+from jaxlab.rl.r4.softrank import hard_rank, soft_rank
 
 
 def np_soft_rank(x, eps):
@@ -232,7 +234,7 @@ def test_ratings_file_reads(tmp_path):
 
 
 def test_reward_env_replaces_reward_and_keeps_true_return():
-  from envs import gymnax
+  from jaxlab.envs import gymnax
 
   env = gymnax.make("cartpole", 4)
   config = r4.RewardConfig(hidden=(8,), ensemble=2)

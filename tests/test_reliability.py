@@ -152,8 +152,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, bad_files, pr
 
 @pytest.mark.parametrize("content", [b"PK\x03\x04 broken zip", b"plain garbage bytes"])
 def test_garbage_npz_is_named_not_misreported_as_pickle(tmp_path, content):
-  from envs import ogbench
   from jaxlab.core.errors import ConfigError
+  from jaxlab.envs import ogbench
 
   path = tmp_path / "garbage.npz"
   path.write_bytes(content)

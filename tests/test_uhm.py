@@ -12,8 +12,9 @@ import pytest
 from jaxlab.core import checkpoint
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.train_state import TrainState
-from jaxlab.rl import horizon, offline_data, uhm
-from jaxlab.rl.networks import VelocityField
+from jaxlab.rl import uhm
+from jaxlab.rl.uhm import horizon, offline_data
+from jaxlab.rl.uhm.networks import VelocityField
 
 GAMMA, LAM, KMAX = 0.9, 0.8, 5
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}

@@ -163,7 +163,8 @@ def test_default_workdirs_are_distinct_per_agent_and_task(tmp_path):
 def test_data_parallel_update_equals_single_device(tmp_path):
   from jaxlab.core import mesh as mesh_lib
   from jaxlab.core import runtime, sharding
-  from jaxlab.rl import offline_data, uhm
+  from jaxlab.rl import uhm
+  from jaxlab.rl.uhm import offline_data
 
   rng = np.random.default_rng(0)
   n = 400

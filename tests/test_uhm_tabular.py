@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxlab.core import runtime
-from jaxlab.rl import horizon
+from jaxlab.rl.uhm import horizon
 
 GAMMA, LAM, KMAX = 0.9, 0.8, 5
 

@@ -8,7 +8,7 @@ agent's code:
 The flow field carries every noise draw x0 to M[n] exactly (its paths are straight lines and the
 midpoint rule follows them), so an imagined state is s_e = s + M[n] * delta_std: deterministic, and
 its horizon n can be read off the target. Mutations these tests were seen to catch (each applied to
-jaxlab/rl/uhm.py once, then reverted) are listed in docs/uhm.md, "Checks".
+jaxlab/rl/uhm/agent.py once, then reverted) are listed in docs/uhm.md, "Checks".
 """
 
 import jax
@@ -18,7 +18,8 @@ import optax
 import pytest
 
 from jaxlab.core.train_state import TrainState
-from jaxlab.rl import offline_data, uhm
+from jaxlab.rl import uhm
+from jaxlab.rl.uhm import offline_data
 
 O, A, B, K = 2, 1, 2048, 4
 GAMMA, LAM, ALPHA_C = 0.8, 0.5, 0.7

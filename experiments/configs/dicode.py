@@ -104,7 +104,7 @@ def get_config(preset: str = "cpu") -> ml_collections.ConfigDict:
   c.ppo.lr = 2e-4  # Adam learning rate, decayed linearly over all sessions (paper: 2e-4)
   c.ppo.anneal_lr = True  # linear decay over sessions x updates_per_session
 
-  # GTrXL policy (jaxlab.rl.policies.GTrXLPolicy).
+  # GTrXL policy (jaxlab.rl.ppo.policies.GTrXLPolicy).
   c.gtrxl = ml_collections.ConfigDict()
   c.gtrxl.embed = 32  # model width (paper: 256)
   c.gtrxl.num_heads = 2  # attention heads (paper: 8)

@@ -1,6 +1,6 @@
 """Small host-side helpers shared by the optimization comparisons (NumPy only, no JAX).
 
-Used by `jaxlab.optim.dec.compare` (decentralized Strategy I vs II) and `jaxlab.optim.vi_compare`
+Used by `jaxlab.optim.decentralized.compare` (decentralized Strategy I vs II) and `jaxlab.optim.goma.compare`
 (monotone-VI methods); importable from a notebook::
 
     from jaxlab.optim import report

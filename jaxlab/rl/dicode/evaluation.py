@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from envs import vec
-from jaxlab.rl import ppo_eval
+from jaxlab.envs import vec
+from jaxlab.rl.ppo import evaluation as ppo_eval
 
 EVAL_SEED = 0  # the reference harness's PRNGKey(0)
 
@@ -63,7 +63,7 @@ def make_evaluator(
   env_name: str, num_envs: int, max_steps: int, policy, suffix=(), reset_ratio: int = 16
 ):
   """``evaluate(params) -> (scalars, per_achievement)`` on the fixed held-out worlds."""
-  from envs import craftax
+  from jaxlab.envs import craftax
 
   env = with_suffix(craftax.make(env_name, num_envs, reset_ratio=reset_ratio), suffix)
   run = ppo_eval.make_evaluate(env, policy, max_steps)

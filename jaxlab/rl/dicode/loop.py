@@ -49,13 +49,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from envs import vec
 from jaxlab.core import checkpoint, metrics, runtime
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import check_config, require
-from jaxlab.rl import policies, ppo
+from jaxlab.envs import vec
+from jaxlab.rl import ppo
 from jaxlab.rl.dicode import curriculum as curriculum_lib
 from jaxlab.rl.dicode import scoring
+from jaxlab.rl.ppo import policies
 
 Array = jax.Array
 STATE_FILE = "loop_state.json"
@@ -141,7 +142,7 @@ def _level_fns(name: str, num_envs: int, reset_ratio: int):
   every session (and every SFL scoring rollout) of the same size reuses the compiled code."""
   from craftax.craftax_env import make_craftax_env_from_name
 
-  from envs import craftax
+  from jaxlab.envs import craftax
 
   env_id, _, _ = craftax.resolve(name, "config.env")
   env = make_craftax_env_from_name(env_id, False)
@@ -182,8 +183,8 @@ def level_env(name: str, num_envs: int, levels, weights, reset_ratio: int = 16) 
   """Craftax whose episodes start in worlds generated from ``levels`` (uint32[L, 2] keys) drawn
   by ``weights``; ``info["task"]`` is the level index of a finished episode. The levels live in
   the state, so one compiled step serves every level set of the same size. Optimistic resets as
-  in ``envs.craftax``: each step generates ``num_envs // reset_ratio`` worlds for the finished."""
-  from envs import craftax
+  in ``jaxlab.envs.craftax``: each step generates ``num_envs // reset_ratio`` worlds for the finished."""
+  from jaxlab.envs import craftax
 
   base = craftax.make(name, num_envs, reset_ratio=reset_ratio, field="config.env")
   reset_fn, step = _level_fns(name, num_envs, reset_ratio)
@@ -261,7 +262,7 @@ def _default_validate(config):
 @functools.lru_cache(maxsize=4)
 def base_env(name: str, num_envs: int, reset_ratio: int) -> vec.VecEnv:
   """The unmodified game (its jitted reset reused by every session)."""
-  from envs import craftax
+  from jaxlab.envs import craftax
 
   env = craftax.make(name, num_envs, reset_ratio=reset_ratio, field="config.env")
   return dataclasses.replace(env, reset=jax.jit(env.reset))
@@ -766,7 +767,7 @@ def validate_config(config, curriculum: str) -> None:
     "config.score_window",
     f"{config.score_window} exceeds updates_per_session={config.updates_per_session}",
   )
-  from envs import craftax
+  from jaxlab.envs import craftax
 
   _, classic, pixels = craftax.resolve(config.env, "config.env")
   require(not pixels, "config.env", "the curricula use symbolic observations")
@@ -821,7 +822,7 @@ def evaluate(run: Loop, curriculum: str) -> tuple[dict, dict]:
 def finish(run: Loop, state: dict, curriculum: str) -> dict:
   """Evaluates the agent, writes summary.json and achievements.png; returns the summary."""
   from jaxlab.core import provenance
-  from jaxlab.rl import ppo_eval
+  from jaxlab.rl.ppo import evaluation as ppo_eval
 
   t0 = time.perf_counter()
   scalars, rates = evaluate(run, curriculum)

@@ -1,6 +1,6 @@
 """The DiCode multitask Craftax environment, and the 12 task multipliers applied to craftax's step.
 
-`session_env(...)` returns an `envs.vec.VecEnv` over `Craftax-Symbolic-v1` (Mitsides, Faldor,
+`session_env(...)` returns an `jaxlab.envs.vec.VecEnv` over `Craftax-Symbolic-v1` (Mitsides, Faldor,
 Cully, "Dreaming in Code", arXiv 2602.08194, Sec. 3) that is data-driven: everything task-specific
 is a `TaskTable` carried in the environment state (K units, padded with units that are never
 drawn): per unit a POOL of P pre-built starting worlds (`build_pool`: world i is exactly
@@ -31,7 +31,7 @@ written into the table with `set_original_return` or `build_table(original_retur
 reference implementation also sets it from outside each training session); it starts at 0, so the
 bonus starts at the floor.
 `info` adds `task` (int32 index into `tasks` of the episode that finished or is running) and
-`success` (bool). Resets are optimistic, as in `envs.craftax` (whose helper this reuses).
+`success` (bool). Resets are optimistic, as in `jaxlab.envs.craftax` (whose helper this reuses).
 
 The multipliers. craftax's `EnvParams` has none of them, so `game_step` re-composes craftax's step
 from craftax's own component functions, in craftax's order and with its random keys, and acts on
@@ -75,8 +75,8 @@ from craftax.craftax import game_logic as gl
 from craftax.craftax.renderer import render_craftax_symbolic
 from flax import struct
 
-from envs import craftax, vec
 from jaxlab.core.errors import ConfigError
+from jaxlab.envs import craftax, vec
 from jaxlab.rl.dicode import task as task_lib
 from jaxlab.rl.dicode import world
 

@@ -138,7 +138,7 @@ def clamp_task_params(params: dict) -> dict:
 
 def achievement_ids(classic: bool = False) -> dict[str, int]:
   """Upper-case achievement name -> index in craftax's achievement vector."""
-  from envs import craftax
+  from jaxlab.envs import craftax
 
   return {name.upper(): i for i, name in enumerate(craftax.achievement_names(classic))}
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxlab.rl import policies
 from jaxlab.rl.itc import decode as decode_lib
 from jaxlab.rl.itc import tokenizer as tok_lib
+from jaxlab.rl.ppo import policies
 
 Array = jax.Array
 

@@ -1,0 +1,85 @@
+"""gymnax classic-control and MinAtar environments behind the :class:`jaxlab.envs.vec.VecEnv` interface.
+
+gymnax (Lange 2022, github.com/RobertTLange/gymnax) implements the environments in JAX. Its 1.0
+`step` returns six values `(obs, state, reward, terminated, truncated, info)` and already resets a
+finished environment (computing a fresh reset every step, which is cheap for these small
+environments); this module vmaps it over N environments, turns `terminated | truncated` into
+`done` and adds the episode statistics of `jaxlab.envs.vec`. Observations are float32 (MinAtar's boolean
+frames included). Continuous actions are clipped to the action bounds by the environments
+themselves. Names and layout: docs/online_envs.md.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.envs import vec
+
+# Friendly name -> gymnax id. The gymnax ids themselves are accepted too.
+ENVS = {
+  "cartpole": "CartPole-v1",
+  "pendulum": "Pendulum-v1",
+  "acrobot": "Acrobot-v1",
+  "mountaincar": "MountainCar-v0",
+  "mountaincar-continuous": "MountainCarContinuous-v0",
+  "asterix-minatar": "Asterix-MinAtar",
+  "breakout-minatar": "Breakout-MinAtar",
+  "freeway-minatar": "Freeway-MinAtar",
+  "seaquest-minatar": "Seaquest-MinAtar",
+  "spaceinvaders-minatar": "SpaceInvaders-MinAtar",
+  "catch-bsuite": "Catch-bsuite",
+}
+
+
+def resolve(name: str, field: str = "env") -> str:
+  """The gymnax id of a friendly name (or of a gymnax id); ConfigError naming `field` otherwise."""
+  if name in ENVS:
+    return ENVS[name]
+  ids = {v.lower(): v for v in ENVS.values()}
+  if isinstance(name, str) and name.lower() in ids:
+    return ids[name.lower()]
+  raise ConfigError(field, f"unknown gymnax environment {name!r}; allowed: {', '.join(ENVS)}")
+
+
+def make(name: str, num_envs: int, *, field: str = "env") -> vec.VecEnv:
+  """A batch of `num_envs` gymnax environments (see `jaxlab.envs.vec` for the contract)."""
+  env_id = resolve(name, field)
+  if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+    raise ConfigError("num_envs", f"must be a positive integer, got {num_envs!r}")
+  import gymnax  # imported late: `import gymnax` is slow and needs the `six` package
+
+  env, params = gymnax.make(env_id)
+  space = env.action_space(params)
+  discrete = hasattr(space, "n")
+  num_actions = int(space.n) if discrete else 0
+  action_dim = 0 if discrete else int(max(1, jnp.prod(jnp.asarray(space.shape))))
+  obs_shape = tuple(jax.eval_shape(lambda k: env.reset(k, params)[0], jax.random.key(0)).shape)
+
+  def reset(key):
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), params)
+    return obs.astype(jnp.float32), vec.init_state(env_state, num_envs)
+
+  def step(state: vec.VecState, action, key):
+    if not discrete:
+      action = jnp.reshape(action, (num_envs, action_dim))
+    keys = jax.random.split(key, num_envs)
+    obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+      keys, state.env, action, params
+    )
+    done = jnp.logical_or(terminated, truncated)
+    new_state, info = vec.track(state, env_state, reward, done)
+    return obs.astype(jnp.float32), new_state, reward.astype(jnp.float32), done, info
+
+  return vec.VecEnv(
+    name=env_id,
+    num_envs=num_envs,
+    obs_shape=obs_shape,
+    num_actions=num_actions,
+    action_dim=action_dim,
+    achievement_names=(),
+    max_return=None,
+    reset=reset,
+    step=step,
+  )

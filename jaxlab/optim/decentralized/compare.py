@@ -1,0 +1,429 @@
+"""Strategy (I) vs (II) on one (graph, λ) and the verdicts a comparison reports (arXiv 2511.19513;
+docs/decentralized.md, "Experiment").
+
+Pure functions on `RunResult`s and arrays, so a notebook reaches the same verdicts as
+``experiments/decentralized.py``::
+
+    from jaxlab.optim import decentralized as dec
+    from jaxlab.optim.decentralized import compare
+    g = dec.make_graph("ring", 8)
+    prob = dec.make_problem("least_squares", 8)
+    c = compare.compare(g, dec.make_lambda("degree", g), prob, 500, key=jax.random.key(0))
+    compare.winner(c.results, "gap", tie_tol=0.05, tail=0.1)   # "I", "II", "tie", ...
+
+Rules: numbers are means over the last ``tail`` fraction of steps; a relative difference within
+``tie_tol`` is a tie; a strategy whose iterates reached NaN/inf never wins; uniform λ with A = W is
+"identical (A = W)" (the two strategies are then the same algorithm, not a tie) and a sweep lists
+such cells instead of comparing them.
+
+Step policies (``lr_policy``): "same" runs both strategies at one γ (by default
+`dec.default_lr`, inside (I)'s stability limit: that measures constant-step bias, not speed);
+"own" runs each at ``own_fraction`` × its own largest stable step (`stability.largest_stable_lr`,
+exact for full-gradient least squares). Rates are reported as the gap after `RATE_STEPS` steps and
+the linear rate ρ of the full-gradient iteration at the step used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxlab.core import plots
+from jaxlab.core.errors import check_choice
+from jaxlab.optim import decentralized as dec
+from jaxlab.optim.decentralized import stability
+from jaxlab.optim.report import fmt, md_table, tail_mean
+
+METRICS = ("gap", "consensus", "gap_tracked")
+LR_POLICIES = ("same", "own")
+RATE_STEPS = (10, 100, 1000)
+IDENTICAL = "identical (A = W)"
+DIAG_COLS = (
+  "n_max_lam",
+  "gap_W",
+  "rho_lam_W",
+  "asym_W",
+  "gap_lam_A",
+  "rho_lam_A",
+  "asym_A",
+  "loewner_min",
+  "loewner_max",
+  "rayleigh_min",
+  "rayleigh_max",
+  "predict_II",
+)
+SWEEP_DIAG = ("n_max_lam", "gap_W", "gap_lam_A", "rho_lam_W", "rho_lam_A", "predict_II")
+SWEEP_COLS = (
+  "topology",
+  "lam",
+  "n_max_lam",
+  "gap_W",
+  "gap_lam_A",
+  "rho_lam_W",
+  "rho_lam_A",
+  "lr_I",
+  "lr_II",
+  "gap_I@100",
+  "gap_II@100",
+  "gap_I",
+  "gap_II",
+  "cons_I",
+  "cons_II",
+  "winner_gap",
+  "winner_cons",
+  "predict_II",
+)
+
+
+@dataclasses.dataclass
+class Comparison:
+  """Both strategies on one (graph, λ): results by strategy ("II" absent on a directed graph),
+  the `dec.diagnose` dict, the common step γ (NaN under lr_policy "own"), λ, and per strategy the
+  step used (``lrs``) and, for least squares, its largest stable step and the full-gradient linear
+  rate ρ at the step used (``limits``: {strategy: {"lr_max", "rho"}})."""
+
+  results: dict[str, dec.RunResult]
+  diagnostic: dict[str, Any]
+  lr: float
+  lam: np.ndarray
+  lrs: dict[str, float] = dataclasses.field(default_factory=dict)
+  limits: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+
+def row_kind_error(row_kind: str, graph: dec.Graph, lam_name: str) -> str | None:
+  """degree_average is λ-reversible only for λ ∝ degree+1 (or uniform λ on a regular graph)."""
+  if row_kind != "degree_average":
+    return None
+  regular = bool(np.all(graph.degrees == graph.degrees[0]))
+  if lam_name == "degree" or (lam_name == "uniform" and regular):
+    return None
+  return f"degree_average needs λ ∝ degree+1; --lam={lam_name} on {graph.name} is not (use auto)"
+
+
+def compare(
+  graph: dec.Graph,
+  lam,
+  problem: dec.Problem,
+  steps: int,
+  *,
+  key,
+  lr: float | None = None,
+  lr_factor: float = 0.3,
+  order: str = "atc",
+  row_kind: str = "auto",
+  mesh=None,
+  comm: str = "auto",
+  lr_policy: str = "same",
+  own_fraction: float = 0.5,
+) -> Comparison:
+  """Runs (I) and (II) with the same key and f*: at one γ (``lr``, or `dec.default_lr` when
+  None/0) under ``lr_policy="same"``, at ``own_fraction`` × each one's largest stable step under
+  "own" (least squares only)."""
+  check_choice("lr_policy", lr_policy, LR_POLICIES)
+  lam = np.asarray(lam, np.float64)
+  strategies = [s for s in dec.STRATEGIES if not (s == "II" and graph.directed)]
+  limits = stability_limits(graph, lam, problem, strategies, order, row_kind)
+  if lr_policy == "own":
+    lrs = {s: own_fraction * limits[s]["lr_max"] for s in strategies}
+    common = float("nan")
+  else:
+    common = float(lr or dec.default_lr(problem, lam, lr_factor))
+    lrs = dict.fromkeys(strategies, common)
+  for s in limits:
+    limits[s]["rho"] = stability.spectral_radius(
+      s, graph, lam, problem, lrs[s], order=order, row_kind=row_kind
+    )
+  diag = dec.diagnose(graph, lam, row_kind=row_kind)
+  f_star = problem.f_star(lam)
+  results = {
+    s: dec.run(
+      s,
+      graph,
+      lam,
+      problem,
+      steps,
+      lrs[s],
+      key=key,
+      order=order,
+      row_kind=row_kind,
+      mesh=mesh,
+      comm=comm,
+      f_star=f_star,
+    )
+    for s in strategies
+  }
+  return Comparison(results, diag, common, lam, lrs, limits)
+
+
+def stability_limits(graph, lam, problem, strategies, order, row_kind) -> dict[str, dict]:
+  """{strategy: {"lr_max": largest stable step}} for least squares, {} otherwise."""
+  if problem.name != "least_squares":
+    return {}
+  return {
+    s: {
+      "lr_max": stability.largest_stable_lr(s, graph, lam, problem, order=order, row_kind=row_kind)
+    }
+    for s in strategies
+  }
+
+
+def gap_at(result: dec.RunResult, step: int) -> float | str:
+  """f(x̄_λ) − f* after ``step`` steps ("diverged" once non-finite, "n/a" past the run)."""
+  if step > len(result.gap):
+    return "n/a"
+  if result.diverged_at is not None and result.diverged_at <= step:
+    return "diverged"
+  return float(result.gap[step - 1])
+
+
+def rate_rows(comp: Comparison, label: str, *, tail: float) -> list[dict[str, Any]]:
+  """Per strategy: the step used, its stability limit and linear rate ρ (least squares), the gap
+  after each of `RATE_STEPS` steps and the tail gap: error against iterations."""
+  rows = []
+  for s, r in comp.results.items():
+    lim = comp.limits.get(s, {})
+    row = {"run": label, "strategy": s, "lr": comp.lrs.get(s, comp.lr)}
+    row |= {"lr_max": lim.get("lr_max", "n/a"), "rho": lim.get("rho", "n/a")}
+    row |= {f"gap@{k}": gap_at(r, k) for k in RATE_STEPS}
+    row["gap_tail"] = "diverged" if r.diverged_at is not None else tail_mean(r.gap, tail)
+    rows.append(row)
+  return rows
+
+
+RATE_COLS = ("run", "strategy", "lr", "lr_max", "rho") + tuple(f"gap@{k}" for k in RATE_STEPS)
+RATE_COLS += ("gap_tail",)
+
+
+def identical(results: Mapping[str, dec.RunResult], lam) -> bool:
+  """Uniform λ (n λ_i = 1) and A = W: the two strategies are the same algorithm."""
+  if "II" not in results:
+    return False
+  same = np.array_equal(results["I"].mixing, results["II"].mixing)
+  return bool(same and np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0))
+
+
+def identical_cell(graph: dec.Graph, lam, row_kind: str = "auto") -> bool:
+  """Whether (graph, λ) makes the strategies the same algorithm before running them: uniform λ
+  (then n λ_i = 1) and A = W (uniform λ-MH is Metropolis; degree λ on a regular graph is
+  uniform)."""
+  lam = np.asarray(lam, np.float64)
+  if graph.directed or not np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0):
+    return False
+  a = dec.row_stochastic(graph, lam, row_kind)
+  return bool(np.allclose(a, dec.metropolis(graph), rtol=0, atol=1e-12))
+
+
+def diverged(results: Mapping[str, dec.RunResult]) -> dict[str, bool]:
+  return {s: r.diverged_at is not None for s, r in results.items()}
+
+
+def all_diverged(results: Mapping[str, dec.RunResult]) -> bool:
+  return all(diverged(results).values())
+
+
+def winner(
+  results: Mapping[str, dec.RunResult],
+  metric: str,
+  *,
+  tie_tol: float,
+  tail: float,
+  same: bool = False,
+) -> str:
+  """ "I", "II", "tie", `IDENTICAL`, or a verdict naming the diverged / missing strategy.
+
+  ``same``: the runs are the same algorithm (see `identical`); a diverged strategy never wins.
+  """
+  if same:
+    return IDENTICAL
+  div = diverged(results)
+  if "II" not in results:
+    return "I (II n/a)" if not div["I"] else "none (I diverged, II n/a)"
+  if div["I"] and div["II"]:
+    return "none (both diverged)"
+  if div["I"] or div["II"]:
+    return "II (I diverged)" if div["I"] else "I (II diverged)"
+  i, ii = (tail_mean(getattr(results[s], metric), tail) for s in ("I", "II"))
+  if abs(i - ii) <= tie_tol * max(abs(i), abs(ii)):
+    return "tie"
+  return "II" if ii < i else "I"
+
+
+def winners(comp: Comparison, *, tie_tol: float, tail: float) -> dict[str, str]:
+  """{"gap": verdict, "consensus": verdict} for one comparison."""
+  same = identical(comp.results, comp.lam)
+  return {
+    m: winner(comp.results, m, tie_tol=tie_tol, tail=tail, same=same) for m in ("gap", "consensus")
+  }
+
+
+def verdicts(
+  comp: Comparison, problem: dec.Problem, *, tie_tol: float, tail: float
+) -> dict[str, Any]:
+  """The summary of one comparison: per-strategy `final_metrics`, the diagnostic and the winners
+  on the gap and on the consensus error."""
+  win = winners(comp, tie_tol=tie_tol, tail=tail)
+  return {
+    "final": final_metrics(comp, problem, tail),
+    "diagnostic": comp.diagnostic,
+    "winner_gap": win["gap"],
+    "winner_consensus": win["consensus"],
+  }
+
+
+def final_metrics(comp: Comparison, problem: dec.Problem, tail: float) -> dict[str, dict]:
+  """Per strategy: tail means of `METRICS`, comm, diverged_at and (classification problems that
+  stayed finite) the test accuracy of x̄_λ."""
+  final = {}
+  for s, r in comp.results.items():
+    final[s] = {m: tail_mean(getattr(r, m), tail) for m in METRICS}
+    final[s].update(comm=r.comm, diverged_at=r.diverged_at)
+    if problem.test is not None and r.diverged_at is None:
+      xbar = jax.tree.map(lambda v: np.tensordot(comp.lam, np.asarray(v), 1), r.x)
+      final[s]["test_accuracy"] = problem.accuracy(xbar)
+  return final
+
+
+def metric_rows(results: Mapping[str, dec.RunResult], every: int) -> list[dict[str, Any]]:
+  """Rows of metrics.csv: step (1-based) and ``<metric>_<strategy>`` every ``every`` steps."""
+  steps = len(next(iter(results.values())).gap)
+  return [
+    {"step": k + 1, **{f"{m}_{s}": getattr(r, m)[k] for s, r in results.items() for m in METRICS}}
+    for k in range(0, steps, every)
+  ]
+
+
+def lambda_label(name: str, alpha: float) -> str:
+  return name + (f":{alpha:g}" if name == "dirichlet" else "")
+
+
+def sweep_row(
+  topology: str, lam_label: str, comp: Comparison, *, tie_tol: float, tail: float
+) -> dict[str, Any]:
+  """One cell of the topology × λ table: tail numbers ("diverged" / "n/a"), verdicts, diagnostic."""
+
+  def tail_or(s, metric):
+    r = comp.results.get(s)
+    if r is None:
+      return "n/a"
+    return "diverged" if r.diverged_at is not None else tail_mean(getattr(r, metric), tail)
+
+  def at_100(s):
+    r = comp.results.get(s)
+    return "n/a" if r is None else gap_at(r, 100)
+
+  win = winners(comp, tie_tol=tie_tol, tail=tail)
+  return {
+    "topology": topology,
+    "lam": lam_label,
+    "lr_I": comp.lrs.get("I", comp.lr),
+    "lr_II": comp.lrs.get("II", "n/a"),
+    "gap_I@100": at_100("I"),
+    "gap_II@100": at_100("II"),
+    "gap_I": tail_or("I", "gap"),
+    "gap_II": tail_or("II", "gap"),
+    "cons_I": tail_or("I", "consensus"),
+    "cons_II": tail_or("II", "consensus"),
+    "winner_gap": win["gap"],
+    "winner_cons": win["consensus"],
+    **{k: comp.diagnostic[k] for k in SWEEP_DIAG},
+  }
+
+
+def sweep_stats(rows: Sequence[Mapping[str, Any]], identical_cells: Sequence[str] = ()) -> dict:
+  """Cells where II wins the gap, identical cells (rows marked so plus the ``identical_cells`` a
+  sweep skipped), and how often ``predict_II`` matches a decided (I or II) winner."""
+  decided = [r for r in rows if r["winner_gap"] in ("I", "II")]
+  marked = sum(r["winner_gap"].startswith("identical") for r in rows)
+  return {
+    "cells": len(rows),
+    "II_wins": sum(r["winner_gap"] == "II" for r in rows),
+    "identical": marked + len(identical_cells),
+    "decided": len(decided),
+    "agree": sum((r["winner_gap"] == "II") == r["predict_II"] for r in decided),
+  }
+
+
+def sweep_summary(rows: Sequence[Mapping[str, Any]], identical_cells: Sequence[str] = ()) -> dict:
+  """The rows and their counts, as summary.json of a sweep stores them."""
+  st = sweep_stats(rows, identical_cells)
+  return {
+    "rows": list(rows),
+    "identical_not_compared": list(identical_cells),
+    "II_wins_gap": st["II_wins"],
+    "cells": st["cells"],
+    "predict_agreement": [st["agree"], st["decided"]],
+  }
+
+
+def sweep_line(row: Mapping[str, Any]) -> str:
+  """One progress line of a sweep: topology, λ, both tail gaps and the verdict."""
+  return (
+    f"{row['topology']:>22s} {row['lam']:>14s}  I {fmt(row['gap_I'])}  II {fmt(row['gap_II'])}  "
+    f"-> {row['winner_gap']}"
+  )
+
+
+def sweep_markdown(
+  rows: Sequence[Mapping[str, Any]],
+  title: str,
+  *,
+  tail: float,
+  tie_tol: float,
+  identical_cells: Sequence[str] = (),
+):
+  """sweep.md: a heading, what the numbers mean and the win counts, then the table."""
+  st = sweep_stats(rows, identical_cells)
+  same = (
+    f" Not compared, because the two strategies are the same algorithm there (uniform λ and "
+    f"A = W): {', '.join(identical_cells)}."
+    if identical_cells
+    else ""
+  )
+  return (
+    f"# {title}\n\n"
+    f"gap_I@100 / gap_II@100: f(x̄_λ) − f* after 100 steps (the rate); gap_I / gap_II and "
+    f"cons_I / cons_II: f(x̄_λ) − f* and Σλ‖x_i − x̄_λ‖² averaged over the last {tail:.0%} of "
+    f"steps; rho_*: consensus contraction factors; 'tie' = within {tie_tol:.0%}; a diverged "
+    f"strategy never wins. II wins f-gap in {st['II_wins']}/{st['cells']} compared cells.{same} "
+    f"predict_II (gap_λ(A) > gap(W), a heuristic, not the paper's condition) matches the decided "
+    f"winner in {st['agree']}/{st['decided']} cells.\n\n" + md_table(rows, SWEEP_COLS)
+  )
+
+
+def diagnostic_markdown(graph: dec.Graph, lam_label: str, diag: Mapping[str, Any]) -> str:
+  return (
+    f"Diagnostic for {graph.name} (n={graph.n}), λ={lam_label} "
+    "(reconstructed quantities; see jaxlab/optim/decentralized/geometry.py)\n\n"
+    + md_table([{"graph": graph.name, **diag}], ("graph",) + DIAG_COLS)
+  )
+
+
+def final_lines(final: Mapping[str, Mapping[str, Any]]) -> list[str]:
+  """One human-readable line per strategy (diverged, or gap / consensus / test accuracy)."""
+  lines = []
+  for s, v in final.items():
+    if v["diverged_at"] is not None:
+      lines.append(f"Strategy {s}: diverged (non-finite from step {v['diverged_at']})")
+      continue
+    acc = f"  test acc {v['test_accuracy']:.3f}" if "test_accuracy" in v else ""
+    lines.append(f"Strategy {s}: f(x̄_λ)−f* {v['gap']:.3e}  consensus {v['consensus']:.3e}{acc}")
+  return lines
+
+
+def plot_curves(workdir, comp: Comparison, title: str) -> None:
+  """gap.png and consensus.png: both strategies' per-step curves on a log scale."""
+  steps = np.arange(1, len(comp.results["I"].gap) + 1)
+  label = {"I": "I: nλ_i f_i + doubly stochastic W", "II": "II: f_i + λ-reversible A"}
+  for name, metric, ylabel, floor in (
+    ("gap.png", "gap", "f(x̄_λ) − f*", 1e-12),
+    ("consensus.png", "consensus", "Σ λ_i ‖x_i − x̄_λ‖²", 1e-16),
+  ):
+    curves = {
+      label[s]: (steps, np.maximum(getattr(r, metric), floor)) for s, r in comp.results.items()
+    }
+    plots.lines(pathlib.Path(workdir) / name, curves, "step", ylabel, logy=True, title=title)

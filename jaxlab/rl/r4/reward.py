@@ -1,0 +1,266 @@
+"""R4: Ranked Return Regression, reward learning from ordinal trajectory ratings (arXiv 2601.09236).
+
+A reward model ``r_theta(s, a)`` (an ensemble of MLPs) gives each trajectory a predicted return
+``G(tau) = sum_t mask_t r_theta(s_t, a_t)`` (undiscounted, as the authors' code). R4's loss, as in
+the authors' PyTorch code (IRLL/R4, ``ranking_mse.py``, ``bin_ranking``):
+
+* a set holds ONE trajectory from each rating class ``c = 0..n-1`` (classes without data are left
+  out); for each set ``g = (G(tau_0), ..., G(tau_{n-1}))``
+* ``L_rMSE = mean_{set, c} (softrank_eps(g)_c - softrank_eps((0, 1, ..., n-1))_c)^2`` with the
+  permutahedron soft rank of :mod:`jaxlab.rl.r4.softrank` (the target is the soft rank of the
+  class indices through the same operator, not the raw ratings);
+* ``L_OOD = beta * (mean r_theta(uniform box) - mean r_theta(data steps))`` (conservative term);
+* optional ``l2 * |theta|^2``.
+
+Baselines on the same trajectories: RbRL (White et al., AAAI 2024, arXiv 2307.16348; its loss as
+reconstructed in :func:`rbrl_loss`) and Bradley-Terry preference learning on trajectory pairs (as
+in PEBBLE / PrefPPO, arXiv 2106.05091). Every member of the ensemble draws its own sets. Data
+(rollouts, simulated raters, the human-ratings file) is in :mod:`jaxlab.rl.r4.data`; the offline
+and online protocols with PPO in :mod:`jaxlab.rl.r4.protocol`. See docs/r4.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlab.core import runtime
+from jaxlab.core.errors import check_choice, require
+from jaxlab.core.train_state import TrainState
+from jaxlab.rl.r4.softrank import soft_rank
+
+Array = jax.Array
+METHODS = ("r4", "rbrl", "bt")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+  method: str = "r4"  # r4 | rbrl | bt
+  hidden: tuple[int, ...] = (64, 64)  # MLP reward model
+  ensemble: int = 3  # members (R4's online setting uses 3)
+  lr: float = 3e-4  # Adam learning rate (the authors' 3e-4)
+  batch: int = 64  # sets (r4), trajectories (rbrl) or pairs (bt) per step
+  steps: int = 1500  # gradient steps
+  eps: float = 1.0  # soft-rank regularisation strength (the authors' default 1.0)
+  ood_beta: float = 0.1  # weight of the OOD term (0: off; the authors' 0.1)
+  ood_samples: int = 256  # uniform (s, a) draws per step for the OOD term
+  l2: float = 0.0  # L2 penalty on the parameters (the authors use 0 or 0.01)
+  rbrl_k: float = 10.0  # RbRL: sharpness of the class scores
+
+
+def validate(c: RewardConfig, prefix: str = "config") -> None:
+  check_choice(f"{prefix}.method", c.method, METHODS)
+  for name in ("ensemble", "batch", "steps", "ood_samples"):
+    v = getattr(c, name)
+    require(isinstance(v, int) and v >= 1, f"{prefix}.{name}", f"must be an integer >= 1, got {v}")
+  for name in ("lr", "eps", "rbrl_k"):
+    v = getattr(c, name)
+    require(math.isfinite(v) and v > 0, f"{prefix}.{name}", f"must be > 0, got {v}")
+  for name in ("ood_beta", "l2"):
+    v = getattr(c, name)
+    require(math.isfinite(v) and v >= 0, f"{prefix}.{name}", f"must be >= 0, got {v}")
+  require(
+    len(c.hidden) >= 1 and all(int(h) >= 1 for h in c.hidden),
+    f"{prefix}.hidden",
+    f"must be positive layer widths, got {c.hidden}",
+  )
+
+
+class RewardMLP(nn.Module):
+  """``r(features) -> scalar``; features are the flattened observation and the action."""
+
+  hidden: Sequence[int]
+
+  @nn.compact
+  def __call__(self, x):
+    for h in self.hidden:
+      x = nn.tanh(nn.Dense(h)(x))
+    return nn.Dense(1)(x)[..., 0]
+
+
+def features(obs: Array, action: Array, num_actions: int) -> Array:
+  """``[..., obs_dim + A]``: flattened observation and the one-hot (or raw continuous) action."""
+  lead = action.shape if num_actions else action.shape[:-1]
+  flat = obs.reshape(lead + (-1,)).astype(jnp.float32)
+  act = jax.nn.one_hot(action, num_actions) if num_actions else action.astype(jnp.float32)
+  return jnp.concatenate([flat, act], axis=-1)
+
+
+def create(config: RewardConfig, feature_dim: int, key: Array) -> TrainState:
+  """A TrainState over the stacked parameters of ``config.ensemble`` members."""
+  model = RewardMLP(tuple(int(h) for h in config.hidden))
+  keys = jax.random.split(key, config.ensemble)
+  params = jax.vmap(lambda k: model.init(k, jnp.zeros((feature_dim,)))["params"])(keys)
+
+  def apply(variables, x):  # -> [E, ...]: every member on the same inputs
+    return jax.vmap(lambda p: model.apply({"params": p}, x))(variables["params"])
+
+  return TrainState.create(apply, params, optax.adam(config.lr))
+
+
+def reward(state_or_apply, params, feats: Array) -> Array:
+  """Ensemble-mean reward of ``feats[..., F]``."""
+  return jnp.mean(state_or_apply(feats, params=params), axis=0)
+
+
+def returns(per_step: Array, mask: Array) -> Array:
+  """``G = sum_t mask_t r_t`` over the last axis (undiscounted)."""
+  return jnp.sum(per_step * mask, axis=-1)
+
+
+# --- losses (one member's predicted returns in, scalar out) ---
+
+
+def rmse_loss(g: Array, eps: float) -> Array:
+  """R4's rMSE: ``g[B, n]`` predicted returns of sets ordered by class (0 = lowest rating)."""
+  n = g.shape[-1]
+  target = jax.lax.stop_gradient(soft_rank(jnp.arange(n, dtype=g.dtype), eps))
+  return jnp.mean((soft_rank(g, eps) - target) ** 2)
+
+
+def rbrl_loss(g: Array, rating: Array, num_classes: int, k: float) -> Array:
+  """RbRL's multi-class loss, reconstructed (White et al., arXiv 2307.16348, Section 4).
+
+  Predicted returns are min-max normalised within the batch; class boundaries follow the batch's
+  rating proportions (``b_0 = 0``, ``b_i`` = fraction rated below ``i``, ``b_n = 1``); class ``i``
+  scores ``-k (g~ - b_i)(g~ - b_{i+1})`` (positive inside its interval); cross-entropy on ratings.
+  """
+  gn = (g - jnp.min(g)) / (jnp.max(g) - jnp.min(g) + 1e-8)
+  below = jnp.mean(rating[None, :] < jnp.arange(1, num_classes)[:, None], axis=1)
+  bounds = jnp.concatenate([jnp.zeros(1), below, jnp.ones(1)])
+  scores = -k * (gn[:, None] - bounds[None, :-1]) * (gn[:, None] - bounds[None, 1:])
+  logp = jax.nn.log_softmax(scores, axis=-1)
+  return -jnp.mean(jnp.take_along_axis(logp, rating[:, None], axis=1))
+
+
+def bt_loss(g_a: Array, g_b: Array, pref: Array) -> Array:
+  """Bradley-Terry cross-entropy: ``pref`` = P(a preferred to b) in {0, 0.5, 1}."""
+  logit = g_a - g_b
+  return jnp.mean(pref * jax.nn.softplus(-logit) + (1 - pref) * jax.nn.softplus(logit))
+
+
+def ood_term(r_box: Array, r_data: Array, data_mask: Array) -> Array:
+  """``mean r(uniform box) - mean r(data steps)`` (to be multiplied by beta)."""
+  return jnp.mean(r_box) - jnp.sum(r_data * data_mask) / jnp.maximum(jnp.sum(data_mask), 1.0)
+
+
+# --- training (in memory, on the core runtime) ---
+
+
+def member_apply(config: RewardConfig):
+  module = RewardMLP(tuple(int(h) for h in config.hidden))
+  return lambda p, x: module.apply({"params": p}, x)
+
+
+def make_dataset(feats, mask, rating, prefer, box_lo, box_hi, num_actions: int) -> dict:
+  """Training arrays: ``feats[M, T, F]``, ``mask[M, T]``, ``rating[M]`` (dense classes 0..n-1),
+  ``prefer[M]`` (what Bradley-Terry's teacher compares), the observation box of the OOD term,
+  and per class the member indices padded to the largest class (``members[C, K]``, ``counts``)."""
+  rating = np.asarray(rating, np.int32)
+  classes = int(rating.max()) + 1
+  groups = [np.flatnonzero(rating == c) for c in range(classes)]
+  require(all(len(g) for g in groups), "ratings", "every class 0..max must hold a trajectory")
+  width = max(len(g) for g in groups)
+  members = np.stack([np.resize(g, width) for g in groups]).astype(np.int32)
+  return {
+    "feats": jnp.asarray(feats, jnp.float32),
+    "mask": jnp.asarray(mask, jnp.float32),
+    "rating": jnp.asarray(rating),
+    "prefer": jnp.asarray(prefer, jnp.float32),
+    "members": jnp.asarray(members),
+    "counts": jnp.asarray([len(g) for g in groups], jnp.int32),
+    "box_lo": jnp.asarray(box_lo, jnp.float32),
+    "box_hi": jnp.asarray(box_hi, jnp.float32),
+    "num_actions": np.zeros((num_actions,), np.int8),  # its length carries A through jit
+  }
+
+
+def _box(data: dict, key: Array, size: int) -> Array:
+  """Uniform draws from the observation box, with a uniform action (one-hot if discrete)."""
+  lo, hi = data["box_lo"], data["box_hi"]
+  num_actions = data["num_actions"].shape[0]
+  k1, k2 = jax.random.split(key)
+  x = lo + (hi - lo) * jax.random.uniform(k1, (size,) + lo.shape)
+  if num_actions:
+    act = jax.nn.one_hot(jax.random.randint(k2, (size,), 0, num_actions), num_actions)
+    x = x.at[:, -num_actions:].set(act)
+  return x
+
+
+def _member_loss(p, data: dict, key: Array, apply, config: RewardConfig):
+  k_idx, k_b, k_box = jax.random.split(key, 3)
+  b, m = config.batch, data["rating"].shape[0]
+  if config.method == "r4":
+    counts = data["counts"]
+    pick = jax.random.randint(k_idx, (b, counts.shape[0]), 0, counts[None, :])
+    idx = data["members"][jnp.arange(counts.shape[0])[None, :], pick]  # [B, n]: one per class
+  elif config.method == "rbrl":
+    idx = jax.random.randint(k_idx, (b,), 0, m)
+  else:
+    idx = jax.random.randint(k_idx, (2, b), 0, m)
+  r = apply(p, data["feats"][idx])
+  mask = data["mask"][idx]
+  g = returns(r, mask)
+  if config.method == "r4":
+    loss = rmse_loss(g, config.eps)
+  elif config.method == "rbrl":
+    loss = rbrl_loss(g, data["rating"][idx], data["counts"].shape[0], config.rbrl_k)
+  else:
+    va, vb = data["prefer"][idx[0]], data["prefer"][idx[1]]
+    loss = bt_loss(g[0], g[1], jnp.where(va > vb, 1.0, jnp.where(va == vb, 0.5, 0.0)))
+  ood = ood_term(apply(p, _box(data, k_box, config.ood_samples)), r, mask)
+  l2 = sum(jnp.sum(x**2) for x in jax.tree.leaves(p))
+  total = loss + config.ood_beta * ood + config.l2 * l2
+  return total, {"loss": loss, "ood": ood}
+
+
+def make_update(config: RewardConfig):
+  """``update(state, data, key) -> (state, metrics)``: one Adam step on every member."""
+  apply = member_apply(config)
+
+  def loss_fn(params, data, key):
+    keys = jax.random.split(key, config.ensemble)
+    total, aux = jax.vmap(lambda p, k: _member_loss(p, data, k, apply, config))(params, keys)
+    return jnp.sum(total), jax.tree.map(jnp.mean, aux)
+
+  return lambda state, data, key: state.apply_loss(loss_fn, data, key)
+
+
+def fit(config: RewardConfig, data: dict, key: Array, log_every: int = 100):
+  """Trains the reward ensemble in memory -> ``(state, runtime result)``."""
+  validate(config)
+  state = create(config, data["feats"].shape[-1], jax.random.fold_in(key, 0))
+  loop = runtime.Loop(
+    config.steps,
+    log_every=min(log_every, config.steps),
+    ckpt_every=0,
+    progress=False,
+    tensorboard=False,
+    plot=False,
+  )
+  return runtime.train(state, make_update(config), loop, key=jax.random.fold_in(key, 1), data=data)
+
+
+def predict_returns(state: TrainState, feats: Array, mask: Array, chunk: int = 256) -> np.ndarray:
+  """Ensemble-mean predicted returns of trajectories ``feats[M, T, F]`` (host array)."""
+  f = jax.jit(lambda p, x, mk: returns(jnp.mean(state.apply_fn({"params": p}, x), 0), mk))
+  out = [
+    f(state.params, feats[i : i + chunk], mask[i : i + chunk]) for i in range(0, len(feats), chunk)
+  ]
+  return np.concatenate([np.asarray(o) for o in out])
+
+
+def alignment(pred, true) -> dict:
+  """Kendall tau and Spearman rho between predicted and true returns."""
+  from scipy import stats
+
+  tau = stats.kendalltau(pred, true).statistic
+  rho = stats.spearmanr(pred, true).statistic
+  return {"kendall_tau": float(tau), "spearman_rho": float(rho)}

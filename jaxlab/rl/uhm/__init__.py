@@ -1,0 +1,8 @@
+"""UHM (universal horizon models, arXiv 2605.15603): offline RL on OGBench, and its ablations.
+
+``from jaxlab.rl import uhm`` gives the agent (:mod:`jaxlab.rl.uhm.agent`: ``get_config``,
+``create``, ``update``, ``make_sample_fn``, ``policy``); the parts are submodules: ``horizon`` (the
+n-step flow model), ``networks``, ``offline_data`` (OGBench sets as device arrays). See docs/uhm.md.
+"""
+
+from jaxlab.rl.uhm.agent import *  # noqa: F403

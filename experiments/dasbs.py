@@ -26,7 +26,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment, plots
+from jaxlab.core import experiment, plots, runtime
 from jaxlab.sampling import dasbs, exact, mcmc, metrics
 
 CONFIG_FILE = pathlib.Path(__file__).resolve().parent / "configs" / "dasbs.py"
@@ -173,7 +173,7 @@ def report(run, state, result, key, train_s: float) -> None:
     summary["stage_err_u_signed"] = [ev["stage_err_u_signed"] for ev in stages]
     errs = ", ".join(f"{e:+.3f}" for e in summary["stage_err_u_signed"])
     print(f"[dasbs] signed err_u after each stage (+ = too disordered; this process): {errs}")
-  experiment.write_summary(run.workdir, summary)
+  runtime.write_summary(run.workdir, summary)
   print(
     f"[dasbs] {metrics.result_line(res)} -> {run.workdir}/summary.json",
     flush=True,

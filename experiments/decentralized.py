@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment, metrics
+from jaxlab.core import experiment, metrics, runtime
 from jaxlab.optim import decentralized as dec
 from jaxlab.optim.decentralized import compare
 
@@ -242,10 +242,10 @@ def single(config, run, lam_spec):
     "wall_s": wall,
     "config": config.to_dict(),
   }
-  experiment.write_summary(run.workdir, summary)
+  runtime.write_summary(run.workdir, summary)
   if problem.name == "least_squares" and not compare.all_diverged(comp.results):
     summary["rates"] = rates(config, run, problem, graph, lam_spec, comp)
-    experiment.write_summary(run.workdir, summary)
+    runtime.write_summary(run.workdir, summary)
     print(compare.md_table(summary["rates"], compare.RATE_COLS), end="")
   print("\n".join(compare.final_lines(verdicts["final"])))
   print(
@@ -291,7 +291,7 @@ def sweep(config, run, topos, lams):
   metrics.write_table(run.workdir / "sweep.csv", rows)
   summary = {"problem": problem.name, "n": config.n, "steps": run.steps}
   summary |= compare.sweep_summary(rows, same) | {"wall_s": time.time() - t0}
-  experiment.write_summary(run.workdir, summary | {"config": config.to_dict()})
+  runtime.write_summary(run.workdir, summary | {"config": config.to_dict()})
   counts = f"{summary['II_wins_gap']}/{summary['cells']}"
   print(f"II wins f-gap in {counts} cells -> {run.workdir}/sweep.md")
 

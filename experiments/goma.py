@@ -35,7 +35,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment, metrics, plots
+from jaxlab.core import experiment, metrics, plots, runtime
 from jaxlab.optim import report
 from jaxlab.optim.goma import compare as vi_compare
 from jaxlab.optim.goma import problems, vi
@@ -277,7 +277,7 @@ def main(argv):
     "methods": per_method,
     "step_sweep": sweep,
   }
-  experiment.write_summary(workdir, summary)
+  runtime.write_summary(workdir, summary)
   print(f"wrote {workdir}/curves.png, metrics.csv, summary.json")
 
 

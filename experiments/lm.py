@@ -248,7 +248,7 @@ def train_lm(c, run, cfg, key, workdir, steps, update, data=None, sample_fn=None
   if peak is not None:
     s["mfu"] = tok_s * fpt / (peak * n_dev)
     mfu = f"MFU {100 * s['mfu']:.2f}%"
-  experiment.write_summary(workdir, s)
+  runtime.write_summary(workdir, s)
   print(
     f"[lm] {workdir.name}: step {s['step']} loss {s.get('train/loss', float('nan')):.4f} | "
     f"{tok_s:,.0f} tokens/s | {mfu} (last chunk, {n_dev} device(s))",
@@ -374,7 +374,7 @@ def run_distill(c, run, key, setup):
     evals = sorted((s, ev["heldout_nll"]) for s, ev in result.evals.items() if "heldout_nll" in ev)
     if evals:
       curves[kind] = tuple(zip(*evals))
-  experiment.write_summary(run.workdir, results)
+  runtime.write_summary(run.workdir, results)
   if curves:
     title = "student objectives (teacher-distilled)"
     plots.lines(run.workdir / "distill.png", curves, "step", "held-out NLL (nats)", title=title)
@@ -395,7 +395,7 @@ def run_capacity(c, run, key, setup):
   losses = {f"d_model={r['d_model']}": r.pop("losses") for r in rows}
   ref = capacity.REFERENCE_BITS_PER_PARAM
   experiment.prepare_workdir(run.workdir)
-  experiment.write_summary(run.workdir, {"probes": rows, "reference_bits_per_param": ref})
+  runtime.write_summary(run.workdir, {"probes": rows, "reference_bits_per_param": ref})
   params = [r["params"] for r in rows]
   bits = {
     "memorised": (params, [max(r["memorised_bits"], 1e-3) for r in rows]),  # log axis

@@ -235,7 +235,7 @@ def main(argv):
     "query_scaling": rows, "slope_oracle_queries": slope, "slope_with_checks": slope_total,
     "tabular_robust_vi": tab, "robust_ppo": rl, "ppo_updates": steps,
   }  # fmt: skip
-  experiment.write_summary(run.workdir, summary)
+  runtime.write_summary(run.workdir, summary)
   print(f"-> {run.workdir}/summary.json, queries.png")
 
 

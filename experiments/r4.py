@@ -254,7 +254,7 @@ def main(argv):
     "true eval return",
     title=f"{FLAGS.env}: PPO on the {method} reward",
   )
-  experiment.write_summary(run.workdir, summary)
+  runtime.write_summary(run.workdir, summary)
   tau = summary.get("heldout/kendall_tau", float("nan"))
   print(
     f"{method}: held-out Kendall tau {tau:.3f}, "

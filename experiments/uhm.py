@@ -295,7 +295,7 @@ def report(run, cfg, result, record) -> None:
       title=f"{cfg.agent} on {FLAGS.env_name}",
     )
   s = {**result.summary, **record, "ogbench": og.timing_record()}
-  experiment.write_summary(run.workdir, s)
+  runtime.write_summary(run.workdir, s)
   print(
     f"[uhm] {cfg.agent} on {FLAGS.env_name}: success rate "
     f"{100 * s.get('eval/success', float('nan')):.1f}% over {FLAGS.eval_episodes} episodes "

@@ -29,7 +29,7 @@ import pathlib
 import re
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from absl import app, flags
@@ -38,7 +38,6 @@ from jaxlab.core import mesh as mesh_lib
 from jaxlab.core import sharding
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require  # noqa: F401
-from jaxlab.core.metrics import write_json
 from jaxlab.core.runtime import Loop, NonFiniteError
 
 FLAGS = flags.FLAGS
@@ -224,15 +223,6 @@ def prepare_workdir(path: str | pathlib.Path) -> pathlib.Path:
   """Creates the run directory; call only after every input was validated."""
   path = pathlib.Path(path)
   workdir_lib.create(path)
-  return path
-
-
-def write_summary(workdir: str | pathlib.Path, summary: Mapping[str, Any]) -> pathlib.Path:
-  """``summary.json`` for experiments that do not go through the runtime (with provenance)."""
-  from jaxlab.core import provenance
-
-  path = pathlib.Path(workdir) / "summary.json"
-  write_json(path, {**dict(summary), "provenance": provenance.collect()})
   return path
 
 

@@ -343,11 +343,25 @@ def train(
   return state, Result(summary, evals, _stack(hist) if loop.history else None)
 
 
+def write_summary(workdir: str | os.PathLike, summary: Mapping[str, Any]) -> pathlib.Path:
+  """The one writer of ``<workdir>/summary.json`` (adds the provenance record when absent).
+
+  ``train`` calls it when a run finishes; a program adds its own results (evaluation over seeds,
+  environment versions) by passing the whole summary again. Only process 0 writes.
+  """
+  path = pathlib.Path(workdir) / "summary.json"
+  if jax.process_index() == 0:
+    write_json(
+      path, {**dict(summary), "provenance": summary.get("provenance") or provenance.collect()}
+    )
+  return path
+
+
 def _finish(wd: pathlib.Path | None, loop: Loop, summary: dict) -> None:
   if wd is None or jax.process_index() != 0:
     return
   summary.setdefault("provenance", provenance.collect())
-  write_json(wd / "summary.json", summary)
+  write_summary(wd, summary)
   if loop.plot:
     try:
       plots.learning_curves(wd)

@@ -286,6 +286,21 @@ def _check_config_files() -> None:
       fail(name, f"cannot load the config file {chosen!r}: {why}")
 
 
+def config_path(method: str) -> str:
+  """``experiments/configs/<method>.py`` of the clone the running program comes from.
+
+  The programs (``python -m experiments.<method>``) are run from a clone; the path is relative to the
+  working directory when the clone is the working directory, so ``--help`` shows what a user types.
+  """
+  main = sys.modules.get("__main__")
+  here = pathlib.Path(getattr(main, "__file__", "") or ".").resolve().parent
+  path = here / "configs" / f"{method}.py"
+  try:
+    return str(path.relative_to(pathlib.Path.cwd()))
+  except ValueError:
+    return str(path)
+
+
 def define_config_file(default_path: str, name: str = "config"):
   """``config_flags.DEFINE_config_file`` (big_vision style: ``--config=path.py:arg``).
 

@@ -287,13 +287,13 @@ def _check_config_files() -> None:
 
 
 def config_path(method: str) -> str:
-  """``experiments/configs/<method>.py`` of the clone the running program comes from.
+  """``experiments/configs/<method>.py`` beside the calling program (``experiments/<method>.py``).
 
   The programs (``python -m experiments.<method>``) are run from a clone; the path is relative to the
   working directory when the clone is the working directory, so ``--help`` shows what a user types.
   """
-  main = sys.modules.get("__main__")
-  here = pathlib.Path(getattr(main, "__file__", "") or ".").resolve().parent
+  caller = sys._getframe(1).f_globals.get("__file__") or "."  # experiments/<method>.py
+  here = pathlib.Path(caller).resolve().parent
   path = here / "configs" / f"{method}.py"
   try:
     return str(path.relative_to(pathlib.Path.cwd()))

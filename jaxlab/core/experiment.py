@@ -28,6 +28,7 @@ import os
 import pathlib
 import re
 import sys
+import textwrap
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
@@ -289,8 +290,8 @@ def _check_config_files() -> None:
 def config_path(method: str) -> str:
   """``experiments/configs/<method>.py`` beside the calling program (``experiments/<method>.py``).
 
-  The programs (``python -m experiments.<method>``) are run from a clone; the path is relative to the
-  working directory when the clone is the working directory, so ``--help`` shows what a user types.
+  Programs run from a clone; the path is relative to the working directory when it lies inside it,
+  so ``--help`` shows what a user types.
   """
   caller = sys._getframe(1).f_globals.get("__file__") or "."  # experiments/<method>.py
   here = pathlib.Path(caller).resolve().parent
@@ -340,10 +341,75 @@ def _thread_failure(args) -> None:
   )
 
 
+_HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
+_LIBRARY_MODULES = ("absl", "orbax", "jax", "ml_collections", "etils", "tensorflow", "jaxlab")
+
+
+def _flag_lines(flag) -> list[str]:
+  """``--name=default`` and the help text, wrapped at 100 columns without breaking names."""
+  head = f"  --{flag.name}"
+  if flag.default is not None:
+    head += "=" + flag.default_as_str.strip("'")
+  body = textwrap.wrap(
+    flag.help or "",
+    96,
+    initial_indent="      ",
+    subsequent_indent="      ",
+    break_on_hyphens=False,
+    break_long_words=False,
+  )
+  return [head, *body]
+
+
+def help_text(argv: Sequence[str]) -> str:
+  """A program's ``--help``: its docstring verbatim, its own flags, the shared flags with defaults,
+  and the ``--config`` the run with these arguments would use."""
+  main_doc = (getattr(sys.modules.get("__main__"), "__doc__", None) or "").strip("\n")
+  by_module = FLAGS.flags_by_module_dict()
+  own = [
+    f
+    for module, fl in by_module.items()
+    if module.split(".")[0] not in _LIBRARY_MODULES
+    for f in fl
+  ]
+  shared = [f for f in by_module.get("jaxlab.core.experiment", []) if f.name != "config"]
+  out = [main_doc, ""]
+  if own:
+    out += ["Flags of this program:"] + [line for f in own for line in _flag_lines(f)] + [""]
+  out += ["Shared flags (every jaxlab program):"]
+  out += [line for f in shared for line in _flag_lines(f)] + [""]
+  if "config" in FLAGS:
+    cfg = FLAGS["config"]
+    rest = [a for a in argv[1:] if a not in _HELP_ARGS]
+    try:
+      FLAGS(argv[:1] + rest, known_only=True)
+      value = cfg.value
+    except Exception as e:  # the help still prints; the error is what a run would report
+      value = f"<cannot build the config: {str(e).strip().splitlines()[-1]}>"
+    from ml_collections.config_flags import config_flags as cf
+
+    source = cfg.config_filename if isinstance(cfg.parser, cf.ConfigFileFlagParser) else None
+    how = (
+      f"--config={source}:<preset> (presets: that file's docstring) or --config.<field>=<value>"
+      if source
+      else "--config.<field>=<value>"
+    )
+    out += [f"--config: this run's configuration; change it with {how}:"]
+    out += ["  " + line for line in str(value).rstrip().splitlines()] + [""]
+  out += ["All absl and library flags: --helpfull."]
+  return "\n".join(out)
+
+
 def run(main) -> None:
   """``absl.app.run`` with jaxlab's flag-error convention (exit 2, one clear line)."""
 
   threading.excepthook = _thread_failure
+  if any(a in _HELP_ARGS for a in sys.argv[1:]):
+    try:
+      print(help_text(sys.argv), flush=True)
+    except BrokenPipeError:  # `--help | head`
+      os._exit(0)
+    sys.exit(0)
 
   def _main(argv):
     if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):

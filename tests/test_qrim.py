@@ -68,6 +68,11 @@ def test_measurement_frequencies_follow_theory():
   assert abs(float(jnp.mean(an < 3)) - p) < 4 * sd  # ranks 0..t-1 are the marked states
 
 
+def _search(**kw):
+  """The library's search defaults (``qrim.get_config()``) with ``kw`` changed."""
+  return qrim.SearchConfig.from_config(qrim.get_config(), **kw)
+
+
 def _perms(n, trials, length, seed):
   rng = np.random.default_rng(seed)
   f = np.full((trials, length), np.inf, np.float32)
@@ -87,7 +92,7 @@ def test_query_slope_is_half():
   sizes = [2**e for e in range(4, 15, 2)]
   trials = 48
   f = jnp.concatenate([_perms(n, trials, 2**14, i) for i, n in enumerate(sizes)])
-  found, info = _run(qrim.SearchConfig(), f)
+  found, info = _run(_search(), f)
   assert found.mean() >= 0.99
   queries = info["queries"].reshape(len(sizes), trials).mean(1)
   slope = qrim.fit_slope(sizes, queries)
@@ -97,8 +102,8 @@ def test_query_slope_is_half():
 
 def test_modes_agree():
   f = _perms(64, 120, 64, 1)
-  found_sv, sv = _run(qrim.SearchConfig(mode="statevector"), f)
-  found_an, an = _run(qrim.SearchConfig(mode="analytic"), f, seed=1)
+  found_sv, sv = _run(_search(mode="statevector"), f)
+  found_an, an = _run(_search(mode="analytic"), f, seed=1)
   assert found_sv.mean() >= 0.97 and found_an.mean() >= 0.97
   se = math.sqrt((sv["queries"].var() + an["queries"].var()) / 120)
   assert abs(sv["queries"].mean() - an["queries"].mean()) < 4 * se
@@ -107,7 +112,7 @@ def test_modes_agree():
 @pytest.mark.slow
 def test_budget_rule():
   f = _perms(64, 120, 64, 1)
-  found_b, b = _run(qrim.SearchConfig(stop="budget"), f)
+  found_b, b = _run(_search(stop="budget"), f)
   assert found_b.mean() >= 0.5  # Duerr-Hoyer: success probability >= 1/2 within the budget
   assert np.all(b["queries"] + b["measurements"] >= qrim.dh_budget(64))
 
@@ -115,8 +120,8 @@ def test_budget_rule():
 @pytest.mark.slow
 def test_noise_degrades_gracefully():
   f = _perms(256, 100, 256, 2)
-  found0, q0 = _run(qrim.SearchConfig(), f)
-  found1, q1 = _run(qrim.SearchConfig(noise=0.5), f)
+  found0, q0 = _run(_search(), f)
+  found1, q1 = _run(_search(noise=0.5), f)
   assert found1.mean() >= 0.85
   assert q1["measurements"].mean() > q0["measurements"].mean()
 
@@ -129,7 +134,7 @@ def mdp():
 def test_robust_vi_matches_exhaustive(mdp):
   p, r = mdp
   v_ex, q_ex, st_ex = qrim.robust_value_iteration(p, r, 0.9, 60, jax.random.key(0))
-  mini = qrim.make_minimizer(qrim.SearchConfig())
+  mini = qrim.make_minimizer(_search())
   v_q, q_q, st_q = qrim.robust_value_iteration(p, r, 0.9, 60, jax.random.key(0), mini)
   np.testing.assert_allclose(np.asarray(v_q), np.asarray(v_ex), atol=1e-6)
   assert float(jnp.max(st_q["mismatch"])) == 0.0
@@ -143,7 +148,7 @@ def test_robust_vi_matches_exhaustive(mdp):
 
 def test_injected_failures_show_at_their_rate(mdp):
   p, r = mdp
-  mini = qrim.make_minimizer(qrim.SearchConfig(fail_rate=0.2))
+  mini = qrim.make_minimizer(_search(fail_rate=0.2))
   _, _, st = qrim.robust_value_iteration(p, r, 0.9, 60, jax.random.key(1), mini)
   rate = float(jnp.mean(st["mismatch"][1:]))  # sweep 0: V = 0, every u ties
   assert abs(rate - 0.2) < 4 * math.sqrt(0.2 * 0.8 / 590), rate
@@ -151,10 +156,10 @@ def test_injected_failures_show_at_their_rate(mdp):
 
 def test_validation_errors():
   with pytest.raises(ConfigError) as e:
-    qrim.validate(qrim.SearchConfig(mode="statevector"), 2**17)
+    qrim.validate(_search(mode="statevector"), 2**17)
   assert e.value.field == "set_size"
   with pytest.raises(ConfigError) as e:
-    qrim.validate(qrim.SearchConfig(noise=1.5), 16)
+    qrim.validate(_search(noise=1.5), 16)
   assert e.value.field == "config.noise"
   with pytest.raises(ConfigError):
     qrim_robust.check_env("breakout-minatar")

@@ -1,5 +1,6 @@
 """R4 reward learning from ratings: soft rank, losses (NumPy transcriptions), data, recovery."""
 
+import importlib
 import itertools
 import math
 
@@ -14,6 +15,8 @@ from jaxlab.rl import r4
 from jaxlab.rl.r4 import data as r4_data
 from jaxlab.rl.r4 import protocol as r4_protocol
 from jaxlab.rl.r4.softrank import hard_rank, soft_rank
+
+r4_reward = importlib.import_module("jaxlab.rl.r4.reward")  # r4.reward is the reward function
 
 
 def np_soft_rank(x, eps):
@@ -122,12 +125,17 @@ def _chain(transform=None):
   train, test = traj.take(np.arange(500)), traj.take(np.arange(500, 800))
   g = np.round(train.true_return.astype(np.float64) * 9) / 9
   g = g if transform is None else transform(g)
-  ratings = r4_data.simulate_ratings(g, r4_data.quantile_edges(g, 5), jax.random.key(1))
+  ratings = r4_data.simulate_ratings(g, r4_data.quantile_edges(g, 5), jax.random.key(1), 0.0)
   return train, test, ratings
 
 
+def _reward_config(**kw):
+  """The library's reward defaults (``r4.get_config().reward``, method r4) with ``kw`` changed."""
+  return r4.RewardConfig.from_config(r4.get_config().reward, **{"method": "r4", **kw})
+
+
 def _fit(train, ratings, **kw):
-  config = r4.RewardConfig(**{**CHAIN, **kw})
+  config = _reward_config(**{**CHAIN, **kw})
   data = r4_protocol.dataset(train, ratings, 2)
   state, result = r4.fit(config, data, jax.random.key(2))
   return state, data, result
@@ -171,7 +179,7 @@ def test_invariant_to_monotone_transforms(chain_r4):
 def test_ood_term_lowers_off_data_reward(chain_r4):
   train, _, ratings, state0, data = chain_r4
   state1, _, _ = _fit(train, ratings, ood_beta=0.5)
-  box = r4._box(data, jax.random.key(5), 2048)
+  box = r4_reward._box(data, jax.random.key(5), 2048)
   x = data["feats"].reshape(-1, data["feats"].shape[-1])
 
   def gap(st):
@@ -195,7 +203,7 @@ def test_baselines_learn_the_order(chain_r4):
 def test_simulated_raters():
   g = np.linspace(0, 100, 1000)
   edges = r4_data.quantile_edges(g, 5)
-  clean = r4_data.simulate_ratings(g, edges, jax.random.key(0))
+  clean = r4_data.simulate_ratings(g, edges, jax.random.key(0), 0.0)
   assert np.all(np.abs(np.bincount(clean) - 200) <= 1) and np.all(np.diff(clean) >= 0)
   noisy = r4_data.simulate_ratings(g, edges, jax.random.key(0), noise=0.3)
   assert 0.1 < np.mean(noisy != clean) < 0.9
@@ -237,7 +245,7 @@ def test_reward_env_replaces_reward_and_keeps_true_return():
   from jaxlab.envs import gymnax
 
   env = gymnax.make("cartpole", 4)
-  config = r4.RewardConfig(hidden=(8,), ensemble=2)
+  config = _reward_config(hidden=(8,), ensemble=2)
   state = r4.create(config, 4 + 2, jax.random.key(0))
   wrapped, set_reward = r4_protocol.reward_env(env, config, state.params, 2.0)
   obs, st = wrapped.reset(jax.random.key(1))
@@ -252,10 +260,10 @@ def test_reward_env_replaces_reward_and_keeps_true_return():
 
 def test_reward_config_validation():
   with pytest.raises(ConfigError) as e:
-    r4.validate(r4.RewardConfig(eps=math.nan), prefix="config.reward")
+    r4.validate(_reward_config(eps=math.nan), prefix="config.reward")
   assert e.value.field == "config.reward.eps"
   with pytest.raises(ConfigError):
-    r4.validate(r4.RewardConfig(method="dpo"))
+    r4.validate(_reward_config(method="dpo"))
 
 
 # --- the experiment program ---

@@ -7,7 +7,8 @@ jaxlab's PPO, unchanged: every ``phase`` updates it trains on the environment at
 worst-case parameter ``u* = argmin_u J(pi, u)``, where ``J(pi, u)`` is the policy's mean return
 under ``u`` (``episodes`` rollouts). The argmin is the quantum minimum finding of
 :func:`jaxlab.rl.qrim.make_minimizer` (or exhaustive), and its oracle queries are counted. The
-policy is evaluated on held-out parameters: the midpoints between grid points.
+policy is evaluated on held-out parameters: the midpoints between grid points. :func:`robust_ppo`
+runs it and the same PPO on the nominal parameters (part 3 of ``python -m experiments.qrim``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxlab.core import runtime
 from jaxlab.core.errors import ConfigError
 from jaxlab.envs import gymnax as gymnax_envs
 from jaxlab.envs import vec
+from jaxlab.rl import ppo
+from jaxlab.rl.ppo import evaluation as ppo_eval
+from jaxlab.rl.ppo import policies
+from jaxlab.rl.qrim import search as qrim_search
 
 Array = jax.Array
 
@@ -31,6 +37,7 @@ GRIDS = {
   "cartpole": (("length", "masspole"), (0.3, 0.05), (0.9, 0.3)),
   "pendulum": (("l", "m"), (0.6, 0.6), (1.4, 1.4)),
 }
+NOMINAL = {"cartpole": (0.5, 0.1), "pendulum": (1.0, 1.0)}  # gymnax's default parameters
 
 
 def check_env(name: str) -> str:
@@ -111,3 +118,58 @@ def returns_per_param(evaluate, params, key, set_size: int, episodes: int) -> np
   (``evaluate`` from ``ppo_eval.make_evaluate`` on ``make(name, np.repeat(U, episodes, 0))``)."""
   out = evaluate(params, key)
   return np.asarray(out["return"]).reshape(set_size, episodes).mean(1)
+
+
+def robust_ppo(env_name: str, search, config, set_size: int, updates: int, key: Array) -> dict:
+  """Robust PPO (trained at the worst case over the ``set_size`` grid, found by the simulated
+  minimiser every ``updates / config.phases`` updates) and nominal PPO, both evaluated on the
+  held-out cell midpoints -> ``{"nominal": {...}, "robust": {...}}``.
+
+  ``search``: a :class:`jaxlab.rl.qrim.SearchConfig`; ``config``: :func:`jaxlab.rl.qrim.get_config`
+  (``phases``, ``episodes``, ``ppo``)."""
+  pc = ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
+  grid_u = grid(env_name, set_size)
+  held = grid(env_name, set_size, held_out=True)
+  nominal = np.asarray([NOMINAL[check_env(env_name)]], np.float32)
+  mini = jax.jit(qrim_search.make_minimizer(search))
+  mlp = dict(hidden=tuple(config.ppo.mlp.hidden), activation=config.ppo.mlp.activation)
+
+  def evaluator(policy, thetas, episodes):
+    env = make(env_name, np.repeat(thetas, episodes, 0))
+    ev = ppo_eval.make_evaluate(env, policy, config.ppo.eval_steps, greedy=config.ppo.eval_greedy)
+    return lambda params, k: returns_per_param(ev, params, k, len(thetas), episodes)
+
+  out, per_phase = {}, max(1, updates // config.phases)
+  for name in ("nominal", "robust"):
+    env = make(env_name, np.repeat(nominal, pc.num_envs, 0))
+    policy = policies.make("mlp", env.num_actions, env.action_dim, **mlp)
+    state = ppo.init(env, policy, pc, key)
+    update = jax.jit(ppo.make_update(env, policy, pc))
+    on_grid = evaluator(policy, grid_u, config.episodes)
+    on_held = evaluator(policy, held, config.episodes)
+    queries, done, phase = [], 0, 0
+    while done < updates:
+      if name == "robust":
+        j = on_grid(state.train.params, jax.random.fold_in(key, 100 + phase))
+        u, info = mini(jnp.asarray(j, jnp.float32), jax.random.fold_in(key, 200 + phase))
+        queries.append((int(info["queries"]), int(info["measurements"])))
+        state = state.replace(env_state=set_theta(state.env_state, grid_u[int(u)]))
+      n = min(per_phase, updates - done)
+      loop = runtime.Loop(
+        n, log_every=n, ckpt_every=0, progress=False, tensorboard=False, plot=False
+      )
+      state, _ = runtime.train(state, update, loop, key=jax.random.fold_in(key, 300 + phase))
+      done, phase = done + n, phase + 1
+    ret = on_held(state.train.params, jax.random.fold_in(key, 999))
+    out[name] = {
+      "heldout_mean_return": float(ret.mean()),
+      "heldout_worst_return": float(ret.min()),
+      "heldout_returns": ret.tolist(),
+    }
+    if name == "robust":
+      q = np.asarray(queries, float)
+      out[name]["inner_oracle_queries"] = float(q[:, 0].mean())
+      out[name]["inner_classical_checks"] = float(q[:, 1].mean())
+      out[name]["inner_queries_exhaustive"] = set_size
+    print(f"{name} PPO: held-out mean {ret.mean():.4g}, worst {ret.min():.4g}", flush=True)
+  return out

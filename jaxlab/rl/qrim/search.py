@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,11 +51,20 @@ LAMBDA = 6.0 / 5.0  # BBHT's growth factor for the iteration range m
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
-  mode: str = "analytic"  # statevector | analytic (same distribution; see module docstring)
-  stop: str = "adaptive"  # adaptive | budget
-  cap: float = 6.0  # adaptive: Grover iterations of a fruitless search before stopping / sqrt(R)
-  noise: float = 0.0  # probability that a measurement returns a uniform random index
-  fail_rate: float = 0.0  # probability that the returned index is replaced by another one
+  """The simulated search; no defaults here: ``SearchConfig.from_config(qrim.get_config(), ...)``
+  (the fields are documented in :func:`jaxlab.rl.qrim.get_config`)."""
+
+  mode: str  # statevector | analytic (same distribution; see module docstring)
+  stop: str  # adaptive | budget
+  cap: float  # adaptive: Grover iterations of a fruitless search before stopping / sqrt(R)
+  noise: float  # probability that a measurement returns a uniform random index
+  fail_rate: float  # probability that the returned index is replaced by another one
+
+  @classmethod
+  def from_config(cls, config: Mapping[str, Any], **overrides) -> SearchConfig:
+    """The fields of a (ml_collections) config that SearchConfig knows, then ``overrides``."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{**{k: config[k] for k in config.keys() if k in names}, **overrides})
 
 
 def validate(c: SearchConfig, n: int, prefix: str = "config") -> None:
@@ -152,7 +162,7 @@ def _attempt(carry, draw, r, stop_at, config: SearchConfig):
   return key, y, m, spent, grover, meas, done
 
 
-def make_minimizer(config: SearchConfig = SearchConfig()) -> Callable:
+def make_minimizer(config: SearchConfig) -> Callable:
   """``minimize(f, key) -> (index, {"queries", "measurements"})``, jittable and vmappable.
 
   ``queries``: oracle calls (Grover iterations); ``measurements``: classical evaluations of f.

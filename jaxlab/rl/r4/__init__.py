@@ -1,8 +1,17 @@
 """R4 (ranked return regression, arXiv 2601.09236): reward learning from trajectory ratings.
 
-``from jaxlab.rl import r4`` gives the reward model and losses (:mod:`jaxlab.rl.r4.reward`);
+``from jaxlab.rl import r4`` gives the reward model and losses (:mod:`jaxlab.rl.r4.reward`) and the
+defaults (:mod:`jaxlab.rl.r4.config`: ``get_config``, ``validate_config``, ``ppo_updates``);
 submodules: ``softrank`` (permutahedron soft rank), ``data`` (rollouts, simulated raters, ratings
-files), ``protocol`` (offline and online protocols with PPO). See docs/r4.md.
+files), ``protocol`` (offline and online protocols with PPO: ``protocol.run``). See docs/r4.md.
 """
 
+from jaxlab.rl.r4.config import (  # noqa: E402,F401
+  PROTOCOLS,
+  get_config,
+  ppo_config,
+  ppo_updates,
+  reward_config,
+  validate_config,
+)
 from jaxlab.rl.r4.reward import *  # noqa: F403

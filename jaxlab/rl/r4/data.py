@@ -2,9 +2,9 @@
 
 * :func:`chain_trajectories`: a 10-state chain MDP with reward ``s / 9`` (the cheap synthetic check
   of docs/r4.md).
-* :func:`collect`: fixed-length rollouts of gymnax tasks (``jaxlab.envs.gymnax``), each from a fresh reset
-  and masked after its first episode ends, under diverse behaviour policies (random linear
-  policies mixed with uniform actions, each environment its own) or a given actor.
+* :func:`collect`: fixed-length rollouts of gymnax tasks (``jaxlab.envs.gymnax``), each from a
+  fresh reset and masked after its first episode ends, under diverse behaviour policies (random
+  linear policies mixed with uniform actions, each environment its own) or a given actor.
 * Simulated raters (:func:`simulate_ratings`): true returns binned into ordinal classes by fixed
   edges or quantiles, as the authors' ``configs/bins.json``; options: Gaussian noise on the return
   before binning (``noise`` x the returns' standard deviation) and imbalance (class ``c`` kept with
@@ -100,20 +100,17 @@ def collect(env, length: int, key: Array, actor=None) -> Trajectories:
   if actor is None:
     actor = _behaviour(k_pol, env, int(np.prod(env.obs_shape)))
 
+  from jaxlab.rl.ppo import rollouts  # the shared rollout step (docs/ppo.md)
+
+  act = lambda pcarry, obs, reset, k: (pcarry, actor(obs, k), {})
+
   @jax.jit
   def run(k_reset, k_run):
     obs, state = env.reset(k_reset)
-
-    def step(carry, t):
-      obs, state, alive = carry
-      ka, ke = jax.random.split(jax.random.fold_in(k_run, t))
-      action = actor(obs, ka)
-      nobs, state, reward, done, _ = env.step(state, action, ke)
-      rec = (obs, action, reward * alive, alive)
-      return (nobs, state, alive * (1.0 - done.astype(jnp.float32))), rec
-
-    alive0 = jnp.ones((env.num_envs,), jnp.float32)
-    _, (o, a, r, m) = jax.lax.scan(step, (obs, state, alive0), jnp.arange(length))
+    carry = (state, obs, jnp.ones((env.num_envs,), bool), ())
+    _, tr = rollouts.rollout(env.step, act, carry, k_run, length)
+    alive = rollouts.alive(tr["done"])  # masks every step after the first episode
+    o, a, r, m = tr["obs"], tr["action"], tr["reward"] * alive, alive
     return [jnp.swapaxes(x, 0, 1) for x in (o, a, r, m)]
 
   o, a, r, m = (np.asarray(x) for x in run(k_reset, k_run))
@@ -129,8 +126,9 @@ def quantile_edges(returns: np.ndarray, num_classes: int) -> np.ndarray:
   return np.quantile(np.asarray(returns, float), q, method="inverted_cdf")
 
 
-def simulate_ratings(returns, edges, key: Array, noise: float = 0.0) -> np.ndarray:
-  """Class of each return (``searchsorted`` on ``edges``) after optional Gaussian noise."""
+def simulate_ratings(returns, edges, key: Array, noise: float) -> np.ndarray:
+  """Class of each return (``searchsorted`` on ``edges``) after Gaussian noise of ``noise`` x the
+  returns' standard deviation (0: none)."""
   g = np.asarray(returns, np.float64)
   if noise > 0:
     g = g + noise * (np.std(g) + 1e-8) * np.asarray(jax.random.normal(key, g.shape))

@@ -16,14 +16,16 @@ Baselines on the same trajectories: RbRL (White et al., AAAI 2024, arXiv 2307.16
 reconstructed in :func:`rbrl_loss`) and Bradley-Terry preference learning on trajectory pairs (as
 in PEBBLE / PrefPPO, arXiv 2106.05091). Every member of the ensemble draws its own sets. Data
 (rollouts, simulated raters, the human-ratings file) is in :mod:`jaxlab.rl.r4.data`; the offline
-and online protocols with PPO in :mod:`jaxlab.rl.r4.protocol`. See docs/r4.md.
+and online protocols with PPO in :mod:`jaxlab.rl.r4.protocol`; the defaults in
+:mod:`jaxlab.rl.r4.config`. See docs/r4.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -42,17 +44,30 @@ METHODS = ("r4", "rbrl", "bt")
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-  method: str = "r4"  # r4 | rbrl | bt
-  hidden: tuple[int, ...] = (64, 64)  # MLP reward model
-  ensemble: int = 3  # members (R4's online setting uses 3)
-  lr: float = 3e-4  # Adam learning rate (the authors' 3e-4)
-  batch: int = 64  # sets (r4), trajectories (rbrl) or pairs (bt) per step
-  steps: int = 1500  # gradient steps
-  eps: float = 1.0  # soft-rank regularisation strength (the authors' default 1.0)
-  ood_beta: float = 0.1  # weight of the OOD term (0: off; the authors' 0.1)
-  ood_samples: int = 256  # uniform (s, a) draws per step for the OOD term
-  l2: float = 0.0  # L2 penalty on the parameters (the authors use 0 or 0.01)
-  rbrl_k: float = 10.0  # RbRL: sharpness of the class scores
+  """The reward ensemble's settings; no defaults here: ``RewardConfig.from_config(
+  r4.get_config().reward, method=...)`` (the fields are documented in :func:`r4.get_config`)."""
+
+  method: str  # r4 | rbrl | bt
+  hidden: tuple[int, ...]  # MLP reward model
+  ensemble: int  # members
+  lr: float  # Adam learning rate
+  batch: int  # sets (r4), trajectories (rbrl) or pairs (bt) per step
+  steps: int  # gradient steps
+  eps: float  # soft-rank regularisation strength
+  ood_beta: float  # weight of the OOD term (0: off)
+  ood_samples: int  # uniform (s, a) draws per step for the OOD term
+  l2: float  # L2 penalty on the parameters
+  rbrl_k: float  # RbRL: sharpness of the class scores
+
+  @classmethod
+  def from_config(cls, config: Mapping[str, Any], **overrides) -> RewardConfig:
+    """The fields of a (ml_collections) config that RewardConfig knows, then ``overrides``."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: config[k] for k in config.keys() if k in names}
+    kw.update(overrides)
+    if "hidden" in kw:
+      kw["hidden"] = tuple(int(h) for h in kw["hidden"])
+    return cls(**kw)
 
 
 def validate(c: RewardConfig, prefix: str = "config") -> None:

@@ -1,0 +1,90 @@
+"""QRIM's defaults, declared once, and their validation (``python -m experiments.qrim``, notebooks).
+
+``get_config()`` is the command-line run (``--config.x=...`` changes a field). The search's
+:class:`jaxlab.rl.qrim.SearchConfig` is built from its flat fields (``mode stop cap noise
+fail_rate``), PPO's ``PPOConfig`` from ``config.ppo``; neither has defaults of its own. The
+task and |U| are flags of the program (``--env --set_size``) and arguments here. See docs/qrim.md.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from jaxlab.core.errors import check_config, require
+from jaxlab.rl import ppo
+from jaxlab.rl.qrim.search import SearchConfig, validate
+
+
+def get_config() -> ml_collections.ConfigDict:
+  """Query scaling, tabular robust VI and robust PPO at CPU size (docs/qrim.md, Results)."""
+  c = ml_collections.ConfigDict()
+  # The simulated search (SearchConfig).
+  c.mode = "analytic"  # analytic | statevector (same distribution; statevector: |U| <= 2^16)
+  c.stop = "adaptive"  # adaptive | budget (Duerr-Hoyer's fixed budget)
+  c.cap = 6.0  # adaptive stop: Grover iterations of a fruitless search / sqrt(register), > 0
+  c.noise = 0.0  # probability a measurement returns a uniform random index, in [0, 1)
+  c.fail_rate = 0.0  # injected probability of returning a wrong index, in [0, 1)
+  # Part 1: query scaling.
+  c.max_log2 = 14  # |U| = 2^4 .. 2^max_log2 (in [4, 20]; statevector: <= 16)
+  c.trials = 100  # random sets per size (the 95% intervals are over these)
+  # Part 2: tabular robust value iteration on a random (s,a)-rectangular robust MDP.
+  c.states = 20  # states
+  c.actions = 4  # actions
+  c.gamma = 0.9  # discount, in [0, 1)
+  c.sweeps = 100  # value-iteration sweeps
+  # Part 3: robust PPO over a grid of physical parameters vs PPO on the nominal ones.
+  c.robust_ppo = True  # False skips part 3
+  c.phases = 10  # worst-case re-selections (one every updates / phases PPO updates)
+  c.episodes = 4  # rollouts per parameter to estimate J(pi, u)
+  c.ppo = ppo.get_config()  # jaxlab's PPO at a CartPole-sized PureJaxRL setting
+  c.ppo.total_timesteps = 614_400  # env steps: default --steps = this // (num_envs * num_steps)
+  c.ppo.num_envs = 16
+  c.ppo.num_steps = 128
+  c.ppo.minibatches = 4
+  c.ppo.lr = 1e-3
+  c.ppo.gae_lambda = 0.95
+  c.ppo.max_grad_norm = 0.5
+  c.ppo.mlp.hidden = (64, 64)  # policy MLP (actor and critic towers)
+  c.ppo.eval_steps = 500  # step cap of the J(pi, u) rollouts and the held-out evaluation
+  return c
+
+
+def ppo_updates(config) -> int:
+  """PPO updates of part 3 in the default run: ``ppo.total_timesteps // (num_envs * num_steps)``."""
+  per_update = max(1, config.ppo.num_envs * config.ppo.num_steps)  # a bad size: validate_config
+  return max(1, config.ppo.total_timesteps // per_update)
+
+
+def search_config(config, **overrides) -> SearchConfig:
+  return SearchConfig.from_config(config, **overrides)
+
+
+def ppo_config(config, updates: int) -> ppo.PPOConfig:
+  return ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
+
+
+def validate_config(config, set_size: int) -> tuple[SearchConfig, ppo.PPOConfig]:
+  """Raises ConfigError naming the field; returns ``(SearchConfig, PPOConfig)``."""
+  check_config(
+    config,
+    {
+      "cap": "positive",
+      "max_log2": lambda v: None if 4 <= v <= 20 else f"must be in [4, 20], got {v}",
+      "trials": "positive",
+      "states": "positive",
+      "actions": "positive",
+      "gamma": lambda v: None if 0 <= v < 1 else f"must be in [0, 1), got {v}",
+      "sweeps": "positive",
+      "phases": "positive",
+      "episodes": "positive",
+      "ppo.total_timesteps": "positive",
+      "ppo.eval_steps": "positive",
+    },
+  )
+  search = search_config(config)
+  validate(search, set_size)
+  if config.mode == "statevector":
+    require(config.max_log2 <= 16, "config.max_log2", "statevector mode allows |U| <= 2^16")
+  pc = ppo_config(config, 1)
+  ppo.validate(pc, recurrent=False, prefix="config.ppo")
+  return search, pc

@@ -1,0 +1,116 @@
+"""R4's defaults, declared once, and their validation (``python -m experiments.r4`` and notebooks).
+
+``get_config()`` is the command-line run (``--config.x=...`` changes a field); the reward model's
+:class:`jaxlab.rl.r4.RewardConfig` and PPO's ``PPOConfig`` are built from it
+(:func:`reward_config`, :func:`ppo_config`), never from defaults of their own. The run's choices
+that are flags of the program (``--env --method --ratings --protocol``) are arguments of
+:func:`validate_config` and :func:`jaxlab.rl.r4.protocol.run`. See docs/r4.md.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from jaxlab.core.errors import check_choice, check_config, require
+from jaxlab.rl import ppo
+from jaxlab.rl.r4 import data as r4_data
+from jaxlab.rl.r4.reward import RewardConfig, validate
+
+METHODS = ("r4", "rbrl", "bt", "true")  # "true": PPO on the true reward (the reference)
+PROTOCOLS = ("offline", "online")
+
+
+def get_config() -> ml_collections.ConfigDict:
+  """The offline/online protocol on a gymnax task at CPU size (docs/r4.md, Protocols)."""
+  c = ml_collections.ConfigDict()
+  c.pool = 512  # rated behaviour trajectories (ids 0..pool-1 in trajectories.npz)
+  c.heldout = 256  # unrated trajectories for Kendall tau / Spearman rho
+  c.traj_len = 100  # steps per trajectory (masked after the first episode ends)
+  c.num_classes = 5  # simulated rater: rating classes (>= 2)
+  c.bins = ()  # simulated rater: increasing interior return edges; () = the pool's quantiles
+  c.noise = 0.0  # simulated rater: Gaussian noise on the return, x the returns' std (>= 0)
+  c.imbalance = 0.0  # simulated rater: class c kept with probability (1 - imbalance)^c, in [0, 1)
+  c.eval_points = 5  # offline: true-return evaluations spread over the PPO run
+  c.online_rounds = 4  # online: PPO phases, each but the last followed by new ratings and a refit
+  c.online_per_round = 128  # online: trajectories rated per round (the initial pool is c.pool)
+  c.reward = ml_collections.ConfigDict()  # the reward ensemble (RewardConfig; --method picks loss)
+  c.reward.hidden = (64, 64)  # MLP reward model: hidden layer widths
+  c.reward.ensemble = 3  # members (R4's online setting uses 3)
+  c.reward.lr = 1e-3  # Adam learning rate (the authors' 3e-4, with more steps; 1e-3 fits a CPU)
+  c.reward.batch = 16  # sets (r4), trajectories (rbrl) or pairs (bt) per step (the authors' 64)
+  c.reward.steps = 1000  # gradient steps (the authors' 1500)
+  c.reward.eps = 1.0  # soft-rank regularisation strength (> 0; the authors' 1.0)
+  c.reward.ood_beta = 0.1  # weight of the OOD term (>= 0; 0: off; the authors' 0.1)
+  c.reward.ood_samples = 256  # uniform (s, a) draws per step for the OOD term
+  c.reward.l2 = 0.0  # L2 penalty on the parameters (>= 0; the authors use 0 or 0.01)
+  c.reward.rbrl_k = 10.0  # RbRL: sharpness of the class scores (> 0)
+  # PPO on the learned reward: jaxlab's PPO at a CartPole-sized PureJaxRL setting.
+  c.ppo = ppo.get_config()
+  c.ppo.total_timesteps = 512_000  # env steps: default --steps = this // (num_envs * num_steps)
+  c.ppo.num_envs = 16
+  c.ppo.num_steps = 128
+  c.ppo.minibatches = 4
+  c.ppo.lr = 1e-3
+  c.ppo.gae_lambda = 0.95
+  c.ppo.max_grad_norm = 0.5
+  c.ppo.mlp.hidden = (64, 64)  # policy MLP (actor and critic towers)
+  c.ppo.eval_envs = 64  # true-return evaluation: environments (one episode each)
+  c.ppo.eval_steps = 1000  # true-return evaluation: step cap
+  return c
+
+
+def ppo_updates(config) -> int:
+  """PPO updates of the default run: ``ppo.total_timesteps // (num_envs * num_steps)``."""
+  per_update = max(1, config.ppo.num_envs * config.ppo.num_steps)  # a bad size: validate_config
+  return max(1, config.ppo.total_timesteps // per_update)
+
+
+def reward_config(config, method: str) -> RewardConfig:
+  """The reward ensemble's RewardConfig (``method="true"`` builds r4's, unused)."""
+  return RewardConfig.from_config(config.reward, method="r4" if method == "true" else method)
+
+
+def ppo_config(config, updates: int) -> ppo.PPOConfig:
+  return ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
+
+
+def validate_config(config, *, method: str, ratings: str, protocol: str, updates: int):
+  """Raises ConfigError naming the field; returns ``(RewardConfig, PPOConfig)``.
+
+  ``ratings``: ``"simulated"`` or a ``trajectory_id,rating`` CSV file (read and checked here, so a
+  bad file fails before anything is built); ``updates``: PPO updates of the run."""
+  check_choice("method", method, METHODS)
+  check_choice("protocol", protocol, PROTOCOLS)
+  require(
+    ratings == "simulated" or ratings.endswith(".csv"), "ratings", "'simulated' or a .csv file"
+  )
+  check_config(
+    config,
+    {
+      "pool": "positive",
+      "heldout": "positive",
+      "traj_len": "positive",
+      "num_classes": lambda v: None if v >= 2 else f"must be >= 2, got {v}",
+      "noise": "nonneg",
+      "imbalance": lambda v: None if 0 <= v < 1 else f"must be in [0, 1), got {v}",
+      "online_rounds": "positive",
+      "eval_points": "positive",
+      "online_per_round": "positive",
+      "ppo.total_timesteps": "positive",
+      "ppo.eval_envs": "positive",
+      "ppo.eval_steps": "positive",
+    },
+  )
+  require(
+    list(config.bins) == sorted(config.bins), "config.bins", f"must be increasing: {config.bins}"
+  )
+  rc = reward_config(config, method)
+  validate(rc, prefix="config.reward")
+  pc = ppo_config(config, updates)
+  ppo.validate(pc, recurrent=False, prefix="config.ppo")
+  rounds = config.online_rounds if protocol == "online" else config.eval_points
+  require(updates >= rounds, "steps", f"must be >= {rounds} (PPO phases), got {updates}")
+  if ratings != "simulated":
+    require(protocol == "offline", "protocol", "a ratings file goes with --protocol=offline")
+    r4_data.read_ratings(ratings, config.pool)
+  return rc, pc

@@ -11,6 +11,7 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.core.mesh import make_mesh
 from jaxlab.core.train_state import TrainState
 from jaxlab.lm import attention, train
+from jaxlab.lm.config import get_config
 from jaxlab.lm.model import LMConfig, Transformer
 
 B, L, H, K, D = 2, 32, 8, 2, 8
@@ -174,8 +175,15 @@ IMPLS_MEM = ("ulysses", "upipe")  # ring and allgather: benchmarks.lm --part=mem
 # ------------------------------------------------------------------------------- model
 
 
-TINY = LMConfig(
-  vocab_size=64, d_model=32, n_layers=2, n_heads=8, n_kv_heads=2, head_dim=4, mlp_dim=64
+TINY = LMConfig.from_config(
+  get_config(),
+  vocab_size=64,
+  d_model=32,
+  n_layers=2,
+  n_heads=8,
+  n_kv_heads=2,
+  head_dim=4,
+  mlp_dim=64,
 )
 
 
@@ -209,7 +217,7 @@ def _grads_and_step(state, tokens):
 @pytest.fixture(scope="module")
 def ref_step():
   """One unsharded dense AdamW step: (tx, tokens, loss, params after, initial state, grads)."""
-  tx = train.make_optimizer(lr=1e-2, warmup=1, total=10)
+  tx = train.make_optimizer(lr=1e-2, warmup=1, total=10, wd=0.0)
   state = train.create_state(TINY, tx, jax.random.key(0), seq_len=16)
   tokens = jax.random.randint(jax.random.key(5), (8, 17), 0, TINY.vocab_size)
   grads, (new, m) = jax.jit(_grads_and_step)(state, tokens)
@@ -325,7 +333,7 @@ def test_sharded_step_equals_unsharded(impl, spec, ref_step):
 def test_checkpoint_resume_equals_uninterrupted(tmp_path):
   """4 steps + resume to 8 gives the same params as 8 straight steps (core runtime, orbax)."""
   cfg = LMConfig(**{**TINY.__dict__, "n_layers": 1})
-  tx = train.make_optimizer(lr=1e-2, warmup=1, total=8)
+  tx = train.make_optimizer(lr=1e-2, warmup=1, total=8, wd=0.0)
   corpus = jax.random.randint(jax.random.key(3), (512,), 0, cfg.vocab_size)
   sample = lambda d, k: {
     "tokens": jax.vmap(lambda s: jax.lax.dynamic_slice(d, (s,), (17,)))(

@@ -15,6 +15,7 @@ from jaxlab.core.mesh import make_mesh
 from jaxlab.lm import data as lm_data
 from jaxlab.lm import distill, generate, shards, train
 from jaxlab.lm import tokenizer as tokenizer_lib
+from jaxlab.lm.config import get_config
 from jaxlab.lm.model import LMConfig
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
@@ -166,8 +167,15 @@ def test_killed_and_resumed_run_sees_identical_batches(byte_shards, tmp_path):
   """8 steps straight vs 4 steps, then a resume to 8: same batches, same params, and the data
   position is restored from the checkpoint."""
   _, _, folder, _ = byte_shards
-  cfg = LMConfig(
-    vocab_size=256, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, mlp_dim=64
+  cfg = LMConfig.from_config(
+    get_config(),
+    vocab_size=256,
+    d_model=32,
+    n_layers=1,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=8,
+    mlp_dim=64,
   )
   loader = lm_data.StreamLoader(shards.open_split(folder, "train"), batch=4, seq_len=16, seed=0)
   weights = jnp.arange(1, 4 * 17 + 1, dtype=jnp.float32).reshape(4, 17)
@@ -178,7 +186,7 @@ def test_killed_and_resumed_run_sees_identical_batches(byte_shards, tmp_path):
     return new, m
 
   step = train.streaming_update(loader, update)
-  init = train.create_state(cfg, train.make_optimizer(1e-2, 1, 8), jax.random.key(0), 16)
+  init = train.create_state(cfg, train.make_optimizer(1e-2, 1, 8, 0.0), jax.random.key(0), 16)
   loop = lambda n: runtime.Loop(
     n, log_every=2, ckpt_every=4, history=True, progress=False, tensorboard=False, plot=False
   )

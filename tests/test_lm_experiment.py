@@ -1,5 +1,7 @@
 """The LM pieces behind experiments.lm (data, FLOPs, distillation step, capacity) and its CLI."""
 
+import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -12,23 +14,56 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.core import runtime
 from jaxlab.core.errors import ConfigError
-from jaxlab.lm import capacity, distill, flops, train
+from jaxlab.core.mesh import make_mesh
+from jaxlab.lm import capacity, distill, flops, modes, train
+from jaxlab.lm import config as lm_config
 from jaxlab.lm import data as lm_data
 from jaxlab.lm.model import LMConfig
 
-TINY = LMConfig(
-  vocab_size=32, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=8, mlp_dim=64
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = LMConfig.from_config(
+  lm_config.get_config(),
+  vocab_size=32,
+  d_model=32,
+  n_layers=1,
+  n_heads=4,
+  n_kv_heads=2,
+  head_dim=8,
+  mlp_dim=64,
 )
 
 
-def test_python_usage_snippet():
-  """The README's "Use from Python" snippet for the LM, verbatim."""
-  from jaxlab.lm import data, train
+def test_python_usage_snippet(tmp_path, monkeypatch):
+  """docs/lm.md's "Use from Python" snippet, verbatim: the default run (BPE on the embedded
+  text) through the program's own library functions, then --mode=generate."""
+  monkeypatch.chdir(tmp_path)
+  from jaxlab.core import runtime
+  from jaxlab.lm import config, modes
+
+  c = config.get_config()  # python -m experiments.lm: BPE on the embedded Tiny Shakespeare
+  c.n_layers, c.seq_len, c.generate.tokens = 1, 32, 16  # tiny: seconds on a CPU
+  loop = runtime.Loop(20, log_every=10, ckpt_every=20)  # what --steps=20 --log_every=10 set
+  state, result = modes.train(c, "runs/lm", loop, seed=0)  # shards, checkpoints, summary.json
+  print(f"validation loss {result.summary['eval/val_loss']:.2f} nats")
+  sample = modes.generate(c, "runs/lm", seed=0)  # --mode=generate: from the latest checkpoint
+
+  run = tmp_path / "runs" / "lm"
+  assert int(state.step) == 20 and result.summary["step"] == 20
+  assert result.summary["eval/val_loss"] < math.log(512)  # it learns (uniform: log 512)
+  assert json.loads((run / "data" / "index.json").read_text())["tokenizer"] == "bpe"
+  assert (run / "validation.png").exists() and (run / "summary.json").exists()
+  assert sample.startswith("ROMEO:") and len(sample) > len("ROMEO:")
+
+
+def test_low_level_snippet():
+  """docs/lm.md's low-level snippet: the tiny transformer on in-memory Markov windows."""
+  from jaxlab.lm import config, data, train
   from jaxlab.lm.model import LMConfig
 
-  cfg = LMConfig()  # the tiny LM: 256-token vocab, d_model 64, 2 layers, GQA 4/2 heads
-  tx = train.make_optimizer(lr=1e-2, warmup=5, total=30)
+  cfg = LMConfig.from_config(config.get_config(), vocab_size=256, mlp_dim=128)
+  tx = train.make_optimizer(lr=1e-2, warmup=5, total=30, wd=0.0)
   state = train.create_state(cfg, tx, jax.random.key(0), seq_len=64)
   corpus = jnp.asarray(data.synthetic_corpus(jax.random.key(1), 20_000, cfg.vocab_size, 0.05))
   step = jax.jit(train.update)
@@ -40,6 +75,108 @@ def test_python_usage_snippet():
 
   assert batch["tokens"].shape == (16, 65) and logits.shape == (16, 64, 256)
   assert int(state.step) == 30 and float(metrics["loss"]) < math.log(256) - 0.5
+
+
+# ------------------------------------------------------------------------------- config
+
+
+def _preset_file():
+  spec = importlib.util.spec_from_file_location("_lm_presets", ROOT / "experiments/configs/lm.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_from_config_reads_every_model_field_of_get_config():
+  c = lm_config.get_config()
+  cfg = LMConfig.from_config(c)
+  for f in dataclasses.fields(LMConfig):
+    want = tuple(c[f.name]) if f.name == "frame_shape" else c[f.name]
+    assert getattr(cfg, f.name) == want, f.name
+  assert LMConfig.from_config(c, d_model=32, attention="ring").d_model == 32
+  assert c.d_model == 64  # overrides leave the config alone
+  with pytest.raises(TypeError, match="d_modle"):
+    LMConfig.from_config(c, d_modle=32)
+  with pytest.raises(TypeError):  # no defaults of its own: every field is given
+    LMConfig(vocab_size=32)
+
+
+def test_presets_change_fields_of_the_library_config():
+  presets = _preset_file()
+  base = lm_config.get_config().to_dict()
+  assert presets.get_config().to_dict() == base == presets.get_config("tiny").to_dict()
+  for name in ("small", "1b", "pod"):
+    c = presets.get_config(name).to_dict()
+    assert set(c) == set(base) and c["name"] == name  # no field of its own
+    LMConfig.from_config(presets.get_config(name))  # a valid model
+  with pytest.raises(ValueError, match="unknown preset"):
+    presets.get_config("huge")
+
+
+def test_validate_config_names_the_field():
+  def field_of(mode, mesh=None, **changes):
+    c = lm_config.get_config()
+    for path, v in changes.items():
+      node, *rest = path.split("__")
+      if rest:
+        c[node][rest[0]] = v
+      else:
+        c[node] = v
+    with pytest.raises(ConfigError) as e:
+      lm_config.validate_config(c, mode, mesh)
+    return e.value.field
+
+  assert field_of("train", lr=float("nan")) == "config.lr"
+  assert field_of("train", n_kv_heads=3) == "config.n_kv_heads"
+  assert field_of("train", distill__losses="nll,kl") == "config.distill.losses"
+  assert field_of("capacity", capacity__d_models="17") == "config.capacity.d_models"
+  fsdp = make_mesh("fsdp:8")  # the teacher width 100 does not split over it
+  assert field_of("distill", fsdp, distill__teacher_d_model=100) == "config.distill.teacher_d_model"
+  assert field_of("sample") == "mode"
+  mesh = make_mesh("data:8")
+  assert field_of("train", mesh, batch_size=12) == "config.batch_size"
+  assert field_of("train", make_mesh("data:2,context:4")) == "config.attention"
+  ok = lm_config.validate_config(lm_config.get_config(), "distill")
+  assert ok["losses"] == ["nll", "hpd", "forward_kl"] and ok["teacher"].d_model == 128
+  assert lm_config.validate_config(lm_config.get_config(), "capacity") == {"widths": [16, 32]}
+
+
+def _tiny_synthetic():
+  c = lm_config.get_config()
+  c.text, c.vocab_size, c.corpus_tokens, c.seq_len, c.batch_size = "synthetic", 32, 3000, 16, 4
+  c.d_model, c.n_layers, c.head_dim, c.mlp_dim = 32, 1, 8, 64
+  c.distill.teacher_d_model, c.distill.teacher_layers, c.distill.teacher_steps = 32, 1, 4
+  c.distill.losses, c.distill.eval_batches, c.val_batches = "hpd", 2, 2
+  return c
+
+
+def test_modes_distill_and_capacity_write_their_reports(tmp_path):
+  """The library functions behind --mode=distill and --mode=capacity (tiny, synthetic)."""
+  c = _tiny_synthetic()
+  loop = runtime.Loop(4, log_every=2, ckpt_every=4, progress=False)
+  results = modes.distill(c, tmp_path / "distill", loop, seed=0)
+  assert set(results) == {"teacher", "hpd"}
+  assert np.isfinite(results["hpd"]["heldout_nll"]) and np.isfinite(results["hpd"]["heldout_fkl"])
+  summary = json.loads((tmp_path / "distill" / "summary.json").read_text())
+  assert summary["teacher"]["heldout_nll"] == results["teacher"]["heldout_nll"]
+  assert (tmp_path / "distill" / "distill.png").exists()
+  assert (tmp_path / "distill" / "student_hpd" / "summary.json").exists()
+  c.capacity.d_models, c.capacity.num_strings, c.capacity.length, c.capacity.steps = "16", 8, 8, 5
+  report = modes.capacity(c, tmp_path / "capacity", seed=0)
+  assert [r["d_model"] for r in report["probes"]] == [16]
+  assert report["reference_bits_per_param"] == capacity.REFERENCE_BITS_PER_PARAM
+  for name in ("summary.json", "capacity.png", "capacity_loss.png"):
+    assert (tmp_path / "capacity" / name).exists()
+
+
+def test_mode_train_on_synthetic_data(tmp_path):
+  c = _tiny_synthetic()
+  loop = runtime.Loop(4, log_every=2, ckpt_every=4, progress=False)
+  state, result = modes.run("train", c, tmp_path / "run", loop, 0)
+  assert int(state.step) == 4 and np.isfinite(result.summary["eval/val_loss"])
+  assert result.summary["params"] > 0 and "data" not in {
+    p.name for p in (tmp_path / "run").iterdir()
+  }
 
 
 # ------------------------------------------------------------------------------- data
@@ -103,7 +240,7 @@ def test_flops_and_peaks():
 
 @pytest.fixture(scope="module")
 def states():
-  tx = train.make_optimizer(lr=1e-2, warmup=1, total=10)
+  tx = train.make_optimizer(lr=1e-2, warmup=1, total=10, wd=0.0)
   student = train.create_state(TINY, tx, jax.random.key(0), seq_len=16)
   # Another model of the same shape (no second compile): rescaled, shifted weights.
   teacher = student.replace(params=jax.tree.map(lambda p: 1.5 * p + 0.05, student.params))
@@ -162,9 +299,6 @@ def test_capacity_widths_are_validated():
 
 
 # ------------------------------------------------------------------------------- CLI
-
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _cli(args, cwd, devices=1, timeout=300):

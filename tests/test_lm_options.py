@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.lm import config as lm_config
 from jaxlab.lm import model as M
+
+
+def _cfg(**kw):
+  return M.LMConfig.from_config(lm_config.get_config(), **kw)
+
 
 SMALL = dict(vocab_size=32, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, mlp_dim=32)
 
@@ -47,7 +53,7 @@ BEFORE = {
 @pytest.mark.parametrize("scan", [True, False])
 def test_options_off_leave_the_lm_unchanged(scan):
   tokens = (jnp.arange(12).reshape(1, 12) * 7) % 32
-  out = np.asarray(_logits(M.LMConfig(**SMALL, scan_layers=scan), tokens))
+  out = np.asarray(_logits(_cfg(**SMALL, scan_layers=scan), tokens))
   rows, total = BEFORE[scan]
   np.testing.assert_allclose(out[0, [0, 5, 11], :4], rows, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(np.abs(out).sum(), total, rtol=1e-5)
@@ -66,7 +72,7 @@ LENGTH, BLOCK = 10, 3  # three whole blocks and a partial one
 @pytest.fixture(scope="module")
 def dependence():
   """``[L, L]`` bool: does output row q change with input embedding k (block-causal model)."""
-  cfg = M.LMConfig(**ONE_LAYER, block_size=BLOCK, rope_mode="1d")
+  cfg = _cfg(**ONE_LAYER, block_size=BLOCK, rope_mode="1d")
   m = M.Transformer(cfg)
   tokens = jnp.arange(LENGTH)[None] % 32
   params = jax.jit(m.init)(jax.random.key(0), tokens)
@@ -91,8 +97,8 @@ def test_no_dependence_on_later_frames_but_on_own_frame(dependence):
 
 def test_block_size_one_is_token_causal():
   tokens = (jnp.arange(12).reshape(1, 12) * 5) % 32
-  plain = _logits(M.LMConfig(**ONE_LAYER), tokens)
-  block1 = _logits(M.LMConfig(**ONE_LAYER, block_size=1), tokens)
+  plain = _logits(_cfg(**ONE_LAYER), tokens)
+  block1 = _logits(_cfg(**ONE_LAYER, block_size=1), tokens)
   np.testing.assert_allclose(np.asarray(block1), np.asarray(plain), rtol=1e-5, atol=1e-5)
 
 
@@ -122,7 +128,7 @@ def _numpy_st_rope(x, block, rows, cols, theta):
 
 def test_spatiotemporal_rope_matches_numpy():
   rows, cols, block, d = 2, 3, 8, 14  # 6 frame tokens + 2 extra; groups (time 6, row 4, col 4)
-  cfg = M.LMConfig(
+  cfg = _cfg(
     **dict(SMALL, head_dim=d, n_heads=2, n_kv_heads=2),
     block_size=block,
     rope_mode="spatiotemporal",
@@ -140,7 +146,7 @@ def test_spatiotemporal_rope_matches_numpy():
 
 
 def test_spatiotemporal_model_runs_block_causal():
-  cfg = M.LMConfig(
+  cfg = _cfg(
     **dict(ONE_LAYER, head_dim=12, n_heads=2, n_kv_heads=2),
     block_size=5,
     rope_mode="spatiotemporal",
@@ -165,11 +171,11 @@ class _Stack(nn.Module):
 
 
 def test_dropout_only_when_training():
-  cfg = M.LMConfig(**ONE_LAYER, block_size=2, dropout=0.5)
+  cfg = _cfg(**ONE_LAYER, block_size=2, dropout=0.5)
   x = jax.random.normal(jax.random.key(0), (1, 6, cfg.d_model))
   params = jax.jit(_Stack(cfg).init, static_argnums=2)(jax.random.key(1), x, False)
   off = _Stack(cfg).apply(params, x, False)
-  no_dropout = _Stack(M.LMConfig(**ONE_LAYER, block_size=2)).apply(params, x, True)
+  no_dropout = _Stack(_cfg(**ONE_LAYER, block_size=2)).apply(params, x, True)
   on = _Stack(cfg).apply(params, x, True, rngs={"dropout": jax.random.key(2)})
   np.testing.assert_array_equal(np.asarray(off), np.asarray(no_dropout))
   assert float(jnp.abs(on - off).max()) > 1e-3
@@ -196,5 +202,5 @@ def test_dropout_only_when_training():
 )
 def test_bad_options_raise_config_error(kw, field):
   with pytest.raises(ConfigError) as e:
-    M.LMConfig(**{**SMALL, **kw})
+    _cfg(**{**SMALL, **kw})
   assert e.value.field == field

@@ -19,6 +19,7 @@ import optax
 
 from jaxlab.core import runtime
 from jaxlab.core.errors import ConfigError, require
+from jaxlab.lm import config as lm_config
 from jaxlab.lm import train
 from jaxlab.lm.model import LMConfig, param_count
 
@@ -34,8 +35,11 @@ def bitstrings(key, num: int, length: int):
 
 
 def model_config(d_model: int, n_layers: int = 1) -> LMConfig:
+  """The probe's model: `jaxlab.lm.config.get_config`'s transformer at width ``d_model``, one head
+  per `HEAD_DIM` channels, a 3-token vocabulary and a 4x SwiGLU."""
   heads = max(1, d_model // HEAD_DIM)
-  return LMConfig(
+  return LMConfig.from_config(
+    lm_config.get_config(),
     vocab_size=3,
     d_model=d_model,
     n_layers=n_layers,
@@ -74,7 +78,7 @@ def probe(
   length: int,
   steps: int,
   key,
-  lr: float = 3e-3,
+  lr: float,
   batch: int = 64,
   n_layers: int = 1,
 ) -> dict:
@@ -111,9 +115,7 @@ def probe(
   }
 
 
-def sweep(
-  widths, num_strings: int, length: int, steps: int, key, lr: float = 3e-3, report=None
-) -> list:
+def sweep(widths, num_strings: int, length: int, steps: int, key, lr: float, report=None) -> list:
   """One `probe` per width (one layer each, independent keys); ``report(row)`` after each."""
   rows = []
   for i, w in enumerate(widths):

@@ -10,8 +10,8 @@ parameters and repeated in the computation (as MaxText does), so any GQA ratio r
 Layers are a ``nn.scan`` over one block (``scan_layers``; parameters stacked on a ``layers`` axis),
 so compile time does not grow with depth; ``remat`` picks a rematerialisation policy per block.
 
-Options for token world models (all off by default; off, every output is bit-identical to the
-plain LM):
+Options for token world models (all off in `jaxlab.lm.config.get_config`; off, every output is
+bit-identical to the plain LM):
 
 * ``block_size = k >= 1``: a BLOCK-CAUSAL mask. Tokens are grouped in consecutive blocks of ``k``
   (one frame's tokens plus its per-step extra tokens, e.g. the action) and a token attends to
@@ -58,29 +58,44 @@ REMAT = {
 
 @dataclasses.dataclass(frozen=True)
 class LMConfig:
-  """Transformer hyper-parameters; invalid values raise `ConfigError` at construction."""
+  """Transformer hyper-parameters; invalid values raise `ConfigError` at construction.
 
-  vocab_size: int = 256
-  d_model: int = 64
-  n_layers: int = 2
-  n_heads: int = 4
-  n_kv_heads: int = 2  # GQA: must divide n_heads
-  head_dim: int = 16
-  mlp_dim: int = 128  # SwiGLU hidden size
-  rope_theta: float = 10000.0
-  dtype: str = "float32"  # compute dtype (params are float32)
-  attention: str = "dense"  # one of attention.IMPLS
-  upipe_chunks: int = 0  # 0: heads per device / context (one head per device per stage)
-  load_balance: bool = True  # zigzag token layout for causal ring attention
-  remat: str = "none"  # one of REMAT: the jax.checkpoint policy of each block
-  tie_embeddings: bool = False
-  scan_layers: bool = True  # nn.scan over blocks: compile time flat in depth
-  attention_block: int = attn_lib.BLOCK  # query/key block of the blockwise attention kernel
-  # World-model options (module docstring); the defaults leave the LM unchanged.
-  block_size: int = 0  # 0: causal per token; k: block-causal over blocks of k tokens
-  rope_mode: str = "1d"  # one of ROPE_MODES
-  frame_shape: tuple[int, int] = (0, 0)  # (rows, cols) of a frame for spatio-temporal RoPE
-  dropout: float = 0.0  # residual dropout (train=True only)
+  No defaults here: they are `jaxlab.lm.config.get_config` (each field's meaning is commented
+  there), and ``LMConfig.from_config(config, **overrides)`` builds one from such a config.
+  """
+
+  vocab_size: int
+  d_model: int
+  n_layers: int
+  n_heads: int
+  n_kv_heads: int  # GQA: must divide n_heads
+  head_dim: int
+  mlp_dim: int  # SwiGLU hidden size
+  rope_theta: float
+  dtype: str  # compute dtype (params are float32)
+  attention: str  # one of attention.IMPLS
+  upipe_chunks: int  # 0: heads per device / context (one head per device per stage)
+  load_balance: bool  # zigzag token layout for causal ring attention
+  remat: str  # one of REMAT: the jax.checkpoint policy of each block
+  tie_embeddings: bool
+  scan_layers: bool  # nn.scan over blocks: compile time flat in depth
+  attention_block: int  # query/key block of the blockwise attention kernel
+  # World-model options (module docstring); get_config's values leave the LM unchanged.
+  block_size: int  # 0: causal per token; k: block-causal over blocks of k tokens
+  rope_mode: str  # one of ROPE_MODES
+  frame_shape: tuple[int, int]  # (rows, cols) of a frame for spatio-temporal RoPE
+  dropout: float  # residual dropout (train=True only)
+
+  @classmethod
+  def from_config(cls, config, **overrides) -> LMConfig:
+    """The model fields of ``config`` (a `jaxlab.lm.config.get_config` ConfigDict), ``overrides``
+    replacing some: ``LMConfig.from_config(get_config(), d_model=32)``."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+      raise TypeError(f"LMConfig has no field(s) {', '.join(unknown)}")
+    kw = {n: overrides[n] if n in overrides else config[n] for n in names}
+    return cls(**{**kw, "frame_shape": tuple(kw["frame_shape"])})
 
   def __post_init__(self):
     self.validate()

@@ -6,8 +6,8 @@ exists unsharded. The state is an `LMState`: the core `jaxlab.core.train_state.T
 ``state(tokens)`` returns logits and every step is ``state.apply_gradients``) plus the position of
 the streaming data loader (`streaming_update`), checkpointed with it::
 
-    cfg = LMConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8)
-    state = create_state(cfg, make_optimizer(3e-3, total=100), jax.random.key(0), seq_len=16)
+    cfg = LMConfig.from_config(config.get_config(), vocab_size=64, d_model=32, head_dim=8)
+    state = create_state(cfg, make_optimizer(3e-3, 20, 100, 0.0), jax.random.key(0), seq_len=16)
     state, metrics = jax.jit(update)(state, {"tokens": tokens_Bx17})
 """
 
@@ -36,9 +36,12 @@ class LMState(TrainState):
 
 
 def make_optimizer(
-  lr: float = 3e-3, warmup: int = 20, total: int = 1000, wd: float = 0.0, clip: float = 1.0
+  lr: float, warmup: int, total: int, wd: float, clip: float = 1.0
 ) -> optax.GradientTransformation:
   """AdamW with linear warmup, cosine decay to lr / 10 over ``total`` steps, global-norm clip.
+
+  The LM's values are ``config.lr``, ``config.warmup`` and ``config.weight_decay``
+  (`jaxlab.lm.config.get_config`).
 
   Step ``i`` (0-based) uses the schedule at ``i + 1``: the first step takes ``lr / warmup``, not 0.
   """

@@ -1,0 +1,372 @@
+"""The four runs of ``python -m experiments.lm`` as library functions (a notebook calls the same).
+
+    config = jaxlab.lm.config.get_config()               # or a preset of experiments/configs/lm.py
+    loop = runtime.Loop(300, log_every=15, ckpt_every=75)
+    state, result = modes.train(config, "runs/lm/train/tiny", loop, seed=0)
+    print(modes.generate(config, "runs/lm/train/tiny", seed=0))     # from its latest checkpoint
+    results = modes.distill(config, "runs/lm/distill/tiny", loop, seed=0)
+    report = modes.capacity(config, "runs/lm/capacity/tiny", seed=0)
+
+Each one first calls `prepare` (every check, and the text tokenized in memory, before anything is
+written) unless it is given its result; the program calls `prepare` itself, then `run`.
+`train` writes shards (``<workdir>/data`` or ``config.data_dir``), checkpoints, metrics,
+``summary.json`` (with tokens/s and MFU) and ``validation.png``; `distill` a teacher and one student
+per objective below its workdir, their held-out scores in ``summary.json`` and ``distill.png``;
+`capacity` its probes in ``summary.json``, ``capacity.png`` and ``capacity_loss.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab.core import checkpoint, plots, runtime
+from jaxlab.core import workdir as workdir_lib
+from jaxlab.core.errors import require
+from jaxlab.lm import capacity as capacity_lib
+from jaxlab.lm import config as config_lib
+from jaxlab.lm import data as lm_data
+from jaxlab.lm import distill as distill_lib
+from jaxlab.lm import flops, shards
+from jaxlab.lm import generate as generate_lib
+from jaxlab.lm import train as train_lib
+from jaxlab.lm.model import LMConfig, param_count
+
+
+def data_folder(config, workdir) -> pathlib.Path:
+  """Where the tokenized shards live: ``config.data_dir``, else ``<workdir>/data``."""
+  return pathlib.Path(config.data_dir) if config.data_dir else pathlib.Path(workdir) / "data"
+
+
+def recipe(config, fraction: float) -> dict:
+  """What determines a data folder's contents; a folder made by another recipe is refused."""
+  path = lambda p: str(pathlib.Path(p).absolute())
+  c = config
+  return {
+    "text": c.text if c.text == "embedded" else path(c.text),
+    "tokenizer": c.tokenizer if c.tokenizer in ("bpe", "bytes") else path(c.tokenizer),
+    "bpe_vocab": c.vocab_size if c.tokenizer == "bpe" else None,
+    "val_fraction": fraction,
+    "shard_tokens": c.shard_tokens,
+  }
+
+
+def text_data(config, workdir, fraction: float, reuse: bool) -> dict:
+  """Tokenizes the text in memory (nothing written) unless ``reuse`` and the data folder already
+  holds it: ``{"folder", "index", "built"}``."""
+  c = config
+  folder = data_folder(c, workdir)
+  want = recipe(c, fraction)
+  index = shards.read_index(folder) if reuse and folder.is_dir() else None
+  built = None
+  if index is not None:
+    require(
+      index["recipe"] == want,
+      "config.data_dir",
+      f"{folder} holds shards made with another recipe ({index['recipe']}); "
+      "choose another --config.data_dir or --workdir",
+    )
+    vocab = index["vocab_size"]
+    lengths = {s: sum(index["splits"][s]["tokens"]) for s in shards.SPLITS}
+  else:
+    docs = shards.read_documents(c.text)
+    built = shards.build(docs, c.tokenizer, c.vocab_size, fraction)
+    vocab, lengths = built["tokenizer"].vocab_size, {s: len(built[s]) for s in shards.SPLITS}
+  require(
+    vocab <= c.vocab_size,
+    "config.vocab_size",
+    f"{c.vocab_size} is smaller than the tokenizer's vocabulary ({vocab} tokens)",
+  )
+  for split in shards.SPLITS:
+    lm_data.check_length(
+      "config.seq_len", lengths[split], c.seq_len, f"the {split} split of the text"
+    )
+  return {"folder": folder, "index": index, "built": built}
+
+
+def prepare(config, mode: str, workdir, mesh=None) -> dict:
+  """`jaxlab.lm.config.validate_config` plus the data checks of ``mode``; writes nothing.
+
+  Returns what the mode needs: ``model`` (an `LMConfig`), ``teacher`` and ``losses`` (distill),
+  ``widths`` (capacity), ``data`` (text: `text_data`'s result).
+  """
+  c = config
+  setup = config_lib.validate_config(c, mode, mesh)
+  if mode in ("capacity", "generate"):
+    return setup
+  fraction = c.distill.heldout_fraction if mode == "distill" else c.val_fraction
+  if c.text == "synthetic":
+    n_tokens = c.corpus_tokens - lm_data.heldout_size(c.corpus_tokens, c.seq_len, fraction)
+    lm_data.check_length("config.seq_len", n_tokens, c.seq_len, "the corpus less its held-out tail")
+    return setup
+  return {**setup, "data": text_data(c, workdir, fraction, reuse=mode == "train")}
+
+
+def open_data(config, data: dict):
+  """Writes the shards if needed (process 0), then memory-maps them: (index, train, val)."""
+  folder = data["folder"]
+  if data["built"] is not None:
+    if jax.process_index() == 0:
+      shards.write(folder, data["built"], config.shard_tokens, recipe(config, config.val_fraction))
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+
+      multihost_utils.sync_global_devices("lm shards written")
+  index = shards.read_index(folder)
+  return index, shards.open_split(folder, "train", index), shards.open_split(folder, "val", index)
+
+
+def load_corpus(config, key, setup: dict):
+  """In memory, for distill: ``(train_tokens, heldout_tokens)`` (held-out documents)."""
+  c = config
+  if c.text == "synthetic":
+    corpus = lm_data.synthetic_corpus(key, c.corpus_tokens, c.vocab_size, c.markov_alpha)
+    return lm_data.heldout_split(corpus, c.seq_len, c.distill.heldout_fraction)
+  built = setup["data"]["built"]
+  return built["train"].astype(np.int32), built["val"].astype(np.int32)
+
+
+def fit(config, cfg: LMConfig, key, workdir, loop, update, mesh=None, data=None, **kw):
+  """Creates a (sharded) state of ``cfg`` and trains it for ``loop.num_steps``; returns (state,
+  result) with tokens/s, parameters, FLOPs/token and MFU in the summary. ``kw``: ``sample_fn``,
+  ``extra_eval(state) -> dict`` (scored between chunks)."""
+  c, workdir, steps = config, pathlib.Path(workdir), loop.num_steps
+  tx = train_lib.make_optimizer(c.lr, c.warmup, steps, c.weight_decay)
+  state = train_lib.create_state(cfg, tx, jax.random.fold_in(key, 1), c.seq_len, mesh=mesh)
+  n_params = param_count(state.params)
+  fpt = flops.flops_per_token(cfg, c.seq_len, n_params)
+  peak, peak_src = flops.peak_flops(c.peak_tflops)
+  n_dev = 1 if mesh is None else mesh.size
+  tokens_per_step = c.batch_size * c.seq_len
+  meter = flops.ThroughputMeter(tokens_per_step, fpt * tokens_per_step, peak, n_dev)
+  eval_every = loop.log_every * -(-steps // (10 * loop.log_every))  # <= ~10 evaluations
+  extra_eval = kw.pop("extra_eval", None)
+
+  def eval_fn(state, step):
+    return {**meter(state, step), **(extra_eval(state) if extra_eval else {})}
+
+  print(
+    f"[lm] {workdir.name}: {n_params / 1e6:.3f}M params, {fpt / 1e6:.2f} MFLOP/token, "
+    f"attention={cfg.attention}, peak "
+    + (f"{peak / 1e12:.3g} TFLOP/s/device ({peak_src})" if peak else f"unknown ({peak_src})"),
+    flush=True,
+  )
+  state, result = runtime.train(
+    state,
+    update,
+    dataclasses.replace(loop, eval_every=eval_every),
+    key=key,
+    workdir=workdir,
+    data=data,
+    eval_fn=eval_fn,
+    mesh=mesh,
+    state_sharding=train_lib.state_sharding_tree(state, mesh),
+    config=c.to_dict(),
+    **kw,
+  )
+  s = result.summary
+  tok_s = s.get("steps_per_sec", float("nan")) * tokens_per_step
+  s.update(tokens_per_sec=tok_s, params=n_params, flops_per_token=fpt)
+  mfu = "MFU n/a (no known peak for this device; set --config.peak_tflops)"
+  if peak is not None:
+    s["mfu"] = tok_s * fpt / (peak * n_dev)
+    mfu = f"MFU {100 * s['mfu']:.2f}%"
+  runtime.write_summary(workdir, s)
+  print(
+    f"[lm] {workdir.name}: step {s['step']} loss {s.get('train/loss', float('nan')):.4f} | "
+    f"{tok_s:,.0f} tokens/s | {mfu} (last chunk, {n_dev} device(s))",
+    flush=True,
+  )
+  return state, result
+
+
+def window_sampler(config, mesh=None):
+  """In-memory data: ``sample_fn(data, key)`` drawing random windows of ``data["corpus"]``."""
+
+  def sample(data, k):
+    batch = lm_data.sample_windows(data["corpus"], k, config.batch_size, config.seq_len, mesh)
+    return {**batch, **{name: v for name, v in data.items() if name != "corpus"}}
+
+  return sample
+
+
+def heldout_batches(config, heldout, key, n: int):
+  """``n`` fixed batches of held-out windows: int32[n, batch_size, seq_len + 1]."""
+  heldout = jnp.asarray(heldout)
+  windows = lambda i: lm_data.sample_windows(
+    heldout, jax.random.fold_in(key, 1000 + i), config.batch_size, config.seq_len
+  )["tokens"]
+  return jnp.stack([windows(i) for i in range(n)])
+
+
+def sample_text(config, state, tok, key) -> str:
+  """``config.generate.tokens`` tokens after ``config.generate.prompt`` (decoded, prompt
+  included)."""
+  g = config.generate
+  prompt = tok.encode(g.prompt) if g.prompt else np.zeros(0, np.int32)
+  prompt = np.concatenate([[tok.eot_id], prompt]).astype(np.int32)[None]  # a document start
+  fn = jax.jit(generate_lib.generate, static_argnums=(2, 4))
+  out = fn(state, jnp.asarray(prompt), g.tokens, key, g.temperature)
+  return tok.decode(np.asarray(out)[0, 1:])
+
+
+def _key(seed: int):
+  return jax.random.key_data(jax.random.key(seed))  # raw key: checkpoint-friendly
+
+
+def train(config, workdir, loop, seed: int, mesh=None, setup=None):
+  """--mode=train: trains on the training split, scoring validation loss / perplexity between
+  chunks (``validation.png``); a one-device run on text ends by printing a sample. Returns
+  ``(state, result)`` (`jaxlab.core.runtime.Result`; ``result.summary`` is summary.json)."""
+  c, workdir, key = config, pathlib.Path(workdir), _key(seed)
+  setup = prepare(c, "train", workdir, mesh) if setup is None else setup
+  tok = None
+  if c.text == "synthetic":
+    corpus = lm_data.synthetic_corpus(
+      jax.random.fold_in(key, 7), c.corpus_tokens, c.vocab_size, c.markov_alpha
+    )
+    corpus, heldout = lm_data.heldout_split(corpus, c.seq_len, c.val_fraction)
+    val = heldout_batches(c, heldout, key, c.val_batches)
+    kw = dict(update=train_lib.update, data={"corpus": jnp.asarray(corpus)})
+    kw["sample_fn"] = window_sampler(c, mesh)
+  else:
+    index, train_stream, val_stream = open_data(c, setup["data"])
+    tok = shards.load_tokenizer(setup["data"]["folder"], index)
+    loader = lm_data.StreamLoader(train_stream, c.batch_size, c.seq_len, seed=seed)
+    val_loader = lm_data.StreamLoader(val_stream, c.batch_size, c.seq_len, seed=seed)
+    val = jnp.asarray(lm_data.window_batches(val_loader, c.val_batches))
+    kw = dict(update=train_lib.streaming_update(loader, train_lib.update, mesh))
+    print(
+      f"[lm] data: {index['tokenizer']} tokenizer ({index['vocab_size']} tokens), "
+      f"{len(train_stream):,} train / {len(val_stream):,} validation tokens in "
+      f"{setup['data']['folder']}",
+      flush=True,
+    )
+  evaluate = jax.jit(train_lib.eval_metrics)
+  scores = lambda state: {k: float(v) for k, v in evaluate(state, val).items()}
+  state, result = fit(c, setup["model"], key, workdir, loop, mesh=mesh, extra_eval=scores, **kw)
+  evals = sorted((s, ev["val_loss"]) for s, ev in result.evals.items() if "val_loss" in ev)
+  if evals and jax.process_index() == 0:
+    curve = {"validation": tuple(zip(*evals))}
+    plots.lines(workdir / "validation.png", curve, "step", "held-out loss (nats)")
+  if tok is not None and mesh is None:
+    print(f"[lm] sample:\n{sample_text(c, state, tok, key)}", flush=True)
+  return state, result
+
+
+def generate(config, workdir, seed: int) -> str:
+  """--mode=generate: restores the latest checkpoint of a train run in ``workdir`` (one device)
+  and returns (and prints) a sample."""
+  c, workdir, key = config, pathlib.Path(workdir), _key(seed)
+  config_lib.validate_config(c, "generate")
+  folder = data_folder(c, workdir)
+  index = shards.read_index(folder) if folder.is_dir() else None
+  require(index is not None, "workdir", f"{folder} holds no tokenized data; train first")
+  tok = shards.load_tokenizer(folder, index)
+  cfg = LMConfig.from_config(c, attention="dense")  # same parameters; sampling runs on one device
+  tx = train_lib.make_optimizer(c.lr, c.warmup, c.steps, c.weight_decay)  # only its structure
+  like = train_lib.create_state(cfg, tx, jax.random.fold_in(key, 1), c.seq_len)
+  restored = checkpoint.restore(workdir, like)
+  require(restored is not None, "workdir", f"{workdir} has no checkpoint; train first")
+  state, step = restored
+  text = sample_text(c, state, tok, key)
+  print(f"[lm] {workdir} at step {step}:\n{text}", flush=True)
+  return text
+
+
+def distill(config, workdir, loop, seed: int, mesh=None, setup=None) -> dict:
+  """--mode=distill: a wider, deeper teacher on the data (``config.distill.teacher_steps``), then
+  one student per objective for ``loop.num_steps``, same data; returns the held-out scores."""
+  c, workdir, key = config, pathlib.Path(workdir), _key(seed)
+  setup = prepare(c, "distill", workdir, mesh) if setup is None else setup
+  corpus, heldout = load_corpus(c, jax.random.fold_in(key, 7), setup)
+  sample, data = window_sampler(c, mesh), {"corpus": jnp.asarray(corpus)}
+  t_loop = dataclasses.replace(loop, num_steps=c.distill.teacher_steps)
+  teacher, t_result = fit(
+    c,
+    setup["teacher"],
+    key,
+    workdir / "teacher",
+    t_loop,
+    train_lib.update,
+    mesh,
+    data,
+    sample_fn=sample,
+  )
+  ev_tokens = heldout_batches(c, heldout, key, c.distill.eval_batches)
+  evaluate = jax.jit(distill_lib.heldout_metrics)
+  scores = lambda state: {k: float(v) for k, v in evaluate(state, teacher, ev_tokens).items()}
+  t_loss, t_nll = t_result.summary.get("train/loss"), scores(teacher)["heldout_nll"]
+  results = {"teacher": {"train/loss": t_loss, "heldout_nll": t_nll}}
+  curves = {}
+  for kind in setup["losses"]:
+    _, result = fit(
+      c,
+      setup["model"],
+      jax.random.fold_in(key, 3),
+      workdir / f"student_{kind}",
+      loop,
+      distill_lib.student_update(kind, teacher),
+      mesh,
+      {**data, "teacher": teacher.params},
+      sample_fn=sample,
+      extra_eval=scores,
+    )
+    # The summary's eval/ entries hold the last evaluation, also for a finished run re-run.
+    results[kind] = {k[5:]: v for k, v in result.summary.items() if k.startswith("eval/heldout")}
+    evals = sorted((s, ev["heldout_nll"]) for s, ev in result.evals.items() if "heldout_nll" in ev)
+    if evals:
+      curves[kind] = tuple(zip(*evals))
+  runtime.write_summary(workdir, results)
+  if curves:
+    title = "student objectives (teacher-distilled)"
+    plots.lines(workdir / "distill.png", curves, "step", "held-out NLL (nats)", title=title)
+  print(json.dumps(results, indent=1))
+  return results
+
+
+def capacity(config, workdir, seed: int, setup=None) -> dict:
+  """--mode=capacity: one in-memory, single-device probe per width of ``config.capacity``;
+  writes ``summary.json`` and the plots to ``workdir`` and returns the summary."""
+  cc, workdir, key = config.capacity, pathlib.Path(workdir), _key(seed)
+  setup = prepare(config, "capacity", workdir) if setup is None else setup
+
+  def report(r):
+    print(
+      f"[capacity] d_model={r['d_model']}: {r['params']} params, memorised "
+      f"{r['memorised_bits']:.0f} / {r['data_bits']} bits -> {r['bits_per_param']:.3f} bits/param",
+      flush=True,
+    )
+
+  rows = capacity_lib.sweep(
+    setup["widths"], cc.num_strings, cc.length, cc.steps, key, cc.lr, report
+  )
+  losses = {f"d_model={r['d_model']}": r.pop("losses") for r in rows}
+  ref = capacity_lib.REFERENCE_BITS_PER_PARAM
+  workdir_lib.create(workdir)
+  summary = {"probes": rows, "reference_bits_per_param": ref}
+  runtime.write_summary(workdir, summary)
+  params = [r["params"] for r in rows]
+  bits = {
+    "memorised": (params, [max(r["memorised_bits"], 1e-3) for r in rows]),  # log axis
+    f"{ref} bits/param": (params, [ref * p for p in params]),
+  }
+  plots.lines(workdir / "capacity.png", bits, "parameters", "bits", logx=True, logy=True)
+  loss_curves = {k: (np.arange(1, len(v) + 1), v) for k, v in losses.items()}
+  plots.lines(workdir / "capacity_loss.png", loss_curves, "step", "training loss (nats)")
+  print(f"-> {workdir}/summary.json", flush=True)
+  return summary
+
+
+def run(mode: str, config, workdir, loop, seed: int, mesh=None, setup=None):
+  """Dispatches ``mode`` (`jaxlab.lm.config.MODES`) as the program does."""
+  if mode == "generate":
+    return generate(config, workdir, seed)
+  if mode == "capacity":
+    return capacity(config, workdir, seed, setup)
+  return {"train": train, "distill": distill}[mode](config, workdir, loop, seed, mesh, setup)

@@ -1,6 +1,11 @@
 """Language-model components (overview and commands: docs/lm.md).
 
-* `model`: decoder-only transformer (RMSNorm, RoPE, SwiGLU, GQA), logical-axis sharded.
+* `config`: ``get_config()``, the LM's defaults declared once (a comment per field), and
+  ``validate_config(config, mode, mesh)``.
+* `modes`: the four runs of ``python -m experiments.lm`` as functions (``train``, ``generate``,
+  ``distill``, ``capacity``; ``prepare`` checks everything first), for notebooks and the program.
+* `model`: decoder-only transformer (RMSNorm, RoPE, SwiGLU, GQA), logical-axis sharded;
+  ``LMConfig.from_config(get_config(), **overrides)``.
 * `attention`: blockwise (flash-style) causal attention and context-parallel variants
   (allgather, ring, ulysses, upipe).
 * `train`: optimizer, next-token loss, sharded `TrainState` creation, ``update(state, batch, key)``,

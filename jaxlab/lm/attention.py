@@ -413,7 +413,7 @@ def attention(
   v_BxLxKxD,
   pos_BxL=None,
   *,
-  impl: str = "dense",
+  impl: str,
   mesh: Mesh | None = None,
   upipe_chunks: int = 0,
   block: int = BLOCK,

@@ -57,7 +57,7 @@ def heldout_size(n_tokens: int, seq_len: int, fraction: float) -> int:
   return max(seq_len + 2, int(n_tokens * fraction))
 
 
-def heldout_split(corpus: np.ndarray, seq_len: int, fraction: float = 0.1):
+def heldout_split(corpus: np.ndarray, seq_len: int, fraction: float):
   """``(train, heldout)``: the tail of the corpus (`heldout_size` tokens) is held out."""
   n_held = heldout_size(len(corpus), seq_len, fraction)
   return corpus[:-n_held], corpus[-n_held:]

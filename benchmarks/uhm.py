@@ -1,7 +1,9 @@
 """Cost of a UHM update against ReBRAC's (paper: UHM ≈ 1.8× ReBRAC), vmapped seeds, data loading.
 
-  python -m benchmarks.uhm [--batch_size=256] [--steps=200] [--agents=rebrac,uhm] [--paper_scale]
-      [--num_seeds=4]
+  python -m benchmarks.uhm [--steps=200] [--agents=rebrac,uhm] [--num_seeds=4]
+  python -m benchmarks.uhm --config=experiments/configs/uhm.py:paper --config.batch_size=512
+      networks and batch come from experiments.uhm's config (default 3x256, batch 256; `:paper`
+      is FQL's 4x512; formerly --paper_scale / --batch_size)
 
 Prints ms/update for each agent (a jitted lax.scan of updates, compile excluded), the ratio to
 ReBRAC, and the sampler's throughput (batches/s and transitions/s) against a NumPy gather of the
@@ -11,6 +13,7 @@ same batches. With --num_seeds=S it also times S training seeds vmapped in one p
 is the embedded OGBench cube-single set when ogbench is installed, else random.
 """
 
+import pathlib
 import time
 
 import jax
@@ -23,11 +26,12 @@ from jaxlab.core.errors import require
 from jaxlab.rl import uhm
 from jaxlab.rl.uhm import offline_data
 
-flags.DEFINE_integer("batch_size", 256, "Transitions per update.")
 flags.DEFINE_list("agents", ["rebrac", "dtd", "ghm", "uhm", "mbtd"], "Agents to time.")
-flags.DEFINE_bool("paper_scale", False, "4x512 networks, as in FQL/ReBRAC (else 3x256).")
 flags.DEFINE_integer("num_seeds", 0, "Also time this many vmapped seeds vs separate runs (0: no).")
 FLAGS = flags.FLAGS
+_CONFIG = experiment.define_config_file(
+  str(pathlib.Path(__file__).resolve().parents[1] / "experiments" / "configs" / "uhm.py")
+)
 
 
 def _dataset():
@@ -62,11 +66,8 @@ def time_chunk(fn, *args, reps=3):
 def time_agent(agent: str, data, steps: int, num_seeds: int = 1) -> float:
   """ms per update of one agent (of all `num_seeds` vmapped seeds together): a jitted lax.scan of
   `steps` updates, compile excluded."""
-  c = uhm.get_config()
-  c.agent, c.batch_size = agent, FLAGS.batch_size
-  if not FLAGS.paper_scale:
-    for k in ("actor_hidden_dims", "value_hidden_dims", "model_hidden_dims"):
-      c[k] = (256,) * 3
+  c = uhm.validate_config(_CONFIG.value).as_configdict()
+  c.agent = agent
   cfg = uhm.validate_config(c)
   dims = (data.observations.shape[1], data.actions.shape[1])
   stats = offline_data.obs_stats(data)
@@ -90,14 +91,14 @@ def main(argv):
   del argv
   steps = FLAGS.steps if FLAGS.steps is not None else 100
   require(steps >= 1, "steps", f"must be >= 1, got {steps}")
-  require(FLAGS.batch_size >= 1, "batch_size", f"must be >= 1, got {FLAGS.batch_size}")
+  batch_size = uhm.validate_config(_CONFIG.value).batch_size
   require(FLAGS.num_seeds >= 0, "num_seeds", f"must be >= 0, got {FLAGS.num_seeds}")
   agents = experiment.check_list("agents", FLAGS.agents, uhm.AGENTS)
   raw, source = _dataset()
   data = offline_data.make_offline_data(raw)
   print(
     f"backend={jax.default_backend()} data={source} ({data.size} transitions) "
-    f"batch={FLAGS.batch_size} steps/chunk={steps}"
+    f"batch={batch_size} steps/chunk={steps}"
   )
   results = {agent: time_agent(agent, data, steps) for agent in agents}
   ref = results.get("rebrac")
@@ -116,10 +117,10 @@ def main(argv):
         f"{1e3 / ms:9.1f} ({ms_v / (S * ms):.2f}x the time per seed); 1M-update seeds/hour: "
         f"{S * per_h(ms_v):.3f} vs {per_h(ms):.3f}"
       )
-  sampler_throughput(raw, data)
+  sampler_throughput(raw, data, batch_size)
 
 
-def sampler_throughput(raw, data) -> None:
+def sampler_throughput(raw, data, batch_size: int) -> None:
   """The sampler as training uses it (jit + scan) against a NumPy gather of the same batches."""
   # A checksum of every batch keeps XLA from dropping the sampling.
   n = 500
@@ -127,7 +128,7 @@ def sampler_throughput(raw, data) -> None:
   @jax.jit
   def sample_many(d, key):
     def body(acc, i):
-      b = offline_data.sample(d, jax.random.fold_in(key, i), FLAGS.batch_size, 8)
+      b = offline_data.sample(d, jax.random.fold_in(key, i), batch_size, 8)
       return acc + jnp.sum(b["observations"]) + jnp.sum(b["window_rewards"]), None
 
     return jax.lax.scan(body, 0.0, jnp.arange(n))[0]
@@ -137,12 +138,12 @@ def sampler_throughput(raw, data) -> None:
   raw_np = {k: np.asarray(v) for k, v in raw.items()}
   t0 = time.perf_counter()
   for _ in range(n):
-    idx = rng.integers(0, len(raw_np["rewards"]), FLAGS.batch_size)
+    idx = rng.integers(0, len(raw_np["rewards"]), batch_size)
     _ = {k: v[idx] for k, v in raw_np.items()}
   np_bps = n / (time.perf_counter() - t0)
   print(
     f"sampler (jit+scan, k_max=8 windows): {jax_bps:9.1f} batches/s = "
-    f"{jax_bps * FLAGS.batch_size:,.0f} transitions/s; NumPy gather (no windows): {np_bps:9.1f} "
+    f"{jax_bps * batch_size:,.0f} transitions/s; NumPy gather (no windows): {np_bps:9.1f} "
     f"batches/s; ratio {jax_bps / np_bps:.2f}"
   )
 

@@ -12,94 +12,42 @@ One command line per run: `python -m experiments.uhm --env_name=<env>-singletask
 --agent=<a> --data_seed=<d> --seed=<s> ...` in `<root>/<env>/task<k>/<a>/d<d>/s<s>` (with
 --vmap_seeds: one process trains all --seeds, vmapped, in `.../d<d>/s<first>-<last>`). --run skips
 runs whose summary.json reached --steps and resumes the others from their checkpoints, so an
-interrupted sweep is continued by running it again.
+interrupted sweep is continued by running it again. Networks: --net=cpu runs experiments.uhm's
+default config (3x256), --net=paper its `experiments/configs/uhm.py:paper` preset (4x512).
 
-Table: for each suite, environment and agent, a replicate is one (data seed, training seed) pair;
-its score is the success rate averaged over the tasks; a cell is the mean over replicates with a
-95 % Student-t interval (`mean [lo, hi] (n)`). Curves: success against updates and against
-wall-clock seconds (steps / the run's median updates per second, compile excluded), mean and
-95 % band over replicates, one line per agent.
+Table: a replicate is one (data seed, training seed) pair, its score the success rate averaged over
+the tasks; a cell is the mean over replicates with a 95 % Student-t interval (`mean [lo, hi] (n)`).
+Curves: success against updates and against wall-clock seconds, mean and 95 % band over
+replicates, one line per agent. Planning and aggregation: `jaxlab.rl.uhm.study`.
 
 Suites: `standard`, `noisy`, `long` are the paper's task lists (UHM, arXiv 2605.15603, Tables 1-3;
 its averages are printed under each table). `lowbudget` (our study, not the paper's): the five
 cube-single tasks plus puzzle-3x3 task 4 (FQL's default puzzle task), generated data sets of
---episodes episodes per --data_seed, 3x256 networks for every agent (--net=cpu), --steps updates.
-Per-env discount (0.995 for giant / humanoid mazes and antsoccer) follows FQL's README; ReBRAC's
-alphas come from `uhm.task_defaults` unless --alpha_grid sweeps them. Data: docs/ogbench.md.
+--episodes episodes per --data_seed, --steps updates. Discount (0.995 for giant / humanoid mazes
+and antsoccer, FQL's README) and ReBRAC's alphas are each task's (`uhm.task_defaults`) unless
+--alpha_grid sweeps them. Data: docs/ogbench.md.
 """
 
 from __future__ import annotations
 
-import csv
-import dataclasses
-import pathlib
-import shlex
-import subprocess
-import sys
-
-import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment, metrics, plots
-from jaxlab.core.errors import ConfigError, require
-from jaxlab.rl import uhm
-
-SUITES = {
-  "standard": [
-    "antmaze-large-navigate",
-    "antmaze-giant-navigate",
-    "humanoidmaze-medium-navigate",
-    "humanoidmaze-large-navigate",
-    "antsoccer-arena-navigate",
-    "cube-single-play",
-    "cube-double-play",
-    "scene-play",
-    "puzzle-3x3-play",
-    "puzzle-4x4-play",
-  ],
-  "noisy": [
-    "antmaze-medium-explore",
-    "antmaze-large-explore",
-    "cube-double-noisy",
-    "scene-noisy",
-    "puzzle-4x4-noisy",
-  ],
-  "long": [
-    "cube-triple-play",
-    "cube-quadruple-play",
-    "puzzle-4x5-play",
-    "puzzle-4x6-play",
-    "humanoidmaze-giant-navigate",
-  ],
-  "lowbudget": ["cube-single-play", "puzzle-3x3-play"],
-}
-# Tasks of an environment in a suite when --tasks is not given (lowbudget: one puzzle task).
-SUITE_TASKS = {("lowbudget", "puzzle-3x3-play"): [4]}
-AGENT_COLUMNS = {
-  "rebrac": "ReBRAC†",
-  "mbtd": "MBTD(λ)",
-  "dtd": "DTD(λ)",
-  "ghm": "GHM",
-  "uhm": "UHM",
-}
-# Paper averages (success %, project-page tables) for a side-by-side line under each table.
-PAPER_AVERAGE = {
-  "standard": {"rebrac": 35, "mbtd": 45, "dtd": 52, "ghm": 48, "uhm": 55},
-  "noisy": {"rebrac": 23, "mbtd": 32, "dtd": 23, "ghm": 38, "uhm": 39},
-  "long": {"rebrac": 5, "mbtd": 5, "dtd": 13, "ghm": 16, "uhm": 22},
-}
-NETS = {"cpu": (256, 256, 256), "paper": (512, 512, 512, 512)}
+from jaxlab.core import experiment
+from jaxlab.rl.uhm import study
 
 flags.DEFINE_string(
-  "suite", "lowbudget", f"Task set: {', '.join(SUITES)}, all (the paper's three)."
+  "suite", "lowbudget", f"Task set: {', '.join(study.SUITES)}, all (the paper's three)."
 )
-flags.DEFINE_list("agents", list(AGENT_COLUMNS), "Agents (columns).")
+flags.DEFINE_list("agents", list(study.AGENT_COLUMNS), "Agents (columns).")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Training seeds (integers >= 0).")
 flags.DEFINE_list("data_seeds", ["0", "1"], "Data seeds of the generated sets (--episodes > 0).")
 flags.DEFINE_list("tasks", [], "Task ids 1..5 (default: 1..5, lowbudget puzzle: 4).")
 flags.DEFINE_integer("episodes", 100, "Generated episodes per data set; 0 = the standard files.")
 flags.DEFINE_enum(
-  "net", "cpu", list(NETS), "Hidden sizes of every network: cpu 3x256, paper 4x512."
+  "net",
+  "cpu",
+  list(study.NET_PRESETS),
+  "Networks: cpu = experiments.uhm's default config (3x256), paper = its paper preset (4x512).",
 )
 flags.DEFINE_bool("vmap_seeds", False, "One process per data seed trains all --seeds vmapped.")
 flags.DEFINE_list("alpha_grid", [], "ReBRAC alpha_actor:alpha_critic pairs to sweep (rebrac only).")
@@ -112,300 +60,39 @@ flags.DEFINE_bool("table", False, "Only aggregate the runs under --workdir (tabl
 FLAGS = flags.FLAGS
 
 
-@dataclasses.dataclass(frozen=True)
-class Sweep:
-  """The validated flags of a sweep."""
-
-  root: pathlib.Path
-  steps: int
-  suites: list[str]
-  agents: list[str]
-  seeds: list[int]
-  data_seeds: list[int]
-  tasks: list[int] | None
-  alphas: list[tuple[float, float]]
-  extra: list[str]
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One process of the sweep: its cell of the table and its command line."""
-
-  suite: str
-  env: str
-  task: int
-  agent: str  # column label: an agent, or rebrac@<a_actor>:<a_critic> in an alpha grid
-  data_seed: int
-  seeds: tuple[int, ...]  # training seeds (several when vmapped)
-  workdir: pathlib.Path
-  argv: tuple[str, ...]
-
-
-def _int_list(flag: str, values: list[str], lo: int, hi: int | None = None) -> list[int]:
-  allowed = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-  out = []
-  for v in values:
-    ok = v.strip().isdigit() and int(v) >= lo and (hi is None or int(v) <= hi)
-    require(ok, flag, f"got {v!r}; each must be an integer {allowed}")
-    out.append(int(v))
-  return out
-
-
-def _alpha_grid(values: list[str]) -> list[tuple[float, float]]:
-  out = []
-  for v in values:
-    try:
-      a, c = (float(x) for x in v.split(":"))
-    except ValueError:
-      raise ConfigError("alpha_grid", f"got {v!r}; give alpha_actor:alpha_critic pairs") from None
-    require(a >= 0 and c >= 0 and np.isfinite(a + c), "alpha_grid", f"{v!r}: must be >= 0")
-    out.append((a, c))
-  return out
-
-
-def parse_flags() -> Sweep:
-  """Validates every flag (ConfigError naming it) before anything is written."""
+def main(argv):
+  del argv
   run = experiment.common(
     "uhm_sweep",
     default_steps=20_000,
     unused=("seed", "mesh", "keep", "ckpt_every", "log_every", "profile"),
   )
-  suite = experiment.check_choice("suite", FLAGS.suite, [*SUITES, "all"])
-  try:
-    extra = shlex.split(FLAGS.extra)
-  except ValueError as e:
-    raise ConfigError("extra", f"cannot split {FLAGS.extra!r} into flags: {e}") from None
-  require(FLAGS.episodes >= 0, "episodes", f"must be >= 0, got {FLAGS.episodes}")
-  require(FLAGS.eval_every >= 0, "eval_every", f"must be >= 0, got {FLAGS.eval_every}")
-  require(FLAGS.eval_episodes >= 1, "eval_episodes", f"must be >= 1, got {FLAGS.eval_episodes}")
-  seeds = _int_list("seeds", FLAGS.seeds, 0)
-  require(bool(seeds), "seeds", "give at least one training seed")
-  contiguous = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
-  require(not FLAGS.vmap_seeds or contiguous, "seeds", "--vmap_seeds needs consecutive seeds")
-  data_seeds = _int_list("data_seeds", FLAGS.data_seeds, 0) if FLAGS.episodes else [0]
-  require(bool(data_seeds), "data_seeds", "give at least one data seed")
-  alphas = _alpha_grid(FLAGS.alpha_grid)
-  agents = experiment.check_list("agents", FLAGS.agents, AGENT_COLUMNS)
-  require(not alphas or agents == ["rebrac"], "alpha_grid", "sweeps ReBRAC only: --agents=rebrac")
-  return Sweep(
-    root=run.workdir,
-    steps=run.steps,
-    suites=["standard", "noisy", "long"] if suite == "all" else [suite],
-    agents=agents,
-    seeds=seeds,
-    data_seeds=data_seeds,
-    tasks=_int_list("tasks", FLAGS.tasks, 1, 5) or None,
-    alphas=alphas,
-    extra=extra,
+  sweep = study.make_sweep(
+    run.workdir,
+    run.steps,
+    FLAGS.suite,
+    agents=FLAGS.agents,
+    seeds=FLAGS.seeds,
+    data_seeds=FLAGS.data_seeds,
+    tasks=FLAGS.tasks,
+    episodes=FLAGS.episodes,
+    net=FLAGS.net,
+    vmap_seeds=FLAGS.vmap_seeds,
+    alpha_grid=FLAGS.alpha_grid,
+    eval_every=FLAGS.eval_every,
+    eval_episodes=FLAGS.eval_episodes,
+    dataset_dir=FLAGS.dataset_dir,
+    extra=FLAGS.extra,
+    config_file=experiment.config_path("uhm"),
   )
-
-
-def discount(env: str) -> float:
-  return uhm.task_defaults(env)["discount"]
-
-
-def _common_argv(sweep: Sweep, env: str, task: int, data_seed: int) -> list[str]:
-  eval_every = FLAGS.eval_every or max(1, sweep.steps // 10)
-  nets = "(" + ",".join(str(h) for h in NETS[FLAGS.net]) + ",)"
-  argv = [
-    "python",
-    "-m",
-    "experiments.uhm",
-    "--env=ogbench",
-    f"--env_name={env}-singletask-task{task}-v0",
-    f"--steps={sweep.steps}",
-    f"--config.discount={discount(env)}",
-    f"--eval_every={eval_every}",
-    f"--eval_episodes={FLAGS.eval_episodes}",
-    f"--log_every={min(1000, eval_every)}",
-    f"--ckpt_every={eval_every}",
-  ]
-  argv += [f"--config.{n}_hidden_dims={nets}" for n in ("actor", "value", "model")]
-  if FLAGS.episodes:
-    argv += [f"--episodes={FLAGS.episodes}", f"--data_seed={data_seed}"]
-  if FLAGS.dataset_dir:
-    argv.append(f"--dataset_dir={FLAGS.dataset_dir}")
-  return argv
-
-
-def _columns(sweep: Sweep):
-  """(label, extra argv) per column: the agents, or ReBRAC at each grid point."""
-  if sweep.alphas:
-    return [
-      (
-        f"rebrac@{a}:{c}",
-        ["--agent=rebrac", f"--config.alpha_actor={a}", f"--config.alpha_critic={c}"],
-      )
-      for a, c in sweep.alphas
-    ]
-  return [(a, [f"--agent={a}"]) for a in sweep.agents]
-
-
-def runs(sweep: Sweep, suite: str):
-  """Every Run of a suite, in a stable order."""
-  seed_groups = [tuple(sweep.seeds)] if FLAGS.vmap_seeds else [(s,) for s in sweep.seeds]
-  for env in SUITES[suite]:
-    tasks = sweep.tasks or SUITE_TASKS.get((suite, env), [1, 2, 3, 4, 5])
-    for task in tasks:
-      for label, agent_argv in _columns(sweep):
-        for d in sweep.data_seeds:
-          for group in seed_groups:
-            name = f"s{group[0]}" if len(group) == 1 else f"s{group[0]}-{group[-1]}"
-            wd = sweep.root / env / f"task{task}" / label / f"d{d}" / name
-            argv = _common_argv(sweep, env, task, d) + agent_argv + [f"--seed={group[0]}"]
-            if len(group) > 1:
-              argv.append(f"--num_seeds={len(group)}")
-            argv += [f"--workdir={wd}"] + sweep.extra
-            yield Run(suite, env, task, label, d, group, wd, tuple(argv))
-
-
-def finished(run: Run, steps: int) -> bool:
-  path = run.workdir / "summary.json"
-  return path.exists() and metrics.read_json(path).get("step") == steps
-
-
-# -------------------------------------------------------------------------------- aggregation
-def t_interval(xs) -> tuple[float, float, float]:
-  """Mean and 95 % Student-t interval of replicate scores (the interval is nan for n < 2)."""
-  from scipy import stats
-
-  xs = np.asarray(xs, np.float64)
-  m = float(np.mean(xs))
-  if len(xs) < 2:
-    return m, float("nan"), float("nan")
-  h = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / np.sqrt(len(xs)))
-  return m, m - h, m + h
-
-
-def replicates(run: Run) -> list[dict]:
-  """Per training seed of a finished or partial run: final success %, its curve and updates/s."""
-  wd = run.workdir
-  if not (wd / "eval.csv").exists():
-    return []
-  ev = metrics.read_csv(wd / "eval.csv")
-  sps = (
-    metrics.read_csv(wd / "metrics.csv").get("steps_per_sec")
-    if (wd / "metrics.csv").exists()
-    else None
-  )
-  # The first chunk's rate includes compilation: the median of the others is the update cost.
-  rate = (
-    float(np.nanmedian(sps[1:] if sps is not None and len(sps) > 1 else sps))
-    if sps is not None
-    else np.nan
-  )
-  out = []
-  for seed in run.seeds:
-    col = "success" if len(run.seeds) == 1 else f"success_seed{seed}"
-    if col in ev and len(ev[col]):
-      out.append(dict(steps=ev["step"], success=100 * ev[col], rate=rate, seed=seed))
-  return out
-
-
-def _scores(sweep: Sweep, all_runs: list[Run], suite: str):
-  """{env: {column: {(data_seed, seed): [final success % per task]}}} and the curves per column."""
-  scores, curves = {}, {}
-  for r in all_runs:
-    if r.suite != suite:
-      continue
-    for rep in replicates(r):
-      if rep["steps"][-1] != sweep.steps:  # unfinished: not in the table, nor in the curves
-        continue
-      key = (r.data_seed, rep["seed"])
-      scores.setdefault(r.env, {}).setdefault(r.agent, {}).setdefault(key, []).append(
-        rep["success"][-1]
-      )
-      curves.setdefault(r.agent, {}).setdefault(key, []).append(rep)
-  return scores, curves
-
-
-def table(sweep: Sweep, all_runs: list[Run], suite: str) -> tuple[str, list[list[str]], dict]:
-  """Markdown and CSV rows: env x column cells `mean [lo, hi] (n)`, replicates = (data, train)
-  seed pairs whose every task finished; the last rows pool the environments."""
-  scores, curves = _scores(sweep, all_runs, suite)
-  cols = [label for label, _ in _columns(sweep)]
-  header = ["env"] + [AGENT_COLUMNS.get(c, c) for c in cols]
-  rows, pooled = [], {c: {} for c in cols}
-  for env in SUITES[suite]:
-    n_tasks = len(sweep.tasks or SUITE_TASKS.get((suite, env), [1, 2, 3, 4, 5]))
-    row = [env]
-    for c in cols:
-      reps = {k: v for k, v in scores.get(env, {}).get(c, {}).items() if len(v) == n_tasks}
-      for k, v in reps.items():
-        pooled[c].setdefault(k, []).append(np.mean(v))
-      row.append(_cell([np.mean(v) for v in reps.values()]))
-    rows.append(row)
-  n_env = len(SUITES[suite])
-  rows.append(
-    ["**all envs**"]
-    + [_cell([np.mean(v) for v in pooled[c].values() if len(v) == n_env]) for c in cols]
-  )
-  if suite in PAPER_AVERAGE and not sweep.alphas:
-    rows.append(["paper (average)"] + [str(PAPER_AVERAGE[suite].get(c, "–")) for c in cols])
-  md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  md += ["| " + " | ".join(r) + " |" for r in rows]
-  return "\n".join(md), [header] + rows, curves
-
-
-def _cell(xs) -> str:
-  if not xs:
-    return "–"
-  m, lo, hi = t_interval(xs)
-  return f"{m:.0f} [{lo:.0f}, {hi:.0f}] ({len(xs)})" if np.isfinite(lo) else f"{m:.0f} (1)"
-
-
-def plot_curves(path_stem: pathlib.Path, curves: dict) -> None:
-  """Success vs updates and vs wall-clock seconds: mean and 95 % band over replicates."""
-  by_step, by_time = {}, {}
-  for col, reps in curves.items():
-    # A replicate's curve: mean over its tasks (same evaluation steps across runs of a sweep).
-    per = [np.mean([r["success"] for r in v], 0) for v in reps.values()]
-    steps = next(iter(reps.values()))[0]["steps"]
-    rate = np.nanmedian([r["rate"] for v in reps.values() for r in v])
-    stats_ = [t_interval(x) for x in np.stack(per, 1)]
-    m, lo, hi = (np.array(z) for z in zip(*stats_))
-    lo, hi = np.where(np.isfinite(lo), lo, m), np.where(np.isfinite(hi), hi, m)
-    label = f"{AGENT_COLUMNS.get(col, col)} (n={len(per)})"
-    by_step[label] = (steps, m, lo, hi)
-    by_time[label] = (steps / rate, m, lo, hi)
-  plots.lines(f"{path_stem}_steps.png", by_step, "update step", "success rate (%)")
-  plots.lines(
-    f"{path_stem}_wallclock.png", by_time, "wall-clock seconds (training)", "success rate (%)"
-  )
-
-
-def write_tables(sweep: Sweep, all_runs: list[Run]) -> None:
-  sweep.root.mkdir(parents=True, exist_ok=True)
-  out = []
-  for s in sweep.suites:
-    md, rows, curves = table(sweep, all_runs, s)
-    out.append(f"### {s}\n\n{md}\n")
-    with open(sweep.root / f"table_{s}.csv", "w", newline="") as f:
-      csv.writer(f).writerows(rows)
-    if curves:
-      plot_curves(sweep.root / f"curves_{s}", curves)
-  (sweep.root / "table.md").write_text("\n".join(out))
-  print("\n".join(out))
-
-
-def main(argv):
-  del argv
-  sweep = parse_flags()
-  all_runs = [r for s in sweep.suites for r in runs(sweep, s)]
+  all_runs = study.plan(sweep)
   if not FLAGS.table:
-    sweep.root.mkdir(parents=True, exist_ok=True)
-    lines = [shlex.join(r.argv) for r in all_runs]
-    (sweep.root / "commands.sh").write_text("\n".join(lines) + "\n")
-    print(f"{len(lines)} runs -> {sweep.root / 'commands.sh'}")
+    path = study.write_commands(sweep, all_runs)
+    print(f"{len(all_runs)} runs -> {path}")
     if FLAGS.run:
-      for r in all_runs:
-        if finished(r, sweep.steps):
-          print(f"done already: {r.workdir}", flush=True)
-          continue
-        print(shlex.join(r.argv), flush=True)
-        subprocess.run([sys.executable, *r.argv[1:]], check=False)
+      study.execute(sweep, all_runs)
   if FLAGS.table or FLAGS.run:
-    write_tables(sweep, all_runs)
+    study.write_tables(sweep, all_runs)
 
 
 if __name__ == "__main__":

@@ -243,7 +243,8 @@ def test_dtd_target_is_truncated_lambda_return():
   A_ = np.asarray(uhm.policy(state, S, state.ac.target_params))
   Q = np.asarray(jnp.min(uhm.q_values(state, S, A_, state.ac.target_params), 0))
   Q = Q.astype(np.float64)
-  r, m, g, lam = d["rewards"].astype(np.float64), d["masks"], c.discount, c.lam
+  # unset discount: validate_config gives NO_TASK_VALUES; the agent uses state.config
+  r, m, g, lam = d["rewards"].astype(np.float64), d["masks"], state.config.discount, c.lam
   for row, i in enumerate(idx):
     end = (i // 10) * 10 + 9
     K = min(4, end - i + 1)  # states s_1..s_K exist: s_k = next_observations[i+k-1]

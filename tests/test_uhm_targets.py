@@ -324,7 +324,8 @@ def test_rebrac_update_matches_fql_transcription():
   for i in range(5):
     state, _ = step(state, batch, jax.random.PRNGKey(i))
     seen.append((state.ac.params, state.ac.target_params))
-  ref_p, ref_t = _public_rebrac_params(p0, batch, 5, cfg)
+  # state.config: cfg validated (its unset discount is NO_TASK_VALUES["discount"])
+  ref_p, ref_t = _public_rebrac_params(p0, batch, 5, state.config)
   for got, ref in ((state.ac.params, ref_p), (state.ac.target_params, ref_t)):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6), got, ref)
   # Cadence: update 1 leaves actor and targets alone; targets move on updates 2 and 4 only; the

@@ -54,7 +54,7 @@ ReBRAC baseline (`agent="rebrac"`) against the public code it follows, FQL's ReB
     the Polyak update of both target networks (Adam momentum still moves the actor in between);
     critic target r + gamma m (min Qbar(s', a~') - alpha_critic ||a~' - a'_data||^2); actor loss
     -Q/mean|Q| + alpha_actor ||mu(s) - a||^2; dataset actions clipped to +-(1 - 1e-5) (done by
-    `offline_data.make_offline_data(action_clip_eps=...)`, which experiments.uhm calls with 1e-5);
+    `offline_data.make_offline_data(action_clip_eps=...)`, which `load_task` calls with 1e-5);
     discount 0.99, 0.995 for antmaze-giant / humanoidmaze / antsoccer (`task_defaults`).
   different, and why:
     * mean|Q| gets + 1e-6 before the division (FQL divides by mean|Q| alone): no inf at Q == 0;
@@ -70,7 +70,9 @@ API:  state = create(key, obs_dim, act_dim, config, obs_stats=offline_data.obs_s
       state, metrics = update(state, batch, key)          # pure; jit it (the config is static)
       act_BxA = sample_actions(state, obs_BxO)            # deterministic actor mu(s)
       sample_fn = make_sample_fn(config)                  # partial(offline_data.sample, ...)
-      discount, alpha_actor, alpha_critic, sources = task_defaults(env_name)
+      task_defaults(env_name)  # discount, alpha_actor, alpha_critic and where each comes from
+OGBench tasks (`jaxlab.rl.uhm.task`, what experiments.uhm runs): task = load_task(config, env_name)
+(task values filled, actions clipped); train(task, loop, seed=, eval_episodes=); evaluate_seeds.
 Each network is a `jaxlab.core.train_state.TrainState` (module, params, optimizer state, target
 copy): `state.ac` (critic and actor, one optimizer: `q_values(state, ...)`, `policy(state, ...)`),
 `state.flow` and `state.reward` (None for agents without).
@@ -89,6 +91,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+from ml_collections.config_dict import placeholder
 
 from jaxlab.core.errors import ConfigError, check_config, require
 from jaxlab.core.train_state import TrainState
@@ -106,14 +109,17 @@ def get_config() -> ml_collections.ConfigDict:
   """Agent config: FQL's ReBRAC defaults (4x512 networks) plus the horizon-model fields.
 
   Values marked [team] are our choices where the paper is silent; [FQL] follow FQL's ReBRAC
-  (arXiv 2502.02538, github.com/seohongpark/fql @ 719d044, agents/rebrac.py). CPU runs shrink the
-  networks (`experiments.uhm.get_config`); per-task discount and alphas: `task_defaults`.
+  (arXiv 2502.02538, github.com/seohongpark/fql @ 719d044, agents/rebrac.py). The command line's
+  CPU default shrinks the networks (experiments/configs/uhm.py). discount / alpha_actor /
+  alpha_critic are unset (None): `load_task` / `resolve_task_config` fill them with the task's
+  values (`task_defaults`), `validate_config` with `NO_TASK_VALUES` when no task is named.
   """
   c = ml_collections.ConfigDict()
   c.agent = "uhm"  # one of uhm, rebrac, ghm, dtd, mbtd (see module docstring)
   c.lr = 3e-4  # Adam learning rate for every network [FQL]
   c.batch_size = 256  # transitions per update [FQL]
-  c.discount = 0.99  # gamma; FQL uses 0.995 for antmaze-giant / humanoidmaze / antsoccer
+  c.discount = placeholder(float)  # gamma in (0, 1); None: the task's (0.99, or 0.995 for
+  # antmaze-giant / humanoidmaze / antsoccer as FQL; `task_defaults`)
   c.tau = 0.005  # EMA rate of the target critic and target actor [FQL]
   c.model_tau = 0.005  # EMA rate of the target flow model used for bootstrapping [team]
   c.actor_hidden_dims = (512, 512, 512, 512)  # actor MLP [FQL]
@@ -130,8 +136,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.actor_noise = 0.2  # target policy smoothing noise std [FQL]
   c.actor_noise_clip = 0.5  # clip of that noise [FQL]
   c.actor_fc_scale = 0.01  # init scale of the actor's last layer [FQL]
-  c.alpha_actor = 1.0  # BC weight in the actor loss; per task: `task_defaults` [see there]
-  c.alpha_critic = 0.0  # ReBRAC critic penalty (applied by rebrac and dtd only) [see there]
+  c.alpha_actor = placeholder(float)  # BC weight in the actor loss, >= 0; None: the task's
+  # (`task_defaults`), else NO_TASK_VALUES (1.0)
+  c.alpha_critic = placeholder(float)  # ReBRAC critic penalty (rebrac and dtd only), >= 0; None:
+  # the task's (`task_defaults`), else NO_TASK_VALUES (0.0)
   c.normalize_q_loss = True  # divide the actor's Q term by stop_grad(mean |Q|) [FQL]
   c.k_max = 8  # horizon cap: p_H winsorized at k_max; DTD/MBTD window length [team]
   c.lam = 0.9  # lambda of the truncated TD(lambda) / winsorized weights [team]
@@ -156,6 +164,10 @@ _REBRAC_ALPHAS = {
   "cube-single-play": (1.0, 0.0, "FQL README, ReBRAC visual-cube-single command (pixel variant)"),
 }
 _DISCOUNT_995 = ("antmaze-giant", "humanoidmaze", "antsoccer")
+# discount / alpha_actor / alpha_critic where neither the config nor the task gives one (FQL's
+# ReBRAC defaults); `validate_config` fills unset fields with these.
+NO_TASK_VALUES = dict(discount=0.99, alpha_actor=1.0, alpha_critic=0.0)
+TASK_FIELDS = tuple(NO_TASK_VALUES)
 
 
 def task_defaults(env_name: str) -> dict:
@@ -166,7 +178,7 @@ def task_defaults(env_name: str) -> dict:
   """
   long = any(env_name.startswith(p) for p in _DISCOUNT_995)
   out = dict(
-    discount=0.995 if long else 0.99,
+    discount=0.995 if long else NO_TASK_VALUES["discount"],
     discount_source="FQL README commands (0.995 for antmaze-giant, humanoidmaze, antsoccer)",
     alpha_actor=None,
     alpha_critic=None,
@@ -230,8 +242,15 @@ def _field_checks() -> dict:
 
 
 def validate_config(config) -> ml_collections.FrozenConfigDict:
-  """Checks every field (ConfigError naming ``config.<field>``); returns a hashable frozen copy."""
+  """Checks every field (ConfigError naming ``config.<field>``); returns a hashable frozen copy.
+
+  Unset task fields (discount, alphas) become `NO_TASK_VALUES`; to take a task's values instead,
+  call `resolve_task_config(config, env_name)` (or `load_task`), which validates too.
+  """
   c = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict") else dict(config))
+  for name in TASK_FIELDS:  # unset and no task named: the library's values
+    if c.get(name, 0.0) is None:
+      c[name] = NO_TASK_VALUES[name]
   expected = set(get_config().keys())
   unknown = sorted(set(c.keys()) - expected)
   require(

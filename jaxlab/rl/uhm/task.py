@@ -1,0 +1,358 @@
+"""UHM on an OGBench single task: what `python -m experiments.uhm` does, as library functions.
+
+    task = load_task(config, env_name)         # data set, task discount / alphas, clipped actions
+    state, result = train(task, loop, seed=0, eval_episodes=10)  # create + runtime.train + eval
+    r = evaluate_seeds(state, task.env_name, num_episodes=50, env=task.env)
+    summary = write_report(workdir, task, result)   # learning_curve.png + summary.json
+
+Task values: a config field discount / alpha_actor / alpha_critic left unset (None, as
+`get_config()` leaves them) takes the task's value from `task_defaults(env_name)`, or
+`NO_TASK_VALUES` where no public value exists (said out loud); where each came from is
+`task.sources` (summary.json: ``task_values_from``). Dataset actions are clipped to
++-(1 - ACTION_CLIP_EPS), as FQL's `make_env_and_datasets` does.
+
+Evaluation seeds (one rule, in training and in re-evaluation): episode i of every evaluation resets
+the environment with seed ``EVAL_SEED + i``, for every run, training seed and checkpoint, so runs
+differ only by training. Several training seeds (a state stacked by `create_seeds`) are each
+evaluated on those episodes and averaged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import warnings
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from jaxlab.core import checkpoint, metrics, plots, runtime, sharding
+from jaxlab.core.errors import ConfigError, require
+from jaxlab.rl.uhm import agent, offline_data
+
+ACTION_CLIP_EPS = 1e-5  # dataset actions clipped to +-(1 - eps) [FQL envs/env_utils.py]
+EVAL_SEED = 10_000  # episode i of every evaluation resets with seed EVAL_SEED + i
+
+__all__ = [
+  "ACTION_CLIP_EPS",
+  "EVAL_SEED",
+  "Task",
+  "check_options",
+  "default_eval_every",
+  "evaluate_checkpoint",
+  "evaluate_seeds",
+  "load_task",
+  "make_eval_fn",
+  "make_task",
+  "recorded_config",
+  "resolve_task_config",
+  "seed_slice",
+  "train",
+  "write_report",
+]
+_act = jax.jit(agent.sample_actions)  # one compiled actor call per environment step
+
+
+def check_options(
+  *, num_seeds: int = 1, mesh=None, eval_episodes: int = 1, episodes=None, data_seed: int = 0
+) -> None:
+  """The run options `load_task` and `train` take, checked before anything is read or written
+  (ConfigError naming each as the command line spells it)."""
+  require(eval_episodes >= 1, "eval_episodes", f"must be >= 1, got {eval_episodes}")
+  require(episodes is None or episodes >= 1, "episodes", f"must be >= 1, got {episodes}")
+  require(data_seed >= 0, "data_seed", f"must be >= 0, got {data_seed}")
+  require(num_seeds >= 1, "num_seeds", f"must be >= 1, got {num_seeds}")
+  require(
+    num_seeds == 1 or mesh is None,
+    "num_seeds",
+    "vmapped seeds run on one device; drop --mesh (or train one seed per process with --mesh)",
+  )
+
+
+def resolve_task_config(config, env_name: str, verbose: bool = True):
+  """Fills the unset discount / alphas from `task_defaults(env_name)` and validates.
+
+  Returns (frozen config, sources): sources[field] says where each value came from ("given" when
+  the config set it).
+  """
+  c = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict") else dict(config))
+  defaults = agent.task_defaults(env_name)
+  sources = {}
+  for name in agent.TASK_FIELDS:
+    key = "discount" if name == "discount" else "alpha"
+    if c.get(name) is not None:
+      sources[name] = "given"
+      continue
+    value = defaults[name]
+    if value is None:  # no public value: the library's, said out loud
+      value = agent.NO_TASK_VALUES[name]
+      if verbose:
+        print(
+          f"[uhm] no public ReBRAC {name} for {env_name}; using {value} "
+          f"(pick one with experiments.uhm_sweep --alpha_grid, or pass --config.{name})",
+          flush=True,
+        )
+      sources[name] = f"library default {value}; " + defaults[f"{key}_source"]
+    else:
+      sources[name] = defaults[f"{key}_source"]
+    c[name] = value
+  return agent.validate_config(c), sources
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """An OGBench single task ready to train on: what `create` and `runtime.train` need."""
+
+  env_name: str
+  config: ml_collections.FrozenConfigDict  # validated, task values filled
+  sources: dict  # where discount / alpha_actor / alpha_critic came from
+  data: offline_data.OfflineData  # the train split, actions clipped
+  env: object  # the evaluation env (None: made on first evaluation)
+  record: dict  # what summary.json records about the data and task values
+
+  @property
+  def obs_dim(self) -> int:
+    return int(self.data.observations.shape[1])
+
+  @property
+  def act_dim(self) -> int:
+    return int(self.data.actions.shape[1])
+
+
+def make_task(config, env_name: str, train_data: dict, *, env=None, sources=None, **record):
+  """A Task from numpy arrays (the OGBench layout); `load_task` reads them from a data set.
+
+  config: unresolved (its unset task values are filled here) or, with `sources`, the output of
+  `resolve_task_config`. record: extra entries for summary.json (data source, path, seed).
+  """
+  if sources is None:
+    cfg, sources = resolve_task_config(config, env_name)
+  else:
+    cfg = agent.validate_config(config)
+  data = offline_data.make_offline_data(train_data, action_clip_eps=ACTION_CLIP_EPS)
+  rec = {"env_name": env_name, **record, "transitions": data.size, "task_values_from": sources}
+  return Task(env_name, cfg, sources, data, env, rec)
+
+
+def load_task(
+  config=None,
+  env_name: str | None = None,
+  *,
+  dataset_dir: str | None = None,
+  generate_missing: bool = False,
+  num_episodes: int | None = None,
+  data_seed: int = 0,
+  sources: dict | None = None,
+  verbose: bool = True,
+) -> Task:
+  """The task's OGBench data set (`jaxlab.envs.ogbench.load`) as a Task.
+
+  config: default `get_config()`; env_name: default the embedded set's task. Without dataset_dir
+  and generate_missing the embedded set is used when no standard file is found. A missing or bad
+  set raises a ConfigError naming dataset_dir or env_name. Task values are resolved before any
+  data is read.
+  """
+  from jaxlab.envs import ogbench as og  # imports ogbench / mujoco lazily
+
+  check_options(episodes=num_episodes, data_seed=data_seed)
+  env_name = env_name or og.DEFAULT_ENV_NAME
+  config = agent.get_config() if config is None else config
+  if sources is None:
+    config, sources = resolve_task_config(config, env_name, verbose)
+  # gymnasium/glfw warn about float64 bounds and a missing X display; both are harmless here.
+  warnings.filterwarnings("ignore", message=".*precision lowered.*")
+  warnings.filterwarnings("ignore", message=".*DISPLAY.*")
+  loaded = og.load(
+    env_name,
+    dataset_dir=dataset_dir,
+    generate_if_missing=generate_missing,
+    embedded=dataset_dir is None and not generate_missing,
+    num_episodes=num_episodes,
+    seed=data_seed,
+    verbose=verbose,
+  )
+  return make_task(
+    config,
+    env_name,
+    loaded.train,
+    env=loaded.env,
+    sources=sources,
+    data=loaded.source,
+    data_path=loaded.path,
+    data_seed=data_seed,
+  )
+
+
+def seed_slice(state, i: int):
+  """Training seed i of a state stacked by `create_seeds`."""
+  return jax.tree.map(lambda x: x[i], state)
+
+
+def evaluate_seeds(
+  state,
+  env_name: str,
+  num_episodes: int,
+  *,
+  num_seeds: int = 1,
+  env=None,
+  max_episode_steps: int | None = None,
+) -> dict:
+  """The deterministic actor of each training seed in the real env, episodes seeded EVAL_SEED + i.
+
+  Returns the means over seeds of `jaxlab.envs.ogbench.evaluate`'s numbers (success, return,
+  episode_len, steps_per_s), num_episodes, and success_per_seed (one entry per seed).
+  """
+  from jaxlab.envs import ogbench as og
+
+  per_seed = []
+  for i in range(num_seeds):
+    s_i = state if num_seeds == 1 else seed_slice(state, i)
+    per_seed.append(
+      og.evaluate(
+        env_name,
+        lambda o, s_i=s_i: np.asarray(_act(s_i, jnp.asarray(o))),
+        num_episodes=num_episodes,
+        seed=EVAL_SEED,
+        env=env,
+        max_episode_steps=max_episode_steps,
+      )
+    )
+  out = {k: float(np.mean([p[k] for p in per_seed])) for k in per_seed[0] if k != "num_episodes"}
+  out.update(num_episodes=num_episodes, success_per_seed=[p["success"] for p in per_seed])
+  return out
+
+
+def make_eval_fn(task: Task, num_episodes: int, num_seeds: int = 1, first_seed: int = 0):
+  """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len (means over seeds)
+  and, with several seeds, ``success_seed<first_seed + i>``."""
+
+  def eval_fn(state, step):
+    del step
+    r = evaluate_seeds(state, task.env_name, num_episodes, num_seeds=num_seeds, env=task.env)
+    out = {k: r[k] for k in ("success", "return", "episode_len")}
+    if num_seeds > 1:
+      out.update({f"success_seed{first_seed + i}": s for i, s in enumerate(r["success_per_seed"])})
+    return out
+
+  return eval_fn
+
+
+def default_eval_every(steps: int, log_every: int) -> int:
+  """A quarter of the run, rounded to a multiple of log_every (equal chunks: one compile)."""
+  return max(log_every, steps // 4 // log_every * log_every)
+
+
+def train(
+  task: Task,
+  loop: runtime.Loop,
+  *,
+  seed: int,
+  eval_episodes: int,
+  num_seeds: int = 1,
+  workdir=None,
+  mesh=None,
+):
+  """Creates the agent (training seeds seed..seed+num_seeds-1, vmapped) and trains it on the task.
+
+  Evaluates with `make_eval_fn` at loop.eval_every (and at the end). With a mesh the batch is
+  split over its batch axes; parameters and the data set are replicated. Returns (state, result)
+  of `runtime.train`; config.json records the agent config, seeds and `task.record`.
+  """
+  check_options(num_seeds=num_seeds, mesh=mesh, eval_episodes=eval_episodes)
+  cfg = task.config
+  key = jax.random.key_data(jax.random.key(seed))
+  stats = offline_data.obs_stats(task.data)
+  state = agent.create_seeds(
+    jax.random.fold_in(key, 0), num_seeds, task.obs_dim, task.act_dim, cfg, obs_stats=stats
+  )
+  update_fn, sample_fn = agent.update, agent.make_sample_fn(cfg)
+  if num_seeds > 1:
+    update_fn, sample_fn = agent.vmap_seeds(update_fn, sample_fn, num_seeds)
+  sample_fn = sharding.data_parallel(sample_fn, mesh)
+  replicated = None if mesh is None else sharding.replicated(mesh)
+  record = {**task.record, "training_seeds": list(range(seed, seed + num_seeds))}
+  return runtime.train(
+    state,
+    update_fn,
+    loop,
+    key=key,
+    workdir=workdir,
+    data=task.data,
+    sample_fn=sample_fn,
+    eval_fn=make_eval_fn(task, eval_episodes, num_seeds, seed),
+    mesh=mesh,
+    state_sharding=replicated,
+    data_sharding=replicated,
+    config={"agent": cfg.to_dict(), "seed": seed, "num_seeds": num_seeds, **record},
+  )
+
+
+def write_report(workdir, task: Task, result, training_seeds) -> dict:
+  """learning_curve.png and summary.json completed with the task record and OGBench's timing."""
+  from jaxlab.envs import ogbench as og
+
+  workdir = pathlib.Path(workdir)
+  agent_name = task.config.agent
+  if result.evals:
+    steps = sorted(result.evals)
+    plots.lines(
+      workdir / "learning_curve.png",
+      {agent_name: (steps, [result.evals[s]["success"] for s in steps])},
+      "update step",
+      "success rate",
+      title=f"{agent_name} on {task.env_name}",
+    )
+  summary = {
+    **result.summary,
+    **task.record,
+    "training_seeds": list(training_seeds),
+    "ogbench": og.timing_record(),
+  }
+  runtime.write_summary(workdir, summary)
+  return summary
+
+
+# ------------------------------------------------------------------------------- re-evaluation
+def recorded_config(workdir):
+  """(frozen agent config, env name, number of training seeds) a run recorded in config.json."""
+  path = pathlib.Path(workdir) / "config.json"
+  require(path.exists(), "workdir", f"{workdir} has no config.json: not a UHM run directory")
+  try:
+    record = metrics.read_json(path)
+    config = agent.get_config()
+    for k, v in record["agent"].items():
+      config[k] = tuple(v) if isinstance(v, list) else v
+    num_seeds = int(record.get("num_seeds", 1))
+    return agent.validate_config(config), str(record["env_name"]), num_seeds
+  except (ValueError, KeyError, TypeError, AttributeError) as e:  # ConfigError is a ValueError
+    why = e.message if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
+    raise ConfigError(
+      "workdir", f"{path} is not the config of an experiments.uhm run ({why})"
+    ) from None
+
+
+def evaluate_checkpoint(workdir, step: int | None, num_episodes: int) -> tuple[dict, pathlib.Path]:
+  """Restores a run's checkpoint (latest when step is None), evaluates every training seed with
+  `evaluate_seeds` and writes ``eval_step<step>_n<episodes>.json`` into the workdir."""
+  from jaxlab.envs import ogbench as og
+
+  require(num_episodes >= 1, "eval_episodes", f"must be >= 1, got {num_episodes}")
+  workdir = pathlib.Path(workdir)
+  cfg, env_name, num_seeds = recorded_config(workdir)
+  warnings.filterwarnings("ignore", message=".*precision lowered.*")
+  warnings.filterwarnings("ignore", message=".*DISPLAY.*")
+  env = og.make_env(env_name)
+  dims = int(env.observation_space.shape[0]), int(env.action_space.shape[0])
+  # Structure only (values are restored): one state, or num_seeds stacked by --num_seeds.
+  like = agent.create_seeds(jax.random.key(0), num_seeds, *dims, cfg)
+  restored = checkpoint.restore(workdir, like, step)
+  if restored is None:
+    raise ConfigError("workdir", f"{workdir} has no checkpoint")
+  state, step = restored
+  r = evaluate_seeds(state, env_name, num_episodes, num_seeds=num_seeds, env=env)
+  r.update(step=step, agent=cfg.agent, env_name=env_name, ogbench=og.timing_record())
+  out = workdir / f"eval_step{step}_n{num_episodes}.json"
+  metrics.write_json(out, r)
+  return r, out

@@ -1,0 +1,100 @@
+"""jaxlab.rl.uhm.study: sweep planning (command lines, workdirs, presets) and its table."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxlab.core.errors import ConfigError
+from jaxlab.rl.uhm import study
+
+KW = dict(
+  agents=["uhm", "rebrac"],
+  seeds=["0", "1"],
+  data_seeds=["0"],
+  tasks=["1"],
+  episodes=100,
+  net="cpu",
+  vmap_seeds=False,
+  alpha_grid=[],
+  eval_every=0,
+  eval_episodes=20,
+  dataset_dir=None,
+  extra="",
+  config_file="experiments/configs/uhm.py",
+)
+
+
+def _sweep(root, **kw):
+  return study.make_sweep(root, 100, "lowbudget", **{**KW, **kw})
+
+
+def test_plan_one_command_per_run(tmp_path):
+  runs = study.plan(_sweep(tmp_path))
+  assert len(runs) == 2 * 2 * 2  # envs x agents x training seeds
+  r = runs[0]
+  assert r.workdir == tmp_path / "cube-single-play" / "task1" / "uhm" / "d0" / "s0"
+  argv = list(r.argv)
+  assert argv[:3] == ["python", "-m", "experiments.uhm"]
+  assert "--env_name=cube-single-play-singletask-task1-v0" in argv and "--eval_every=10" in argv
+  assert "--episodes=100" in argv and "--data_seed=0" in argv and "--agent=uhm" in argv
+  # The default config (and each task's discount / alphas) is the program's: nothing restated.
+  assert not [a for a in argv if a.startswith("--config")]
+  paper = study.plan(_sweep(tmp_path, net="paper"))[0].argv
+  assert "--config=experiments/configs/uhm.py:paper" in paper
+  vm = study.plan(_sweep(tmp_path, vmap_seeds=True))
+  assert len(vm) == 4 and vm[0].seeds == (0, 1) and "--num_seeds=2" in vm[0].argv
+  assert vm[0].workdir.name == "s0-1"
+  grid = study.plan(_sweep(tmp_path, agents=["rebrac"], alpha_grid=["0.1:0"]))
+  assert grid[0].agent == "rebrac@0.1:0.0" and "--config.alpha_actor=0.1" in grid[0].argv
+  path = study.write_commands(_sweep(tmp_path), runs)
+  assert path.read_text().count("python -m experiments.uhm") == 8
+
+
+@pytest.mark.parametrize(
+  "kw, field",
+  [
+    (dict(seeds=["a"]), "seeds"),
+    (dict(tasks=["9"]), "tasks"),
+    (dict(agents=["sac"]), "agents"),
+    (dict(alpha_grid=["1:x"]), "alpha_grid"),
+    (dict(alpha_grid=["1:0"]), "alpha_grid"),  # uhm is not ReBRAC
+    (dict(seeds=["0", "2"], vmap_seeds=True), "seeds"),
+    (dict(net="huge"), "net"),
+    (dict(extra="'"), "extra"),
+  ],
+)
+def test_bad_options_name_the_flag(tmp_path, kw, field):
+  with pytest.raises(ConfigError) as e:
+    _sweep(tmp_path, **kw)
+  assert e.value.field == field
+  with pytest.raises(ConfigError) as e:
+    study.make_sweep(tmp_path, 100, "foo", **KW)
+  assert e.value.field == "suite"
+
+
+def test_table_cells_are_t_intervals_over_finished_replicates(tmp_path):
+  from scipy import stats
+
+  sweep = _sweep(tmp_path, agents=["uhm"], seeds=["0", "1", "2"])
+  runs = study.plan(sweep)
+  finals, rng = {}, np.random.default_rng(0)
+  for r in runs:
+    r.workdir.mkdir(parents=True)
+    final = float(rng.uniform())
+    finals[(r.env, r.seeds[0])] = 100 * final
+    (r.workdir / "eval.csv").write_text(f"step,success\n50,{final / 2}\n100,{final}\n")
+    (r.workdir / "metrics.csv").write_text("step,steps_per_sec\n50,1.0\n100,20.0\n")
+    (r.workdir / "summary.json").write_text(json.dumps({"step": 100}))
+  assert all(study.finished(r, 100) for r in runs)
+  (runs[0].workdir / "eval.csv").write_text("step,success\n50,0.9\n")  # unfinished: left out
+  md = study.write_tables(sweep, runs)
+  xs = np.array([finals[("cube-single-play", s)] for s in (1, 2)])
+  h = stats.t.ppf(0.975, 1) * xs.std(ddof=1) / np.sqrt(2)
+  cell = f"{xs.mean():.0f} [{xs.mean() - h:.0f}, {xs.mean() + h:.0f}] (2)"
+  assert f"| cube-single-play | {cell} |" in md, md
+  assert (tmp_path / "table.md").read_text() == md
+  assert (tmp_path / "table_lowbudget.csv").exists()
+  assert (tmp_path / "curves_lowbudget_steps.png").exists()
+  m, lo, hi = study.t_interval([1.0])
+  assert m == 1.0 and np.isnan(lo) and np.isnan(hi)

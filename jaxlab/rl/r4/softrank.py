@@ -85,7 +85,7 @@ projection.defvjp(_fwd, _bwd)
 
 
 @jax.jit
-def soft_rank(x: Array, eps: float | Array = 1.0) -> Array:
+def soft_rank(x: Array, eps: float | Array) -> Array:
   """Ascending soft ranks of ``x[..., n]`` (1 = smallest), regularisation strength ``eps``."""
   x = jnp.asarray(x)
   n = x.shape[-1]

@@ -45,6 +45,22 @@ def test_bad_input_exits_2_without_workdir(tmp_path, args, flag):
   assert not workdir.exists()
 
 
+@pytest.mark.parametrize(
+  "arg, line",
+  [
+    ("--steps=abc", "error: --steps: must be an integer, got 'abc'"),
+    ("--steps=1e3", "error: --steps: must be an integer, got '1e3'"),
+    ("--config.lr=abc", "error: --config.lr: must be a number, got 'abc'"),
+    ("--profile=maybe", "error: --profile: must be true or false, got 'maybe'"),
+    ("--bogus=1", "error: --bogus: unknown flag (--help lists them)"),
+  ],
+)
+def test_absl_parse_errors_read_like_jaxlab_errors(tmp_path, arg, line):
+  """absl's own messages (``flag --x=v: ...``) in the one form ``error: --<flag>: <allowed>``."""
+  r = _run([f"--workdir={tmp_path / 'run'}", arg], tmp_path)
+  assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
+
+
 def test_example_runs_and_resumes(tmp_path):
   workdir = tmp_path / "run"
   r = _run(

@@ -326,8 +326,34 @@ def _flags_parser(argv: list[str]) -> list[str]:
     if "Traceback" in msg:  # a config file's get_config raised: its last line is the reason
       m = re.match(r"flag --(\w+)=", msg)
       fail(m.group(1) if m else "config", msg.strip().splitlines()[-1].strip())
-    print(f"error: {msg}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    flag, message = _flag_error(msg)
+    fail(flag, message)
+
+
+_PARSE_REASONS = (
+  ("invalid literal for int()", "must be an integer"),
+  ("could not convert string to float", "must be a number"),
+  ("Non-boolean argument", "must be true or false"),
+)
+
+
+def _flag_error(msg: str) -> tuple[str, str]:
+  """absl's ``flag --x=v: why`` or ``Unknown command line flag 'x'`` as jaxlab's (flag, message)."""
+  m = re.match(r"Unknown command line flag '([^']+)'(.*)", msg, re.S)
+  if m:
+    hint = m.group(2).strip(" .")
+    return m.group(1), "unknown flag (--help lists them)" + (f"; {hint}" if hint else "")
+  m = re.match(r"flag --([^=\s]+)=(.*?): (.*)", msg, re.S)
+  if not m:
+    return "flags", msg.strip().splitlines()[-1]
+  name, value, reason = m.groups()
+  for needle, allowed in _PARSE_REASONS:
+    if needle in reason:
+      return name, f"{allowed}, got {value!r}"
+  choices = re.search(r"value should be one of <([^>]*)>", reason)
+  if choices:
+    return name, f"got {value!r}; allowed: {', '.join(choices.group(1).split('|'))}"
+  return name, f"{reason.strip().splitlines()[-1].strip()} (got {value!r})"
 
 
 def _thread_failure(args) -> None:

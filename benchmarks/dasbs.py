@@ -29,7 +29,7 @@ from absl import flags
 
 from experiments import dasbs as dasbs_experiment  # the --config and --mcmc_* flags
 from jaxlab.core import checkpoint, experiment, runtime
-from jaxlab.sampling import dasbs, exact, mcmc, metrics
+from jaxlab.sampling import dasbs, evaluation, exact, mcmc, metrics
 
 flags.DEFINE_integer("timed_steps", 20, "Timed training steps (after a compile run).")
 flags.DEFINE_integer("num_samples", 256, "Model samples per timed sampling call.")
@@ -101,7 +101,7 @@ def main(argv):
   run = experiment.common("dasbs_benchmark", unused=unused)
   experiment.check_positive("timed_steps", FLAGS.timed_steps)
   experiment.check_positive("num_samples", FLAGS.num_samples)
-  dasbs_experiment.check_mcmc_flags()
+  ev = dasbs_experiment.eval_settings()
   where = FLAGS.trained_workdir
   if where is not None:
     experiment.require(os.path.isdir(where), "trained_workdir", f"no such directory: {where}")
@@ -115,17 +115,17 @@ def main(argv):
   state, how = _trained(spec, jax.random.fold_in(key, 1), dasbs.init_state(spec, key))
   del untrained
   model_eff = _model_line(spec, state, jax.random.fold_in(key, 2), how)
-  methods = ("sw", "metropolis") if dasbs_experiment.mcmc_method(t) == "sw" else ("metropolis",)
+  methods = ("sw", "metropolis") if evaluation.mcmc_method(t) == "sw" else ("metropolis",)
   for method in methods:
     f = lambda k: mcmc.run_chains(
-      k, t, FLAGS.mcmc_chains, FLAGS.mcmc_samples, FLAGS.mcmc_burn_in, FLAGS.mcmc_thin, method
+      k, t, ev.mcmc_chains, ev.mcmc_samples, ev.mcmc_burn_in, ev.mcmc_thin, method
     )
     mc_s, (_, es, _) = _timed(f, key)
     tau = mcmc.integrated_autocorr(jax.device_get(es))
-    eff = FLAGS.mcmc_chains * FLAGS.mcmc_samples / tau / mc_s
+    eff = ev.mcmc_chains * ev.mcmc_samples / tau / mc_s
     print(
-      f"MCMC {method:10s}: tau_int(E) = {tau:.2f} kept samples ({FLAGS.mcmc_thin} sweeps "
-      f"apart), {eff:.1f} effective samples/s (incl. {FLAGS.mcmc_burn_in} burn-in sweeps); "
+      f"MCMC {method:10s}: tau_int(E) = {tau:.2f} kept samples ({ev.mcmc_thin} sweeps "
+      f"apart), {eff:.1f} effective samples/s (incl. {ev.mcmc_burn_in} burn-in sweeps); "
       f"DASBS eff. samples/s : {method} eff. samples/s = {model_eff / eff:.3g}"
     )
 

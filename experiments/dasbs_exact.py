@@ -26,113 +26,37 @@ three comparisons with the exact controller:
     at t = 0 would be the first of these; the exact SB's is about the second.
 
 --steps is the shared flag reused as the number of tau-leaping steps (default 50). Nothing is
-written unless --out=<path.json> is given.
+written unless --out=<path.json> is given. The same from Python: `jaxlab.sampling.exact_check`
+(docs/dasbs.md, "Use from Python").
 """
 
 from __future__ import annotations
 
-import json
 import pathlib
-import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import orbax.checkpoint as ocp
 from absl import flags
 
-from jaxlab.core import checkpoint, experiment
-from jaxlab.core.errors import ConfigError, require
+from jaxlab.core import experiment
+from jaxlab.core.errors import require
 from jaxlab.core.metrics import write_json
-from jaxlab.sampling import dasbs, exact, losses, sampler
+from jaxlab.sampling import exact_check
 
-flags.DEFINE_integer("L", 4, "Lattice side (3 or 4: 2^(L*L) states are enumerated).")
-flags.DEFINE_float("beta", 0.4407, "Inverse temperature.")
-flags.DEFINE_float("gamma", 0.25, "Reference rate scale of the log-linear schedule.")
-flags.DEFINE_float("alpha", 0.5, "Log-linear offset: gamma(t) = gamma / (alpha + t).")
-flags.DEFINE_integer("samples", 8192, "Paths per seed (and for the trained sampler).")
-flags.DEFINE_integer("seeds", 4, "Seeds of the exact controller's tau-leaping.")
+_DEFAULTS = exact_check.get_config()  # the defaults of the flags below
+flags.DEFINE_integer("L", _DEFAULTS.L, "Lattice side (3 or 4: 2^(L*L) states are enumerated).")
+flags.DEFINE_float("beta", _DEFAULTS.beta, "Inverse temperature.")
+flags.DEFINE_float("gamma", _DEFAULTS.gamma, "Reference rate scale of the log-linear schedule.")
+flags.DEFINE_float("alpha", _DEFAULTS.alpha, "Log-linear offset: gamma(t) = gamma / (alpha + t).")
+flags.DEFINE_integer("samples", _DEFAULTS.samples, "Paths per seed (and for the trained sampler).")
+flags.DEFINE_integer("seeds", _DEFAULTS.seeds, "Seeds of the exact controller's tau-leaping.")
 flags.DEFINE_string("out", None, "Optional JSON file for every printed number.")
 FLAGS = flags.FLAGS
 
-DEFAULT_STEPS = 50
 _UNUSED = ("log_every", "ckpt_every", "keep", "mesh", "profile")
 _FROM_RUN = ("L", "beta", "gamma", "alpha", "steps")  # with --workdir: from its config.json
 
 
-def _flag_spec() -> dasbs.Spec:
-  """The Spec the flags describe (Ising, J = 1, h = 0, constant source, log-linear noise)."""
-  require(FLAGS.L in (3, 4), "L", f"must be 3 or 4 (2^(L*L) states are enumerated), got {FLAGS.L}")
-  for name in ("beta", "gamma", "alpha"):
-    experiment.check_positive(name, getattr(FLAGS, name))
-  c = dasbs.get_config()
-  c.update(
-    target="ising",
-    L=FLAGS.L,
-    beta=FLAGS.beta,
-    gamma=FLAGS.gamma,
-    alpha=FLAGS.alpha,
-    noise="log_linear",
-    h=0.0,
-    source="constant",
-    sampling_steps=DEFAULT_STEPS if FLAGS.steps is None else FLAGS.steps,
-  )
-  return dasbs.make_spec(c)
-
-
-def _run_spec(workdir: pathlib.Path) -> dasbs.Spec:
-  """The Spec of an `experiments.dasbs` run from its config.json (unknown fields are ignored)."""
-  path = workdir / "config.json"
-  require(path.exists(), "workdir", f"{workdir} has no config.json: not a dasbs run directory")
-  try:
-    record = json.loads(path.read_text())
-    c = dasbs.get_config()
-    c.update(**{k: v for k, v in record.items() if k in c})
-    spec = dasbs.make_spec(c)
-  except (ValueError, KeyError, TypeError, AttributeError) as e:  # ConfigError is a ValueError
-    why = e.message if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
-    raise ConfigError("workdir", f"{path} is not the config of a dasbs run ({why})") from None
-  tgt = spec.target
-  require(
-    tgt.kind == "ising" and tgt.h == 0.0 and spec.source == "constant" and tgt.L <= 4,
-    "workdir",
-    "the exact controller needs Ising, h = 0, source='constant' and L <= 4; the run has "
-    f"{tgt.kind}, h={tgt.h}, source={spec.source!r}, L={tgt.L}",
-  )
-  return spec
-
-
-def restore_controller(workdir: pathlib.Path, spec: dasbs.Spec):
-  """The controller (a TrainState) with the EMA weights of the run's latest checkpoint, and its
-  step. Only ctrl.target_params is read, so runs saved before later state fields (e.g. buf_logw)
-  were added still load."""
-  require(
-    (workdir / checkpoint.CKPT_DIR).is_dir(), "workdir", f"{workdir} has no checkpoints/ folder"
-  )
-  ctrl = dasbs.init_state(spec, jax.random.PRNGKey(0)).ctrl
-  item = {"ctrl": {"target_params": jax.tree.map(ocp.utils.to_shape_dtype_struct, ctrl.params)}}
-  mngr = checkpoint.manager(workdir, keep=1_000_000)  # reading must never prune
-  try:
-    step = mngr.latest_step()
-    require(step is not None, "workdir", f"{workdir} has no checkpoint")
-    args = ocp.args.PyTreeRestore(
-      item=item,
-      restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-      partial_restore=True,
-    )
-    try:
-      restored = mngr.restore(step, args=ocp.args.Composite(state=args))
-    except Exception as e:  # orbax raises many types, with very long messages
-      first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-      raise ConfigError(
-        "workdir", f"the controller of checkpoint {step} cannot be restored ({first})"
-      ) from None
-  finally:
-    mngr.close()
-  return ctrl.replace(target_params=restored["state"]["ctrl"]["target_params"]), int(step)
-
-
-def _check_flags() -> None:
+def _settings():
+  """The flags as `exact_check.get_config()` fields, validated (errors name the flag)."""
   for name in _UNUSED:
     require(not FLAGS[name].present, name, "is not used by dasbs_exact; remove it")
   if FLAGS.workdir:
@@ -140,201 +64,35 @@ def _check_flags() -> None:
       require(
         not FLAGS[name].present, name, "is taken from the --workdir run's config.json; remove it"
       )
-  else:
-    require(FLAGS.steps is None or FLAGS.steps >= 1, "steps", f"must be >= 1, got {FLAGS.steps}")
   require(FLAGS.seed >= 0, "seed", f"must be >= 0, got {FLAGS.seed}")
-  require(FLAGS.samples >= 1, "samples", f"must be >= 1, got {FLAGS.samples}")
-  require(FLAGS.seeds >= 1, "seeds", f"must be >= 1, got {FLAGS.seeds}")
+  c = exact_check.get_config()
+  c.update({k: FLAGS[k].value for k in ("L", "beta", "gamma", "alpha", "samples", "seeds")})
+  c.steps = c.steps if FLAGS.steps is None else FLAGS.steps
   if FLAGS.out:
     out = pathlib.Path(FLAGS.out)
     require(out.parent.is_dir(), "out", f"the directory of {out} does not exist")
     require(not out.is_dir(), "out", f"{out} is a directory")
-
-
-def _grid(steps: int) -> np.ndarray:
-  """The times at which `sampler.tau_leap` calls the controller."""
-  return np.linspace(0.0, 1.0, steps + 1)[:-1]
-
-
-def _mean_se(v) -> tuple[float, float]:
-  v = np.asarray(v, np.float64)
-  return float(v.mean()), float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan")
-
-
-def exact_floor(spec, log_phi, key, samples: int, seeds: int, u_exact: float) -> dict:
-  """Tau-leaping from the source with the exact controller: signed energy error per spin per seed,
-  and seed 0's (x0, x1) pairs."""
-  tgt, steps = spec.target, spec.sampling_steps
-
-  def one(k):
-    k0, k1 = jax.random.split(k)
-    x0 = sampler.sample_source(k0, spec.source, samples, tgt.D, tgt.N)
-    x1 = sampler.tau_leap(k1, log_phi, x0, spec.sched, tgt.N, steps)["x1"]
-    return x0, x1, tgt.energy(x1).mean() / tgt.D
-
-  run = jax.jit(one)
-  errs, pairs = [], None
-  for s in range(seeds):
-    x0, x1, u = run(jax.random.fold_in(key, s))
-    errs.append(float(u) - u_exact)
-    pairs = pairs or (x0, x1)
-  mean, se = _mean_se(errs)
-  if seeds == 1:  # the standard error of the one seed's mean
-    e = np.asarray(tgt.energy(pairs[1]), np.float64) / tgt.D
-    se = float(e.std() / np.sqrt(e.size))
-  return {"err_u": mean, "err_u_se": se, "err_u_per_seed": errs, "pairs": pairs}
-
-
-def _ratio(a: float, b: float) -> float:
-  return float(a / b) if b > 0 else float("nan")  # nan: no such sites at this step
-
-
-def leave_rates(log_phi_BxDxN, x_BxD):
-  """Per site, the summed rate ratio to the reference of leaving x^d (BxD)."""
-  off = losses.off_mask(x_BxD, log_phi_BxDxN.shape[-1])
-  return jnp.where(off, jnp.exp(log_phi_BxDxN), 0.0).sum(-1)
-
-
-def tm_target_t0(log_phi1_S, x0_BxD, x1_BxD, N: int) -> float:
-  """Mean over pairs, sites and jumps n != x0^d of the ctrl-TM target at t = 0 (x_t = x0) with the
-  exact corrector: [S_nu - log hat phi_1](x1) = the log phi_1 ratios at x1, Z_N-shifted to x0."""
-  r1 = exact.neighbour_log_ratios(log_phi1_S, x1_BxD, N)
-  target = losses.ctrl_tm_log_target(r1, jnp.zeros_like(r1), x1_BxD, x0_BxD)
-  off = losses.off_mask(x0_BxD, N)
-  return float(jnp.where(off, jnp.exp(target), 0.0).sum() / off.sum())
-
-
-def trained_paths(spec, ctrl, exact_fn, key, num: int):
-  """The trained sampler's tau-leaping paths (as `dasbs.simulate`: same keys, same steps) and, at
-  each step, the summed leave rates of trained and exact controllers on its states, split by
-  whether the flip lowers |m|."""
-  tgt, steps = spec.target, spec.sampling_steps
-  ts = jnp.linspace(0.0, 1.0, steps + 1)
-  params = ctrl.target_params
-  k0, k1 = jax.random.split(key)
-  x0 = sampler.sample_source(k0, spec.source, num, tgt.D, tgt.N)
-
-  def body(x, i):
-    t_B = jnp.full((num,), ts[i])
-    lp_nn = ctrl(x, t_B, params=params).astype(jnp.float32)
-    r_nn, r_ex = leave_rates(lp_nn, x), leave_rates(exact_fn(t_B, x), x)
-    s = 2.0 * x - 1.0
-    m = s.sum(-1, keepdims=True)
-    dis = s * m > 0  # flipping this site lowers |m| (none when m = 0)
-    stats = {
-      "abs_m": jnp.abs(m).mean() / tgt.D,
-      "nn_dis": jnp.where(dis, r_nn, 0.0).sum(),
-      "ex_dis": jnp.where(dis, r_ex, 0.0).sum(),
-      "nn_ord": jnp.where(dis, 0.0, r_nn).sum(),
-      "ex_ord": jnp.where(dis, 0.0, r_ex).sum(),
-    }
-    logp, _ = sampler.step_log_probs(lp_nn, x, spec.sched.Gamma(ts[i], ts[i + 1]))
-    new = jax.random.categorical(jax.random.fold_in(k1, i), logp, axis=-1).astype(x.dtype)
-    return new, stats
-
-  x1, stats = jax.lax.scan(body, x0, jnp.arange(steps))
-  return x0, x1, stats
-
-
-def compare_trained(spec, ctrl, exact_fn, info, exact_pairs, key, num, u_exact) -> dict:
-  """The trained controller (EMA weights) against the exact one: see the module docstring."""
-  tgt, steps = spec.target, spec.sampling_steps
-  N, D = tgt.N, tgt.D
-  ground = jnp.stack([jnp.zeros((D,), jnp.int32), jnp.ones((D,), jnp.int32)])
-  t0 = jnp.zeros((2,))
-  nn0 = leave_rates(ctrl(ground, t0, params=ctrl.target_params), ground).mean(-1)
-  ex0 = leave_rates(exact_fn(t0, ground), ground).mean(-1)
-  paths = jax.jit(lambda c, k: trained_paths(spec, c, exact_fn, k, num))
-  x0, x1, stats = paths(ctrl, key)
-  stats = {k: np.asarray(v, np.float64) for k, v in stats.items()}
-  e = np.asarray(tgt.energy(x1), np.float64) / D
-  ts = _grid(steps)
-  rows = sorted({round(j * steps / 10) for j in range(10)} | {steps - 1})
-  along = [
-    {
-      "t": float(ts[i]),
-      "abs_m": float(stats["abs_m"][i]),
-      "ratio_disorder": _ratio(stats["nn_dis"][i], stats["ex_dis"][i]),
-      "ratio_order": _ratio(stats["nn_ord"][i], stats["ex_ord"][i]),
-    }
-    for i in rows
-  ]
-  return {
-    "leave_t0_trained": [float(v) for v in nn0],  # all-0, all-1
-    "leave_t0_exact": float(ex0[0]),
-    "err_u_trained": float(e.mean() - u_exact),
-    "err_u_trained_se": float(e.std() / np.sqrt(e.size)),
-    "along_paths": along,
-    "tm_target_t0_own": tm_target_t0(info["log_phi1"], x0, x1, N),
-    "tm_target_t0_exact": tm_target_t0(info["log_phi1"], *exact_pairs, N),
-  }
+  return exact_check.validate_config(c)
 
 
 def main(argv):
   del argv
-  _check_flags()
+  c = _settings()
   workdir = pathlib.Path(FLAGS.workdir) if FLAGS.workdir else None
-  spec = _run_spec(workdir) if workdir else _flag_spec()
-  ctrl, step = restore_controller(workdir, spec) if workdir else (None, None)
-  tgt, sched, steps = spec.target, spec.sched, spec.sampling_steps
-  src = f"from {workdir}/config.json" if workdir else "from the flags"
+  spec = exact_check.run_spec(workdir) if workdir else exact_check.flag_spec(c)
+  ctrl, step = exact_check.restore_controller(workdir, spec) if workdir else (None, None)
+  tgt, sched = spec.target, spec.sched
   print(
     f"[dasbs_exact] {tgt.kind} L={tgt.L} beta={tgt.beta:g} noise={sched.kind} "
-    f"gamma={sched.gamma:g} alpha={sched.alpha:g} steps={steps} ({src})",
+    f"gamma={sched.gamma:g} alpha={sched.alpha:g} steps={spec.sampling_steps} "
+    f"({f'from {workdir}/config.json' if workdir else 'from the flags'})",
     flush=True,
   )
-  t_start = time.perf_counter()
-  key = jax.random.PRNGKey(FLAGS.seed)
-  u_exact = exact.ising_exact_observables(tgt.L, tgt.beta, tgt.J)["u_per_spin"]
-  exact_fn, info = exact.constant_source_sb_log_phi(tgt, sched, _grid(steps))
-  floor = exact_floor(
-    spec, exact_fn, jax.random.fold_in(key, 0), FLAGS.samples, FLAGS.seeds, u_exact
-  )
-  per_seed = ", ".join(f"{v:+.4f}" for v in floor["err_u_per_seed"])
-  print(
-    f"[dasbs_exact] exact controller, {steps} tau-leaps: err_u {floor['err_u']:+.4f} "
-    f"± {floor['err_u_se']:.4f} per spin (U = {u_exact:.4f}; {FLAGS.seeds} seeds x "
-    f"{FLAGS.samples}: {per_seed}) [{time.perf_counter() - t_start:.0f} s]",
-    flush=True,
-  )
-  result = {
-    "target": {"kind": tgt.kind, "L": tgt.L, "beta": tgt.beta},
-    "sched": {"kind": sched.kind, "gamma": sched.gamma, "alpha": sched.alpha},
-    "steps": steps,
-    "u_exact": u_exact,
-    **{k: v for k, v in floor.items() if k != "pairs"},
-  }
-  if ctrl is not None:
-    cmp = compare_trained(
-      spec,
-      ctrl,
-      exact_fn,
-      info,
-      floor["pairs"],
-      jax.random.fold_in(key, 1),
-      FLAGS.samples,
-      u_exact,
-    )
-    nn0 = cmp["leave_t0_trained"]
-    print(
-      f"[dasbs_exact] trained EMA controller (step {step}): err_u {cmp['err_u_trained']:+.4f} "
-      f"± {cmp['err_u_trained_se']:.4f}; t=0 ground-state leave rate (mean over sites) trained "
-      f"{nn0[0]:.4f} (all-0) / {nn0[1]:.4f} (all-1), exact {cmp['leave_t0_exact']:.4f}",
-      flush=True,
-    )
-    print("[dasbs_exact] along the trained paths, summed leave rates trained / exact:")
-    print("    t    |m|  disordering  ordering")
-    for r in cmp["along_paths"]:
-      print(
-        f"  {r['t']:.2f}  {r['abs_m']:.3f}  {r['ratio_disorder']:11.3f}  {r['ratio_order']:8.3f}"
-      )
-    print(
-      f"[dasbs_exact] ctrl-TM target at t=0 (exact corrector), mean over pairs and sites: trained "
-      f"sampler's own pairs {cmp['tm_target_t0_own']:.4f}, exact controller's "
-      f"{cmp['tm_target_t0_exact']:.4f} [{time.perf_counter() - t_start:.0f} s]",
-      flush=True,
-    )
-    result.update(workdir=str(workdir), checkpoint_step=step, **cmp)
+  log = lambda line: print(line, flush=True)  # noqa: E731
+  kw = {"samples": c.samples, "seeds": c.seeds, "seed": FLAGS.seed, "log": log}
+  result = exact_check.run(spec, ctrl=ctrl, step=step, **kw)
+  if workdir:
+    result = {**result, "workdir": str(workdir)}
   if FLAGS.out:
     write_json(FLAGS.out, result)
     print(f"[dasbs_exact] -> {FLAGS.out}")

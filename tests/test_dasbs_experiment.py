@@ -197,3 +197,34 @@ def test_printed_result_puts_unweighted_errors_and_target_ess_first():
   names = [part.split("=")[0] for part in line.split()]
   assert names[:3] == ["err_u_unweighted", "energy_w2", "ess_target"]
   assert names[-1] == "ess_log_rnd" and "err_f_reweighted=0.007" in line
+
+
+def test_presets_only_change_library_fields():
+  """Every preset starts from `dasbs.get_config()` and sets only fields it has, each to a value
+  other than the library's (a default is declared once)."""
+  module = _config_module()
+  library = dasbs.get_config()
+  for name, fields in {**module.PRESETS, **module.CPU_PRESETS}.items():
+    assert set(fields) <= set(library), name
+  for part in (module.ISING, module.POTTS, module.UNIFORM, module.LONG):
+    assert all(library[k] != v for k, v in part.items()), part
+
+
+def test_evaluation_and_exact_check_configs_name_the_flag():
+  from jaxlab.sampling import evaluation, exact_check
+
+  for mod, field, value in [
+    (evaluation, "mcmc_thin", 0),
+    (evaluation, "stage_eval_samples", -1),
+    (exact_check, "L", 5),
+    (exact_check, "samples", 0),
+    (exact_check, "beta", float("nan")),
+  ]:
+    c = mod.get_config()
+    c[field] = value
+    with pytest.raises(ConfigError) as e:
+      mod.validate_config(c)
+    assert e.value.field == field
+  bins = evaluation.energy_bins(np.array([-2.0, -1.0]), np.array([0.0]))
+  assert np.allclose(np.diff(bins), 1.0) and bins[0] == -2.5
+  assert evaluation.mcmc_method(dasbs.make_spec(dasbs.get_config()).target) == "sw"

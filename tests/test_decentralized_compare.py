@@ -212,3 +212,47 @@ def test_compare_on_a_ring_with_uniform_lambda_is_identical():
   assert set(verdicts["final"]["I"]) >= {"gap", "consensus", "gap_tracked", "diverged_at"}
   skewed = compare.compare(g, [0.1, 0.2, 0.3, 0.4], prob, 20, key=jax.random.key(0), lr=0.01)
   assert skewed.lr == 0.01 and not compare.identical(skewed.results, skewed.lam)
+
+
+def test_run_single_and_sweep_reproduce_the_program(tmp_path):
+  """The library path of `python -m experiments.decentralized` (and `--sweep`) at a tiny size."""
+  config = dec.get_config()
+  config.update(n=6, dim=3, rows=4, sweep_topologies="path,star", sweep_lams="degree,uniform")
+  kw = dict(problem="least_squares", steps=30, seed=0)
+  lines = []
+  summary = dec.compare.run_single(
+    config,
+    tmp_path / "one",
+    topology="ring",
+    lam="dirichlet:2",
+    log_every=10,
+    log=lines.append,
+    **kw,
+  )
+  assert summary["topology"] == "ring" and summary["steps"] == 30 and not summary["all_diverged"]
+  for name in ("gap.png", "consensus.png", "metrics.csv", "diagnostic.md", "rates.md"):
+    assert (tmp_path / "one" / name).exists(), name
+  assert len(summary["rates"]) == 6 and lines[-1].startswith("winner (gap)")
+  sweep = dec.compare.run_sweep(config, tmp_path / "sweep", log=lines.append, **kw)
+  assert sweep["cells"] == 2 and len(sweep["identical_not_compared"]) == 2
+  assert (tmp_path / "sweep" / "sweep.md").exists()
+
+
+def test_validate_config_returns_the_cells_and_names_the_field():
+  config = dec.get_config()
+  topos, lams = dec.validate_config(config, problem="least_squares")
+  assert topos == config.sweep_topologies.split(",") and lams[0] == ("degree", 1.0)
+  one = dec.validate_config(config, problem="mlp", topology="ring", lam=("uniform", 1.0))
+  assert one == (["ring"], [("uniform", 1.0)])
+  for overrides, kw, field in [
+    ({"lr_policy": "own"}, {"problem": "logistic"}, "config.lr_policy"),
+    ({"tail": 0.0}, {"problem": "least_squares"}, "config.tail"),
+    ({}, {"problem": "svm"}, "problem"),
+    ({"sweep_topologies": "ring,moon"}, {"problem": "least_squares"}, "config.sweep_topologies"),
+    ({"n": 6}, {"problem": "mlp", "topology": "hypercube", "lam": ("degree", 1.0)}, "topology"),
+  ]:
+    c = dec.get_config()
+    c.update(**overrides)
+    with pytest.raises(ConfigError) as e:
+      dec.validate_config(c, **kw)
+    assert e.value.field == field, (field, e.value.message)

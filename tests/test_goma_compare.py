@@ -95,3 +95,72 @@ def test_method_hparams_and_summary_line():
   entry.pop("constant")
   line = vi_compare.summary_line("eg", entry, (1, 9))
   assert "slope" not in line and "k^2" not in line
+
+
+def test_run_comparison_and_write_report_reproduce_the_program(tmp_path):
+  """The library path of `python -m experiments.goma`: defaults from `goma.get_config()`, the
+  comparison, the step sweep and the files."""
+  import json
+
+  from jaxlab.optim import goma
+
+  cfg = goma.get_config()
+  cfg.update(num_seeds=2, n=6, fit_lo=5, step_sweep="0.2,0.9")
+  lines = []
+  result = goma.compare.run_comparison(
+    cfg, "bilinear", "eg,goma", "multiplicative", steps=40, seed=0, log=lines.append
+  )
+  assert set(result["summary"]["methods"]) == {"eg", "goma"}
+  assert [r["eta_times_L"] for r in result["summary"]["step_sweep"]] == [0.2, 0.9]
+  assert len(lines) == 4 and lines[0].startswith("eg")
+  goma.compare.write_report(tmp_path / "run", result)
+  for name in ("curves.png", "metrics.csv", "step_sweep.csv", "summary.json"):
+    assert (tmp_path / "run" / name).exists(), name
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert summary["iters"] == 40 and summary["config"]["n"] == 6 and summary["noise"] is None
+  stoch = goma.compare.run_comparison(
+    cfg, "stochastic_bilinear", ["apv"], "additive", steps=20, seed=0, log=lines.append
+  )
+  assert stoch["summary"]["noise"] == "additive" and stoch["summary"]["step_sweep"] is None
+
+
+@pytest.mark.parametrize(
+  "args, field",
+  [
+    (("nope", "additive", None), "problem"),
+    (("bilinear", "loud", None), "noise"),
+    (("bilinear", "additive", "eg,sgd"), "methods"),
+    (("bilinear", "additive", ""), "methods"),
+  ],
+)
+def test_check_problem_names_the_flag(args, field):
+  from jaxlab.core.errors import ConfigError
+  from jaxlab.optim import goma
+
+  with pytest.raises(ConfigError) as e:
+    goma.compare.check_problem(*args)
+  assert e.value.field == field
+  assert goma.compare.check_problem("quadratic", "additive", None) == (
+    goma.compare.DEFAULT_METHODS["quadratic"].split(",")
+  )
+
+
+@pytest.mark.parametrize(
+  "overrides, field",
+  [
+    ({"smax": 1e-4}, "config.smax"),
+    ({"rank": 99}, "config.rank"),
+    ({"fit_hi": 10}, "config.fit_hi"),
+    ({"step_sweep": "0.2,x"}, "config.step_sweep"),
+    ({"sigma": float("inf")}, "config.sigma"),
+  ],
+)
+def test_validate_config_names_the_field(overrides, field):
+  from jaxlab.core.errors import ConfigError
+  from jaxlab.optim import goma
+
+  cfg = goma.get_config()
+  cfg.update(**overrides)
+  with pytest.raises(ConfigError) as e:
+    goma.validate_config(cfg)
+  assert e.value.field == field

@@ -13,37 +13,21 @@ their meaning are `jaxlab.sampling.dasbs.get_config`):
   # without corrector (4 min).
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
 
-Without an argument (or without --config) the preset is `ising_critical`.
+Without an argument (or without --config) the preset is `ising_critical`. `ising_critical_cpu`
+is the CPU preset (big_vision's `runlocal`).
 """
 
 from __future__ import annotations
 
 from jaxlab.sampling import dasbs
 
-# The authors' README table (their batch sizes are per GPU of 2). Every preset uses log-linear noise
-# with alpha = 0.5, 5 stages and the ropesit controller / corrector (hidden 32, 6 blocks).
-COMMON = dict(
-  noise="log_linear",  # gamma(t) = gamma / (alpha + t)
-  alpha=0.5,  # log-linear offset
-  num_stages=5,  # IPF-like stages
-  model="ropesit",  # transformer controller and corrector
-  hidden=32,  # width
-  depth=6,  # blocks
-  ctrl_loss="tm",  # controller: target (adjoint) matching
-  resample_freq=20,  # steps between buffer refills
-  gamma=1.0,  # reference rate scale
-)
-ISING = dict(
-  target="ising",  # Ising, N = 2
-  L=24,  # 24 x 24 periodic lattice
-  batch_size=64,  # pairs per step
-  num_repl=8,  # t draws per pair
-  buffer_size=512,  # replay buffer (pairs)
-  sampling_steps=200,  # tau-leaping steps
-)
+# The authors' README table (their batch sizes are per GPU of 2). Every preset uses what
+# `dasbs.get_config()` holds for: log-linear noise with alpha = 0.5 and gamma = 1, 5 stages, the
+# ropesit controller / corrector (hidden 32, 6 blocks), ctrl-TM, a buffer refill every 20 steps;
+# below are only the fields a preset changes.
+ISING = dict(L=24)  # 24 x 24 periodic lattice; batch 64 x 8 t draws, buffer 512, 200 tau-leaps
 POTTS = dict(
-  target="potts",  # Potts, N = q
-  q=4,  # colours
+  target="potts",  # Potts, N = q = 4 colours
   L=16,  # 16 x 16 periodic lattice
   batch_size=128,  # pairs per step
   num_repl=16,  # t draws per pair
@@ -51,27 +35,25 @@ POTTS = dict(
   sampling_steps=100,  # tau-leaping steps
 )
 # High temperature starts from the uniform source (beta_init = 0), where the corrector can use
-# target matching; critical and low temperature start from the ground states (beta_init = inf) and
-# use denoising matching. Low temperature slows the reference: P(site unchanged over [0, 1]) = 0.82.
+# target matching; critical and low temperature start from the ground states (beta_init = inf, the
+# library's source='constant') and use denoising matching (corr_loss='dm'). Low temperature slows
+# the reference: P(site unchanged over [0, 1]) = 0.82. Steps per stage: 400 controller / 200
+# corrector (the library's), LONG: 500 / 250.
 UNIFORM = dict(source="uniform", corr_loss="tm")
-GROUND = dict(source="constant", corr_loss="dm")
 LONG = dict(ctrl_steps=500, corr_steps=250)  # controller / corrector steps per stage
-SHORT = dict(ctrl_steps=400, corr_steps=200)
 PRESETS = {
-  "ising_high": dict(**ISING, **UNIFORM, **SHORT, beta=0.28, lr=1e-3),  # beta < beta_c = 0.4407
-  "ising_critical": dict(**ISING, **GROUND, **SHORT, beta=0.4407, lr=5e-4),  # ln(1 + sqrt 2) / 2
-  "ising_low": {**ISING, **GROUND, **LONG, "beta": 0.6, "lr": 5e-4, "gamma": 0.25},
+  "ising_high": dict(**ISING, **UNIFORM, beta=0.28, lr=1e-3),  # beta < beta_c = 0.4407
+  "ising_critical": dict(ISING),  # the library's beta = 0.4407 = ln(1 + sqrt 2) / 2, lr 5e-4
+  "ising_low": {**ISING, **LONG, "beta": 0.6, "gamma": 0.25},
   "potts_high": {**POTTS, **UNIFORM, **LONG, "beta": 0.9, "lr": 1e-3, "buffer_size": 512},
   "potts_critical": {  # beta_c = ln(1 + sqrt q) = ln 3
     **POTTS,
-    **GROUND,
     "beta": 1.0986,
-    "lr": 5e-4,
     "ctrl_steps": 200,
     "corr_steps": 100,
     "resample_freq": 10,
   },
-  "potts_low": {**POTTS, **GROUND, **LONG, "beta": 1.3, "lr": 1e-3, "gamma": 0.25},
+  "potts_low": {**POTTS, **LONG, "beta": 1.3, "lr": 1e-3, "gamma": 0.25},
 }
 # CPU presets (not authors' settings): Ising at beta_c on a 4 x 4 lattice, 1250 steps, 4-7 min on
 # 2 busy CPU cores (docs/dasbs.md, "CPU presets").
@@ -96,7 +78,7 @@ PRESETS = {
 # lr decays (cosine) to 1e-4. Their tau-leaping grid starts at t = 0.01, ours at 0. Energy errors
 # of the same size (too ordered), a far lower target ESS and an unbalanced +/- phase split
 # (docs/dasbs.md).
-_CPU = {**PRESETS["ising_critical"], "L": 4, "num_stages": 5, "resample_freq": 5}
+_CPU = {**PRESETS["ising_critical"], "L": 4, "resample_freq": 5}
 _CPU |= {"sampling_steps": 50, "num_repl": 4, "lr": 1e-3}
 CPU_PRESETS = {
   "ising_critical_cpu": {
@@ -113,12 +95,10 @@ CPU_PRESETS = {
   },
   "ising_critical_cpu_memoryless": {
     **_CPU,
-    "alpha": 0.01,  # memoryless reference (the authors' check: alpha <= 0.01)
-    "gamma": 1.0,
+    "alpha": 0.01,  # memoryless reference (the authors' check: alpha <= 0.01); gamma = 1
     "ctrl_steps": 250,
     "corr_steps": 0,  # no corrector: memoryless
-    "lr_schedule": "cosine",
-    "lr_end_frac": 0.1,
+    "lr_schedule": "cosine",  # to lr * lr_end_frac = 1e-4
   },
 }
 
@@ -132,5 +112,7 @@ def get_config(arg: str | None = None):
 
     experiment.fail("config", f"unknown preset {name!r}; presets: {', '.join(presets)}")
   config = dasbs.get_config()
-  config.update(**{**COMMON, **presets[name]})
+  unknown = sorted(set(presets[name]) - set(config))
+  assert not unknown, f"preset {name} sets fields the library config lacks: {unknown}"
+  config.update(**presets[name])  # a preset only changes fields of the library config
   return config

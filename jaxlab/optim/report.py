@@ -1,7 +1,7 @@
 """Small host-side helpers shared by the optimization comparisons (NumPy only, no JAX).
 
-Used by `jaxlab.optim.decentralized.compare` (decentralized Strategy I vs II) and `jaxlab.optim.goma.compare`
-(monotone-VI methods); importable from a notebook::
+Used by `jaxlab.optim.decentralized.compare` (decentralized Strategy I vs II) and
+`jaxlab.optim.goma.compare` (monotone-VI methods); importable from a notebook::
 
     from jaxlab.optim import report
     report.tail_mean(curve, 0.1)           # mean of the last 10% of a curve

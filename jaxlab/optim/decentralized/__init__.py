@@ -179,10 +179,12 @@ class RunResult:
   diverged_at: int | None = None
 
 
-def default_lr(problem: Problem, lam, factor: float = 0.3) -> float:
+def default_lr(problem: Problem, lam, factor: float | None = None) -> float:
   """γ = factor / (L_max · n · max λ): stable for Strategy (I), whose node i is n λ_i L_i smooth;
   the same γ is then used for both strategies (docs/decentralized.md, "Step size")."""
   lam = np.asarray(lam, np.float64)
+  if factor is None:  # the comparison's default, `get_config().lr_factor`
+    factor = config.get_config().lr_factor
   return float(factor / (problem.smoothness * problem.n * lam.max()))
 
 
@@ -260,3 +262,11 @@ def run(
     comm=used,
     diverged_at=int(bad[0]) + 1 if bad.size else None,
   )
+
+
+# The comparison's defaults and validation (`python -m experiments.decentralized`); imported last
+# because `compare` uses this facade.
+from jaxlab.optim.decentralized import compare, config  # noqa: E402
+from jaxlab.optim.decentralized.config import get_config, validate_config  # noqa: E402
+
+__all__ += ["compare", "config", "get_config", "validate_config"]

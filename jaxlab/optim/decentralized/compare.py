@@ -1,8 +1,10 @@
 """Strategy (I) vs (II) on one (graph, λ) and the verdicts a comparison reports (arXiv 2511.19513;
 docs/decentralized.md, "Experiment").
 
-Pure functions on `RunResult`s and arrays, so a notebook reaches the same verdicts as
-``experiments/decentralized.py``::
+The runs of ``python -m experiments.decentralized`` are `run_single` (one (graph, λ): plots,
+metrics.csv, diagnostic.md, rates.md, summary.json) and `run_sweep` (topologies × λ: sweep.md);
+``dec.validate_config`` checks the config and returns the cells. Below them, pure functions on
+`RunResult`s and arrays, so a notebook reaches the same verdicts::
 
     from jaxlab.optim import decentralized as dec
     from jaxlab.optim.decentralized import compare
@@ -27,13 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from jaxlab.core import plots
+from jaxlab.core import metrics, plots, runtime
 from jaxlab.core.errors import check_choice
 from jaxlab.optim import decentralized as dec
 from jaxlab.optim.decentralized import stability
@@ -113,17 +116,24 @@ def compare(
   *,
   key,
   lr: float | None = None,
-  lr_factor: float = 0.3,
-  order: str = "atc",
-  row_kind: str = "auto",
+  lr_factor: float | None = None,
+  order: str | None = None,
+  row_kind: str | None = None,
   mesh=None,
-  comm: str = "auto",
-  lr_policy: str = "same",
-  own_fraction: float = 0.5,
+  comm: str | None = None,
+  lr_policy: str | None = None,
+  own_fraction: float | None = None,
 ) -> Comparison:
   """Runs (I) and (II) with the same key and f*: at one γ (``lr``, or `dec.default_lr` when
   None/0) under ``lr_policy="same"``, at ``own_fraction`` × each one's largest stable step under
-  "own" (least squares only)."""
+  "own" (least squares only). An option left None is the `dec.get_config()` field of that name."""
+  defaults = dec.get_config()
+  lr_factor = defaults.lr_factor if lr_factor is None else lr_factor
+  order = defaults.order if order is None else order
+  row_kind = defaults.row_kind if row_kind is None else row_kind
+  comm = defaults.comm if comm is None else comm
+  lr_policy = defaults.lr_policy if lr_policy is None else lr_policy
+  own_fraction = defaults.own_fraction if own_fraction is None else own_fraction
   check_choice("lr_policy", lr_policy, LR_POLICIES)
   lam = np.asarray(lam, np.float64)
   strategies = [s for s in dec.STRATEGIES if not (s == "II" and graph.directed)]
@@ -427,3 +437,167 @@ def plot_curves(workdir, comp: Comparison, title: str) -> None:
       label[s]: (steps, np.maximum(getattr(r, metric), floor)) for s, r in comp.results.items()
     }
     plots.lines(pathlib.Path(workdir) / name, curves, "step", ylabel, logy=True, title=title)
+
+
+# ------------------------------------------------------------------------------------------------
+# The runs of `python -m experiments.decentralized` (config: `dec.get_config()`).
+
+
+def make_graph(config, topology: str) -> dec.Graph:
+  """The graph of ``topology`` with config.n nodes (config.er_p, config.graph_seed)."""
+  return dec.make_graph(topology, config.n, p=config.er_p, seed=config.graph_seed)
+
+
+def make_problem(config, problem: str, seed: int) -> dec.Problem:
+  """``problem`` on config.n nodes: least squares of config.dim x config.rows, else the digits
+  split with config.split_alpha; config.batch_size per-node minibatch."""
+  kw = {"batch_size": config.batch_size, "seed": seed}
+  if problem == "least_squares":
+    return dec.make_problem("least_squares", config.n, d=config.dim, m=config.rows, **kw)
+  return dec.make_problem(problem, config.n, alpha=config.split_alpha, **kw)
+
+
+def compare_cell(config, problem, graph, lam_spec, *, steps, seed, mesh=None, lr_policy=None):
+  """`compare` of (graph, λ = ``lam_spec`` (kind, α)) with the config's step options."""
+  name, alpha = lam_spec
+  counts = np.asarray(problem.counts)
+  lam = dec.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=counts)
+  opts = {k: config[k] for k in ("lr_factor", "order", "row_kind", "comm", "own_fraction")}
+  opts["lr_policy"] = lr_policy or config.lr_policy
+  lr = config.lr or None  # 0 = auto (dec.default_lr), the same γ for both strategies
+  key = jax.random.key(seed)
+  return compare(graph, lam, problem, steps, key=key, lr=lr, mesh=mesh, **opts)
+
+
+RATES_NOTE = (
+  "lr_max: the largest step at which the full-gradient iteration is stable (spectral radius < 1, "
+  "exact for least squares); rho: that spectral radius at the step used (the linear rate of the "
+  "full-gradient run); gap@k: f(x̄_λ) − f* after k steps; gap_tail: the mean over the last "
+  "config.tail of steps (the constant-step bias, plus noise for minibatch runs)."
+)
+
+
+def comp_label(config) -> str:
+  if config.lr_policy == "own":
+    return f"own step ({config.own_fraction:g} × limit)"
+  return "same step" + (" (config.lr)" if config.lr else " (default_lr, inside I's limit)")
+
+
+def rates(config, problem, graph, lam_spec, comp, *, steps, seed, mesh=None) -> list[dict]:
+  """rates.md rows: the comparison just run, then both strategies at their own stable steps with
+  full and with minibatch gradients (least squares)."""
+  rows = rate_rows(comp, f"{comp_label(config)}, full gradients", tail=config.tail)
+  sgd = problem.replace(batch_size=config.sgd_batch)
+  runs = [("own", problem, "full"), ("own", sgd, f"minibatch {config.sgd_batch}")]
+  if config.lr_policy == "own":
+    runs = runs[1:]
+  for policy, prob, grads in runs:
+    c = compare_cell(
+      config, prob, graph, lam_spec, steps=steps, seed=seed, mesh=mesh, lr_policy=policy
+    )
+    rows += rate_rows(c, f"own step ({config.own_fraction:g} × limit), {grads}", tail=config.tail)
+  return rows
+
+
+def run_single(
+  config,
+  workdir,
+  *,
+  topology: str,
+  lam: str,
+  problem: str,
+  steps: int,
+  seed: int,
+  log_every: int,
+  mesh=None,
+  log: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+  """One (graph, λ): gap.png, consensus.png, metrics.csv (every ``log_every`` steps),
+  diagnostic.md, rates.md (least squares) and summary.json in ``workdir``; returns the summary
+  ("all_diverged": every strategy reached NaN/inf). ``lam`` as typed: kind or dirichlet:α."""
+  lam_spec = dec.parse_lambda(lam, config.lam_alpha, "lam")
+  graph, prob = make_graph(config, topology), make_problem(config, problem, seed)
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  t0 = time.time()
+  comp = compare_cell(config, prob, graph, lam_spec, steps=steps, seed=seed, mesh=mesh)
+  wall = time.time() - t0
+  plot_curves(workdir, comp, f"{prob.name}, {graph.name}, λ={lam}")
+  metrics.write_table(workdir / "metrics.csv", metric_rows(comp.results, log_every))
+  diag = comp.diagnostic
+  (workdir / "diagnostic.md").write_text(diagnostic_markdown(graph, lam, diag))
+  verdict = verdicts(comp, prob, tie_tol=config.tie_tol, tail=config.tail)
+  summary = {
+    "problem": prob.name,
+    "topology": graph.name,
+    "lam": lam,
+    "n": graph.n,
+    "steps": steps,
+    "lr": comp.lr,
+    "f_star": comp.results["I"].f_star,
+    "order": config.order,
+    "distributed": mesh is not None,
+    **verdict,
+    "wall_s": wall,
+    "config": config.to_dict(),
+  }
+  runtime.write_summary(workdir, summary)
+  gone = all_diverged(comp.results)
+  if prob.name == "least_squares" and not gone:
+    summary["rates"] = rates(config, prob, graph, lam_spec, comp, steps=steps, seed=seed, mesh=mesh)
+    title = f"Error against iterations: {prob.name}, {graph.name}, λ={lam}"
+    md = f"# {title}\n\n{RATES_NOTE}\n\n" + md_table(summary["rates"], RATE_COLS)
+    (workdir / "rates.md").write_text(md)
+    runtime.write_summary(workdir, summary)
+    log(md_table(summary["rates"], RATE_COLS).rstrip("\n"))
+  log("\n".join(final_lines(verdict["final"])))
+  log(
+    f"winner (gap): {verdict['winner_gap']}; diagnostic gap_W {diag['gap_W']:.3f} "
+    f"gap_λ(A) {diag['gap_lam_A']:.3f}  -> {workdir}"
+  )
+  return summary | {"all_diverged": gone}
+
+
+def run_sweep(
+  config,
+  workdir,
+  *,
+  problem: str,
+  steps: int,
+  seed: int,
+  mesh=None,
+  log: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+  """config.sweep_topologies × config.sweep_lams: sweep.md, sweep.csv and summary.json in
+  ``workdir``; cells with A = W are listed as identical, not run. Returns the summary."""
+  topos, lams = dec.validate_config(config, problem=problem, mesh=mesh)
+  prob = make_problem(config, problem, seed)
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  rows, same = [], []
+  t0 = time.time()
+  for t in topos:
+    graph = make_graph(config, t)
+    for name, alpha in lams:
+      label = lambda_label(name, alpha)
+      lam = dec.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=prob.counts)
+      if identical_cell(graph, lam, config.row_kind):
+        same.append(f"{t}/{label}")
+        log(f"{t:>22s} {label:>14s}  identical (A = W): not compared")
+        continue
+      comp = compare_cell(config, prob, graph, (name, alpha), steps=steps, seed=seed, mesh=mesh)
+      rows.append(sweep_row(t, label, comp, tie_tol=config.tie_tol, tail=config.tail))
+      log(sweep_line(rows[-1]))
+  title = (
+    f"Strategy I vs II: {prob.name}, n={config.n}, {steps} steps, order={config.order}, "
+    f"batch {config.batch_size}, "
+    + ("same γ per cell" if config.lr_policy == "same" else f"{config.own_fraction:g} × own limit")
+  )
+  md = sweep_markdown(rows, title, tail=config.tail, tie_tol=config.tie_tol, identical_cells=same)
+  (workdir / "sweep.md").write_text(md)
+  metrics.write_table(workdir / "sweep.csv", rows)
+  summary = {"problem": prob.name, "n": config.n, "steps": steps}
+  summary |= sweep_summary(rows, same) | {"wall_s": time.time() - t0}
+  runtime.write_summary(workdir, summary | {"config": config.to_dict()})
+  log(f"II wins f-gap in {summary['II_wins_gap']}/{summary['cells']} cells -> {workdir}/sweep.md")
+  return summary

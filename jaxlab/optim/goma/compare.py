@@ -1,12 +1,16 @@
-"""Summaries of monotone-VI runs over several seeds: the reported curve, slopes, the O(1/k²)
-constant and the CSV rows (docs/goma.md, "Reported quantities").
+"""The comparison `python -m experiments.goma` runs, and its summaries over seeds: the reported
+curve, slopes, the O(1/k²) constant, the step-size sweep and the files (docs/goma.md, "Reported
+quantities")::
 
-Host-side NumPy on the arrays `jaxlab.optim.goma.vi.run` returns, stacked over seeds::
+    from jaxlab.optim import goma
+    cfg = goma.get_config()
+    result = goma.compare.run_comparison(
+        cfg, "bilinear", None, "multiplicative", steps=10_000, seed=0)
+    goma.compare.write_report("runs/goma/bilinear", result)  # curves.png, metrics.csv, summary.json
 
-    from jaxlab.optim import vi, vi_compare
-    entry, curve = vi_compare.method_summary(
-        res, calls, lips, r2, stochastic=False, fit=(100, 10_000), seconds=1.0, hparams={})
-    entry["slope"], entry["constant"]     # log-log slope over fit, k² ||F||² / (L² R²)
+Lower level, host-side NumPy on the arrays `jaxlab.optim.goma.vi.run` returns, stacked over seeds:
+``method_summary(res, calls, lips, r2, stochastic=False, fit=(100, 10_000), seconds=1.0,
+hparams={})`` -> (entry with "slope" and "constant" = k² ||F||² / (L² R²), curves).
 
 Deterministic problems report the geometric mean over seeds (the per-seed rates are multiplicative),
 stochastic ones the arithmetic mean, i.e. E||F(z_k)||²; the band is min..max over seeds.
@@ -14,13 +18,37 @@ stochastic ones the arithmetic mean, i.e. E||F(z_k)||²; the band is min..max ov
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import pathlib
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.optim.goma import vi
+from jaxlab.core import metrics, plots, runtime
+from jaxlab.core.errors import ConfigError, check_choice
+from jaxlab.optim import report
+from jaxlab.optim.goma import config as config_lib
+from jaxlab.optim.goma import problems, vi
 from jaxlab.optim.report import geometric_mean
+
+PROBLEMS = ("bilinear", "stochastic_bilinear", "quadratic", "rotation")
+NOISES = ("additive", "multiplicative")
+# Comparison-level variants (a vi method plus fixed hparams, step sizes in units of 1/L).
+VARIANTS = {
+  # Anchored Popov with one decaying step size eta_k = 0.4/(L sqrt(k+1)), gamma_k = (1-b_k) eta_k:
+  # the single-time-scale baseline that stalls at a noise floor (docs/goma.md, problem T2).
+  "popov_anchored_1step": ("goma", {"eta_schedule": "power", "eta": 0.4, "r_eta": 0.5}),
+}
+METHODS = vi.METHODS + tuple(VARIANTS)
+DEFAULT_METHODS = {  # methods=None
+  "bilinear": "eg,popov,eag_v,feg,apv,goma",
+  "quadratic": "eg,popov,eag_c,eag_v,feg,apv,goma",
+  "rotation": "gda,eg,popov,eag_v,feg,apv,goma",
+  "stochastic_bilinear": "goma_stochastic,dseg,popov_anchored_1step,apv",
+}
 
 CSV_COLUMNS = (
   "method",
@@ -123,3 +151,171 @@ def summary_line(method: str, entry: Mapping[str, Any], fit: tuple[int, int]) ->
   parts.append(f"|F(z_K)|^2 {entry['residual_sq_final']:.3g}")
   parts.append(f"calls {entry['oracle_calls_final']}  ({entry['seconds']:.1f}s)")
   return "  ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# The comparison of `python -m experiments.goma`.
+
+
+def check_problem(problem: str, noise: str, methods: str | Sequence[str] | None) -> list[str]:
+  """Validates ``problem`` / ``noise`` / ``methods`` (None: `DEFAULT_METHODS`); ConfigError names
+  the argument (the program's flag)."""
+  check_choice("problem", problem, PROBLEMS)
+  check_choice("noise", noise, NOISES)
+  spec = DEFAULT_METHODS[problem] if methods is None else methods
+  items = [m.strip() for m in spec.split(",")] if isinstance(spec, str) else list(spec)
+  items = [m for m in items if m]
+  bad = [m for m in items if m not in METHODS]
+  if bad or not items:
+    raise ConfigError("methods", f"got {','.join(bad) or 'nothing'}; allowed: {', '.join(METHODS)}")
+  return items
+
+
+def build(problem: str, cfg, noise: str | None, key):
+  """(operator or oracle, z0) of one seed."""
+  k_game, k_z = jax.random.split(key)
+  if problem == "bilinear":
+    game = problems.bilinear(k_game, cfg.n, cfg.smin, cfg.smax, "log", cfg.rank or None)
+    return game, problems.sample_start(k_z, game)
+  if problem == "quadratic":
+    game = problems.quadratic_game(k_game, cfg.n, omega=cfg.omega)
+    return game, problems.sample_start(k_z, game)
+  if problem == "rotation":
+    game = problems.rotation()
+    return game, problems.sample_start(k_z, game)
+  game = problems.dseg_bilinear(k_game, cfg.d)
+  oracle = problems.stochastic(
+    game, cfg.sigma, cfg.sigma_mult if noise == "multiplicative" else 0.0
+  )
+  z0 = jnp.zeros(2 * cfg.d).at[0].set(1.0).at[cfg.d].set(1.0)  # DSEG start: e_1 for both
+  return oracle, z0
+
+
+def solve(problem: str, cfg, noise: str, method: str, iters: int, keys):
+  """Residuals, oracle calls, L and R^2 = ||z0 - P_Sol(z0)||^2 of every seed (one vmapped jit)."""
+  base, hp = VARIANTS.get(method, (method, {}))
+  stochastic = problem.startswith("stochastic")
+
+  def one(key):
+    k_build, k_noise = jax.random.split(key)
+    op, z0 = build(problem, cfg, noise, k_build)
+    L = op.lipschitz
+    hps = {k: (v / L if k in ("eta", "gamma") else v) for k, v in hp.items()}
+    tr = vi.run(base, op, z0, iters, key=k_noise if stochastic else None, L=L, **hps)
+    game = op.game if stochastic else op
+    return tr.residual_sq, tr.oracle_calls, L, game.distance_to_solution(z0) ** 2
+
+  return jax.jit(jax.vmap(one))(keys)
+
+
+def step_sweep(problem: str, cfg, iters: int, keys, factors: Sequence[float]):
+  """Deterministic GOMA (anchored Popov, constant eta = c/L, gamma_k = (1 - b_k) eta) at every c:
+  ||F(z_k)||^2 of shape (len(factors), seeds, iters + 1), one vmapped jit."""
+
+  def one(c, key):
+    op, z0 = build(problem, cfg, None, jax.random.split(key)[0])
+    return vi.run("goma", op, z0, iters, L=op.lipschitz, eta=c / op.lipschitz).residual_sq
+
+  cs = jnp.asarray(factors, jnp.float32)
+  return jax.jit(jax.vmap(lambda c: jax.vmap(lambda k: one(c, k))(keys)))(cs)
+
+
+def sweep_rows(factors, residual_sq, fit) -> list[dict[str, Any]]:
+  """One row per step factor c: stable (finite and below ||F(z_0)||^2 on every seed), final
+  geometric-mean residual and slope (None when unstable or the fit range is empty)."""
+  rows = []
+  for c, res in zip(factors, np.asarray(residual_sq, np.float64)):
+    stable = bool(np.all(np.isfinite(res)) and np.all(res[:, -1] < res[:, 0]))
+    center = center_curve(res, stochastic=False)
+    slope = slopes(center, fit)[0] if stable else None
+    final = float(center[-1]) if stable else None
+    rows.append({"eta_times_L": c, "stable": stable, "residual_sq_final": final, "slope": slope})
+  return rows
+
+
+def sweep_line(row: Mapping[str, Any]) -> str:
+  if not row["stable"]:
+    return f"  eta = {row['eta_times_L']:g}/L: diverged"
+  slope = "" if row["slope"] is None else f"  slope {row['slope']:+.3f}"
+  return f"  eta = {row['eta_times_L']:g}/L: |F(z_K)|^2 {row['residual_sq_final']:.3g}{slope}"
+
+
+def run_comparison(
+  cfg,
+  problem: str,
+  methods: str | Sequence[str] | None,
+  noise: str,
+  *,
+  steps: int,
+  seed: int,
+  log: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+  """Every method on ``problem`` for ``steps`` iterations over ``cfg.num_seeds`` seeds, then (for
+  deterministic problems) the step sweep. Returns {"summary": what summary.json holds, "curves":
+  per method (calls, center, lo, hi), "title"}; ``log`` gets the progress lines."""
+  config_lib.validate_config(cfg)
+  methods = check_problem(problem, noise, methods)
+  if steps < 2:
+    raise ConfigError("steps", f"must be >= 2, got {steps}")
+  factors = config_lib.sweep_factors(cfg.step_sweep)
+  stochastic = problem.startswith("stochastic")
+  keys = jax.random.split(jax.random.PRNGKey(seed), cfg.num_seeds)
+  fit = (cfg.fit_lo, min(cfg.fit_hi, steps))
+  if fit[0] >= fit[1]:
+    log(f"(no slopes: --steps={steps} leaves no fit range above config.fit_lo={fit[0]})")
+  per_method, curves = {}, {}
+  for m in methods:
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(solve(problem, cfg, noise, m, steps, keys))
+    base, extra = VARIANTS.get(m, (m, {}))
+    kw = {"stochastic": stochastic, "fit": fit, "hparams": method_hparams(base, extra)}
+    per_method[m], curves[m] = method_summary(*out, seconds=time.perf_counter() - t0, **kw)
+    log(summary_line(m, per_method[m], fit))
+  sweep = None
+  if factors and not stochastic:
+    log("step sweep: deterministic GOMA = anchored Popov with constant eta (APV: eta_k -> 0.215/L)")
+    sweep = sweep_rows(factors, step_sweep(problem, cfg, steps, keys, factors), fit)
+    log("\n".join(sweep_line(r) for r in sweep))
+  title = f"{problem}" + (f" ({noise} noise)" if stochastic else "") + f", {cfg.num_seeds} seeds"
+  summary = {
+    "problem": problem,
+    "noise": noise if stochastic else None,
+    "iters": steps,
+    "num_seeds": cfg.num_seeds,
+    "seed": seed,
+    "fit_range": list(fit),
+    "center": "mean" if stochastic else "geometric_mean",
+    "slope_method": "endpoints (vi.fit_slope); slope_lsq: least squares on log-spaced points",
+    "constant": None
+    if stochastic
+    else "k^2 ||F(z_k)||^2 / (L^2 ||z_0 - P_Sol(z_0)||^2), k = iters",
+    "goma": "reconstruction (docs/goma.md); see jaxlab.optim.goma.vi.run docstring",
+    "config": cfg.to_dict(),
+    "methods": per_method,
+    "step_sweep": sweep,
+  }
+  return {"summary": summary, "curves": curves, "title": title}
+
+
+def write_report(workdir, result: Mapping[str, Any]) -> pathlib.Path:
+  """curves.png, metrics.csv, step_sweep.csv (when swept) and summary.json in ``workdir``."""
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  summary, curves = result["summary"], result["curves"]
+  stochastic = summary["noise"] is not None
+  if summary["step_sweep"] is not None:
+    metrics.write_table(workdir / "step_sweep.csv", summary["step_sweep"])
+  pts = report.log_points(summary["iters"], summary["config"]["plot_points"])
+  metrics.write_table(workdir / "metrics.csv", curve_rows(curves, pts))
+  what = "E||F(z_k)||^2 (mean)" if stochastic else "||F(z_k)||^2 (geometric mean)"
+  plots.lines(
+    workdir / "curves.png",
+    {m: tuple(c[pts[pts >= 1]] for c in curve) for m, curve in curves.items()},
+    xlabel="oracle calls",
+    ylabel=f"{what}, band min..max",
+    logx=True,
+    logy=True,
+    title=result["title"],
+  )
+  runtime.write_summary(workdir, summary)
+  return workdir

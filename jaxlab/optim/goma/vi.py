@@ -26,8 +26,8 @@ Bad arguments raise :class:`jaxlab.core.errors.ConfigError` naming the argument 
 ``operator``, ``z0``, ``num_iters``, ``key``, ``exact``, ``L`` or the hparam).
 
 Everything is one ``lax.scan`` inside ``jax.jit``; ``run`` is vmappable over keys, starting points,
-problem instances (operators that are pytrees, see ``jaxlab.optim.goma.problems``) and hparams. It keeps
-its own scan rather than going through ``jaxlab.core.runtime.train`` because it must stay
+problem instances (operators that are pytrees, see ``jaxlab.optim.goma.problems``) and hparams.
+It keeps its own scan rather than going through ``jaxlab.core.runtime.train`` because it must stay
 vmappable (the runtime's loop is host-driven).
 
 Methods (k = 0, 1, ... is the iteration, a = z0 the anchor, g = one oracle call):

@@ -379,3 +379,19 @@ def test_restored_state_reuses_the_compiled_update(tmp_path):
     step(restored)
   mngr.close()
   assert len(traces) == 1
+
+
+def test_a_second_train_call_reuses_the_compiled_chunk(data):
+  # A notebook that trains twice with the same update and sample functions compiles once.
+  traces = []
+
+  def update(state, batch, key):
+    traces.append(1)
+    return _update(state, batch, key)
+
+  loop = runtime.Loop(num_steps=20, log_every=10, progress=False)
+  kw = dict(key=jax.random.key_data(jax.random.key(3)), data=data, sample_fn=_sample)
+  first, _ = runtime.train(_init(), update, loop, **kw)
+  second, _ = runtime.train(_init(), update, loop, **kw)
+  assert len(traces) == 1
+  np.testing.assert_array_equal(first.w, second.w)

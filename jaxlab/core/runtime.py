@@ -103,10 +103,32 @@ class Result:
   history: dict[str, np.ndarray] | None = None
 
 
+_CHUNK_FNS: dict = {}
+_CHUNK_FNS_KEPT = 8  # the newest few: closures may hold large arrays (data sets, environments)
+
+
 def make_chunk_fn(
   update_fn: UpdateFn, sample_fn: Callable | None = None, state_sharding: PyTree | None = None
 ) -> Callable:
-  """Returns ``chunk(state, data, key, start, length) -> (state, per_step_metrics)`` (jitted)."""
+  """Returns ``chunk(state, data, key, start, length) -> (state, per_step_metrics)`` (jitted).
+
+  One jitted function per ``(update_fn, sample_fn, state_sharding)``: a notebook that calls
+  :func:`train` again with the same functions reuses the compiled chunks instead of compiling anew.
+  """
+  leaves, treedef = jax.tree.flatten(state_sharding)
+  cache_key = (update_fn, sample_fn, treedef, tuple(leaves))
+  try:
+    return _CHUNK_FNS[cache_key]
+  except TypeError:  # an unhashable function object: build without caching
+    return _build_chunk_fn(update_fn, sample_fn, state_sharding)
+  except KeyError:
+    while len(_CHUNK_FNS) >= _CHUNK_FNS_KEPT:
+      _CHUNK_FNS.pop(next(iter(_CHUNK_FNS)))
+    fn = _CHUNK_FNS[cache_key] = _build_chunk_fn(update_fn, sample_fn, state_sharding)
+    return fn
+
+
+def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
 
   def chunk(state, data, key, start, length):
     def body(state, step):

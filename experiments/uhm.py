@@ -31,15 +31,13 @@ from __future__ import annotations
 from absl import flags
 
 from jaxlab.core import experiment
-from jaxlab.core.errors import require
+from jaxlab.envs import ogbench as og  # light: ogbench and MuJoCo are imported when data is read
 from jaxlab.rl import uhm
-
-ENVS = ("ogbench",)
 
 flags.DEFINE_string("env", "ogbench", "Benchmark suite; only 'ogbench' for now.")
 flags.DEFINE_string(
   "env_name",
-  "cube-single-play-singletask-task2-v0",
+  og.DEFAULT_ENV_NAME,
   "OGBench single-task name, e.g. puzzle-3x3-play-singletask-task4-v0.",
 )
 flags.DEFINE_string("agent", None, "Overrides config.agent: uhm, rebrac, ghm, dtd, mbtd.")
@@ -96,7 +94,7 @@ def main(argv):
     variant=(config.agent, FLAGS.env_name),
     mesh_axes=("data", "fsdp"),
   )
-  experiment.check_choice("env", FLAGS.env, ENVS)
+  experiment.check_choice("env", FLAGS.env, ("ogbench",))
   experiment.check_choice("agent", config.agent, uhm.AGENTS)
   uhm.check_options(
     num_seeds=FLAGS.num_seeds,
@@ -105,10 +103,7 @@ def main(argv):
     episodes=FLAGS.episodes,
     data_seed=FLAGS.data_seed,
   )
-  eval_every = FLAGS.eval_every
-  if eval_every is None:
-    eval_every = uhm.default_eval_every(run.steps, run.log_every)
-  require(eval_every >= 0, "eval_every", f"must be >= 0, got {eval_every}")
+  eval_every = uhm.resolve_eval_every(FLAGS.eval_every, run.steps, run.log_every)
   cfg, sources = uhm.resolve_task_config(config, FLAGS.env_name)
   run.check_batch("config.batch_size", cfg.batch_size)
   task = uhm.load_task(

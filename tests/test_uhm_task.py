@@ -75,7 +75,13 @@ def test_check_options_names_the_flag():
     with pytest.raises(ConfigError) as e:
       uhm.check_options(**kw)
     assert e.value.field == field
-  assert uhm.default_eval_every(2000, 100) == 500 and uhm.default_eval_every(10, 100) == 100
+  assert (
+    uhm.resolve_eval_every(None, 2000, 100) == 500 and uhm.resolve_eval_every(None, 10, 100) == 100
+  )
+  assert uhm.resolve_eval_every(0, 2000, 100) == 0
+  with pytest.raises(ConfigError) as e:
+    uhm.resolve_eval_every(-1, 2000, 100)
+  assert e.value.field == "eval_every"
 
 
 def _load_config_file():

@@ -40,13 +40,13 @@ __all__ = [
   "EVAL_SEED",
   "Task",
   "check_options",
-  "default_eval_every",
   "evaluate_checkpoint",
   "evaluate_seeds",
   "load_task",
   "make_eval_fn",
   "make_task",
   "recorded_config",
+  "resolve_eval_every",
   "resolve_task_config",
   "seed_slice",
   "train",
@@ -239,9 +239,13 @@ def make_eval_fn(task: Task, num_episodes: int, num_seeds: int = 1, first_seed: 
   return eval_fn
 
 
-def default_eval_every(steps: int, log_every: int) -> int:
-  """A quarter of the run, rounded to a multiple of log_every (equal chunks: one compile)."""
-  return max(log_every, steps // 4 // log_every * log_every)
+def resolve_eval_every(eval_every: int | None, steps: int, log_every: int) -> int:
+  """eval_every as given (>= 0; 0 = only at the end), or when None a quarter of the run rounded to
+  a multiple of log_every (equal chunks: one compile; a learning curve of 4 points)."""
+  if eval_every is None:
+    return max(log_every, steps // 4 // log_every * log_every)
+  require(eval_every >= 0, "eval_every", f"must be >= 0, got {eval_every}")
+  return eval_every
 
 
 def train(

@@ -1,6 +1,6 @@
 """Exact linear analysis of full-gradient decentralized SGD on least squares
-(jaxlab.optim.decentralized.stability): stability limits that the simulator obeys, the constant-step fixed
-point and its γ → 0 limit, and the sweep's identical-cell rule."""
+(jaxlab.optim.decentralized.stability): stability limits that the simulator obeys, the
+constant-step fixed point and its γ → 0 limit, and the sweep's identical-cell rule."""
 
 import jax
 import numpy as np

@@ -254,12 +254,18 @@ def _check_combinations(c) -> None:
     require(n**d <= 4096, "config.model", f"'tabular' needs N^D <= 4096 states, got {n}^{d}")
 
 
-def make_spec(config) -> Spec:
-  """Validates a config (raises `ConfigError` naming the field, e.g. `config.beta`) -> `Spec`."""
-  if isinstance(config, Spec):
-    return config
+def validate_config(config):
+  """Raises `ConfigError` naming the bad field (e.g. `config.beta`); returns ``config``."""
   check_config(config, _CHECKS)  # also: every float field finite
   _check_combinations(config)
+  return config
+
+
+def make_spec(config) -> Spec:
+  """Validates a config (`validate_config`) -> `Spec`."""
+  if isinstance(config, Spec):
+    return config
+  validate_config(config)
   c = config
   target = energies.Lattice(c.target, int(c.L), float(c.beta), float(c.J), float(c.h), int(c.q))
   sched = ref_lib.Schedule(c.noise, float(c.gamma), float(c.alpha))

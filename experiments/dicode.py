@@ -14,21 +14,27 @@ where it stopped when started again with the same flags.
 ``--proposer=llm --llm_url=URL --llm_model=NAME`` asks an OpenAI-compatible endpoint (vLLM,
 OpenAI, OpenRouter), key from ``--llm_api_key`` or ``$DICODE_API_KEY`` / ``$OPENAI_API_KEY``.
 ``--compare=DIR,DIR,...`` draws the evaluation of finished runs side by side (comparison.png;
-a DIR holding seed*/ runs is averaged over them). Commands and runtimes:
-experiments/configs/dicode.py. See docs/dicode.md.
+a DIR holding seed*/ runs is averaged over them). Defaults: ``jaxlab.rl.dicode.get_config()``
+(the CPU budget); presets and runtimes: experiments/configs/dicode.py. See docs/dicode.md.
+
+Commands (from the repository root):
+  python -m experiments.dicode --proposer=offline
+  python -m experiments.dicode --curriculum=none
+  python -m experiments.dicode --curriculum=plr
+  python -m experiments.dicode --proposer=llm --llm_url=http://localhost:8000/v1 \
+      --llm_model=Qwen/Qwen3-235B-A22B-Thinking-2507-FP8
+  python -m experiments.dicode --config=experiments/configs/dicode.py:paper --proposer=llm ...
+  python -m experiments.dicode --compare=runs/dicode/none,runs/dicode/dicode
 """
 
 from __future__ import annotations
 
-import os
-import pathlib
-import urllib.parse
-
 from absl import flags
 
 from jaxlab.core import experiment
-from jaxlab.core.errors import check_choice, require
+from jaxlab.core.errors import require
 from jaxlab.rl.dicode import curriculum as curriculum_lib
+from jaxlab.rl.dicode import runner
 
 flags.DEFINE_string("curriculum", "dicode", "Curriculum: none, dr, plr, sfl or dicode.")
 flags.DEFINE_string("proposer", "offline", "Task proposer for --curriculum=dicode: offline | llm.")
@@ -40,140 +46,37 @@ flags.DEFINE_string(
 flags.DEFINE_string("compare", "", "Comma-separated finished run directories to chart together.")
 FLAGS = flags.FLAGS
 
-_CONFIG = experiment.define_config_file(
-  str(pathlib.Path(__file__).resolve().parent / "configs" / "dicode.py")
-)
+_CONFIG = experiment.define_config_file(experiment.config_path("dicode"))
 _UNUSED = ("steps", "log_every", "ckpt_every", "keep", "profile", "mesh")
-KEY_ENV = ("DICODE_API_KEY", "OPENAI_API_KEY")
+_LLM_FLAGS = ("llm_url", "llm_model", "llm_api_key")
 
 
-def proposer_settings(curriculum: str) -> dict:
-  """The proposer's flags, checked: kind, and for ``llm`` the URL, model and key."""
-  kind = check_choice("proposer", FLAGS.proposer, ("offline", "llm"))
+def proposer_flags(curriculum: str) -> dict:
+  """``runner.proposer_settings`` from the flags; a proposer flag the run ignores is an error."""
   if curriculum != "dicode":
-    for name in ("proposer", "llm_url", "llm_model", "llm_api_key"):
+    for name in ("proposer", *_LLM_FLAGS):
       require(not FLAGS[name].present, name, "is used only with --curriculum=dicode")
-    return {"kind": None}
-  if kind == "offline":
-    for name in ("llm_url", "llm_model", "llm_api_key"):
+  elif FLAGS.proposer == "offline":
+    for name in _LLM_FLAGS:
       require(not FLAGS[name].present, name, "is used only with --proposer=llm")
-    return {"kind": "offline"}
-  url = FLAGS.llm_url
-  parsed = urllib.parse.urlparse(url)
-  require(bool(url), "llm_url", "is required with --proposer=llm (e.g. http://localhost:8000/v1)")
-  require(
-    parsed.scheme in ("http", "https") and bool(parsed.netloc),
-    "llm_url",
-    f"must be an http(s) URL such as http://localhost:8000/v1, got {url!r}",
-  )
-  require(bool(FLAGS.llm_model), "llm_model", "is required with --proposer=llm")
-  key = FLAGS.llm_api_key
-  if key is None:
-    key = next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), "")
-  return {"kind": "llm", "url": url, "model": FLAGS.llm_model, "api_key": key}
-
-
-def compare_dirs(spec: str) -> list[pathlib.Path]:
-  dirs = [pathlib.Path(d.strip()) for d in spec.split(",") if d.strip()]
-  require(bool(dirs), "compare", "give at least one run directory")
-  for d in dirs:
-    ok = (d / "summary.json").exists() or any(d.glob("seed*/summary.json"))
-    require(ok, "compare", f"{d} holds no finished run (summary.json, or seed*/summary.json)")
-  return dirs
-
-
-def make_proposer(settings: dict, config):
-  """The proposer; an LLM endpoint is contacted once here (unreachable -> exit 2)."""
-  from jaxlab.rl.dicode import proposers
-
-  if settings["kind"] != "llm":
-    return proposers.make_proposer("offline")
-  return proposers.make_proposer(
-    "llm",
-    llm_url=settings["url"],
-    llm_model=settings["model"],
-    llm_api_key=settings["api_key"] or None,
-    llm_timeout_s=config.llm_timeout_s,
-    llm_retries=config.llm_retries,
-  )
-
-
-def make_curriculum(config, curriculum: str, sources: dict, archive=None):
-  c = config
-  if curriculum == "dicode":
-    return curriculum_lib.DiCode(
-      archive,
-      sources[curriculum_lib.ORIGINAL],
-      c.tasks_per_session,
-      c.original_proportion,
-      c.staleness_coef,
-      c.temperature,
-      original_slot=c.num_slots - 1,
-    )
-  if curriculum == "dr":
-    return curriculum_lib.DomainRandomization(sources)
-  if curriculum == "plr":
-    return curriculum_lib.PLR(
-      c.levels_per_session,
-      c.plr_capacity,
-      c.plr_replay_prob,
-      c.plr_min_fill,
-      c.staleness_coef,
-      c.temperature,
-    )
-  if curriculum == "sfl":
-    return curriculum_lib.SFL(
-      c.levels_per_session, c.sfl_buffer, c.sfl_candidates, c.sfl_every, c.sfl_replay_prob
-    )
-  return curriculum_lib.NoCurriculum()
-
-
-def recorded_config(config, curriculum: str, settings: dict, seed: int) -> dict:
-  """What a resume must match (the API key is never recorded)."""
-  extra = {k: v for k, v in settings.items() if k != "api_key"}
-  return {**config.to_dict(), "curriculum": curriculum, "proposer": extra, "seed": seed}
-
-
-def run_experiment(workdir, config, curriculum: str, settings: dict, seed: int, hooks=None):
-  """Builds everything, runs (or resumes) the loop, evaluates; returns the summary."""
-  from jaxlab.core import workdir as workdir_lib
-  from jaxlab.rl.dicode import loop as loop_lib
-  from jaxlab.rl.dicode import seeds
-
-  sources = seeds.load_seed_tasks()
-  proposer = make_proposer(settings, config) if curriculum == "dicode" else None
-  workdir = pathlib.Path(workdir)
-  with workdir_lib.session(workdir, recorded_config(config, curriculum, settings, seed)):
-    pass  # creates the workdir, refuses a resume with another config, records config.json
-  archive = None
-  if curriculum == "dicode":
-    archive = loop_lib.open_archive(workdir / "archive", sources, config.num_slots)
-  cur = make_curriculum(config, curriculum, sources, archive)
-  run = loop_lib.Loop(
-    workdir, config, cur, seed=seed, archive=archive, proposer=proposer, hooks=hooks
-  )
-  if curriculum == "sfl":
-    cur.score_levels = run.score_levels
-  state = run.run()
-  return loop_lib.finish(run, state, curriculum)
+  return runner.proposer_settings(FLAGS.proposer, FLAGS.llm_url, FLAGS.llm_model, FLAGS.llm_api_key)
 
 
 def main(argv):
   del argv
-  from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import loop
 
   if FLAGS.compare:
-    dirs = compare_dirs(FLAGS.compare)
+    dirs = runner.check_run_dirs(d.strip() for d in FLAGS.compare.split(",") if d.strip())
     run = experiment.common("dicode", variant=("compare",), unused=_UNUSED)
-    loop_lib.compare(dirs, run.workdir)
+    loop.compare(dirs, run.workdir)
     return
-  curriculum = check_choice("curriculum", FLAGS.curriculum, curriculum_lib.CURRICULA)
-  config = _CONFIG.value
-  loop_lib.validate_config(config, curriculum)
-  settings = proposer_settings(curriculum)
-  run = experiment.common("dicode", variant=(curriculum, f"seed{FLAGS.seed}"), unused=_UNUSED)
-  loop_lib.enable_compile_cache()
-  run_experiment(run.workdir, config, curriculum, settings, run.seed)
+  experiment.check_choice("curriculum", FLAGS.curriculum, curriculum_lib.CURRICULA)
+  loop.validate_config(_CONFIG.value, FLAGS.curriculum)
+  proposer = proposer_flags(FLAGS.curriculum)
+  run = experiment.common("dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=_UNUSED)
+  loop.enable_compile_cache()
+  runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ import pytest
 from craftax.craftax import constants as C
 from craftax.craftax import game_logic as gl
 
+from jaxlab.rl import dicode
 from jaxlab.rl.dicode import multitask, seeds, world
 from jaxlab.rl.dicode import task as T
 
 GRASS, STONE, TREE = (C.BlockType[n].value for n in ("GRASS", "STONE", "TREE"))
 _P = multitask._P
+CFG = dicode.get_config()  # DiCode's defaults: the success bonus and pool size below
+BONUS = {"bonus_k": CFG.bonus_k, "bonus_floor": CFG.bonus_floor}
 
 
 def _grass_world():
@@ -390,7 +393,17 @@ N_ENVS = 4
 @pytest.fixture(scope="module")
 def env(seed_tasks):
   tasks = [seed_tasks[0], seed_tasks[3]]  # collect_coal, survive_needs
-  e = multitask.make("craftax-symbolic", N_ENVS, tasks, num_slots=6, slots=[4, 1], reset_ratio=4)
+  e = multitask.make(
+    "craftax-symbolic",
+    N_ENVS,
+    tasks,
+    num_slots=6,
+    slots=[4, 1],
+    reset_ratio=4,
+    bonus=CFG.bonus,
+    pool_size=CFG.pool_size,
+    **BONUS,
+  )
   return e, jax.jit(e.reset), jax.jit(e.step)
 
 
@@ -449,16 +462,23 @@ def pooled(seed_tasks, small_worlds):
   base = jax.tree.map(lambda x: x[:POOL], small_worlds)
   tasks = [seed_tasks[0], seed_tasks[3]]
   pools = [multitask.build_pool(t, jax.random.key(i), POOL, base=base) for i, t in enumerate(tasks)]
-  table_a = multitask.build_table(tasks, pools, [4, 1], 3)
+  table_a = multitask.build_table(tasks, pools, [4, 1], 3, **BONUS)
   table_b = multitask.build_table(
-    tasks[::-1], pools[::-1], [0, 2], 3, weights=[0.25, 0.75], original_return=5.0
+    tasks[::-1], pools[::-1], [0, 2], 3, weights=[0.25, 0.75], original_return=5.0, **BONUS
   )
   return tasks, pools, table_a, table_b
 
 
 def _env(table):
   return multitask.session_env(
-    "craftax-symbolic", N_ENVS, 6, table, reset_ratio=2, fresh_worlds=False
+    "craftax-symbolic",
+    N_ENVS,
+    6,
+    table,
+    bonus=CFG.bonus,
+    reset_ratio=2,
+    fresh_worlds=False,
+    **BONUS,
   )
 
 
@@ -559,8 +579,10 @@ def test_pools_and_fresh_worlds_equal_generated_worlds_and_step_exactly(seed_tas
   gen = jax.jit(lambda k: world.generate(coal, k))
   for i in range(2):
     _assert_same(jax.tree.map(lambda x, i=i: x[i], pool), gen(keys[i]))
-  table = multitask.build_table([original], [pool], [2], 1, fresh=[True])
-  env = multitask.session_env("craftax-symbolic", N_ENVS, 3, table, reset_ratio=N_ENVS)
+  table = multitask.build_table([original], [pool], [2], 1, fresh=[True], **BONUS)
+  env = multitask.session_env(
+    "craftax-symbolic", N_ENVS, 3, table, bonus=CFG.bonus, reset_ratio=N_ENVS, **BONUS
+  )
   k_reset = jax.random.key(9)
   _, state = env.reset(k_reset)
   world_keys, _, _ = multitask.pool_keys(jax.random.split(k_reset, 3)[2], N_ENVS)

@@ -71,14 +71,14 @@ def test_replay_weights_sum_to_one_follow_rank_and_match_the_formula():
     )
   # equal staleness: the order of the weights is the order of the scores, (1/rank) apart
   scores = np.array([0.1, 0.25, 0.0, 0.2])
-  w = scoring.replay_weights(scores, [3, 3, 3, 3], 5)
+  w = scoring.replay_weights(scores, [3, 3, 3, 3], 5, 0.3, 1.0)
   assert list(np.argsort(-w)) == [1, 3, 0, 2]
   ranks = np.array([3, 1, 4, 2])
   expected = 0.7 * (1 / ranks) / np.sum(1 / ranks) + 0.3 / 4
   np.testing.assert_allclose(w, expected)
   # only staleness: proportional to sessions since last trained
   np.testing.assert_allclose(
-    scoring.replay_weights(scores, [4, 2, 5, 0], 5, 1.0), [1 / 9, 3 / 9, 0, 5 / 9]
+    scoring.replay_weights(scores, [4, 2, 5, 0], 5, 1.0, 1.0), [1 / 9, 3 / 9, 0, 5 / 9]
   )
 
 
@@ -182,20 +182,15 @@ def light_validate(sources):
 
 
 def tiny_config(**overrides) -> ml_collections.ConfigDict:
-  import importlib.util
+  from jaxlab.rl import dicode
 
-  spec = importlib.util.spec_from_file_location(
-    "dicode_cfg", ROOT / "experiments/configs/dicode.py"
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  c = module.get_config()
+  c = dicode.get_config()
   c.sessions, c.updates_per_session, c.score_window = 2, 2, 2
   c.tasks_per_session, c.evolve_every, c.proposals, c.parents = 5, 1, 3, 2
   c.capacity, c.num_slots = 7, NUM_SLOTS
   c.ppo.num_envs, c.ppo.num_steps, c.ppo.minibatches = 8, 6, 2
-  c.gtrxl.embed, c.gtrxl.num_heads, c.gtrxl.window, c.gtrxl.ffn = 8, 1, 4, 8
-  c.gtrxl.head_hidden = (8,)
+  g = c.ppo.gtrxl
+  g.embed, g.num_heads, g.window, g.ffn, g.head_hidden = 8, 1, 4, 8, (8,)
   for k, v in overrides.items():
     c[k] = v
   return c
@@ -400,7 +395,7 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
     ("original_proportion", 1.5),
     ("num_slots", 8),
     ("ppo.minibatches", 3),
-    ("gtrxl.num_heads", 3),
+    ("ppo.gtrxl.num_heads", 3),
     ("bonus", "sometimes"),
   ],
 )
@@ -449,8 +444,8 @@ def test_experiment_end_to_end_on_craftax(tmp_path):
     "--config.proposals=2",
     "--config.ppo.num_envs=8",
     "--config.ppo.num_steps=16",
-    "--config.eval_envs=8",
-    "--config.eval_steps=50",
+    "--config.ppo.eval_envs=8",
+    "--config.ppo.eval_steps=50",
   ]
   r = run_program("experiments.dicode", args, tmp_path, timeout=3600)
   assert r.returncode == 0, r.stderr[-3000:]

@@ -60,7 +60,7 @@ def one_hot(num_slots: int, slot: int | None) -> np.ndarray:
 
 
 def make_evaluator(
-  env_name: str, num_envs: int, max_steps: int, policy, suffix=(), reset_ratio: int = 16
+  env_name: str, num_envs: int, max_steps: int, policy, suffix=(), *, reset_ratio: int
 ):
   """``evaluate(params) -> (scalars, per_achievement)`` on the fixed held-out worlds."""
   from jaxlab.envs import craftax

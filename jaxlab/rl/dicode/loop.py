@@ -51,11 +51,11 @@ from flax import struct
 
 from jaxlab.core import checkpoint, metrics, runtime
 from jaxlab.core import workdir as workdir_lib
-from jaxlab.core.errors import check_config, require
 from jaxlab.envs import vec
 from jaxlab.rl import ppo
 from jaxlab.rl.dicode import curriculum as curriculum_lib
 from jaxlab.rl.dicode import scoring
+from jaxlab.rl.dicode.config import validate_config  # noqa: F401  (loop.validate_config)
 from jaxlab.rl.ppo import policies
 
 Array = jax.Array
@@ -179,11 +179,12 @@ def _level_fns(name: str, num_envs: int, reset_ratio: int):
   return reset, step
 
 
-def level_env(name: str, num_envs: int, levels, weights, reset_ratio: int = 16) -> vec.VecEnv:
+def level_env(name: str, num_envs: int, levels, weights, reset_ratio: int) -> vec.VecEnv:
   """Craftax whose episodes start in worlds generated from ``levels`` (uint32[L, 2] keys) drawn
   by ``weights``; ``info["task"]`` is the level index of a finished episode. The levels live in
   the state, so one compiled step serves every level set of the same size. Optimistic resets as
-  in ``jaxlab.envs.craftax``: each step generates ``num_envs // reset_ratio`` worlds for the finished."""
+  in ``jaxlab.envs.craftax``: each step generates ``num_envs // reset_ratio`` worlds for the
+  finished."""
   from jaxlab.envs import craftax
 
   base = craftax.make(name, num_envs, reset_ratio=reset_ratio, field="config.env")
@@ -339,9 +340,9 @@ def default_make_env(
   """The session's environment: plain Craftax, the level environment, or the multitask one (one
   compiled program per run: the session's tasks are data, see ``multitask.session_env``)."""
   if plan.kind == "base":
-    return base_env(config.env, num_envs, config.reset_ratio)
+    return base_env(config.env, num_envs, config.ppo.reset_ratio)
   if plan.kind == "levels":
-    return level_env(config.env, num_envs, plan.levels, plan.weights, config.reset_ratio)
+    return level_env(config.env, num_envs, plan.levels, plan.weights, config.ppo.reset_ratio)
   from jaxlab.rl.dicode import multitask
 
   pools = pools or PoolCache(config.pool_size)
@@ -364,7 +365,7 @@ def default_make_env(
     bonus=config.bonus,
     bonus_k=config.bonus_k,
     bonus_floor=config.bonus_floor,
-    reset_ratio=config.reset_ratio,
+    reset_ratio=config.ppo.reset_ratio,
   )
 
 
@@ -374,7 +375,7 @@ def ppo_config(config) -> ppo.PPOConfig:
 
 
 def make_policy(num_actions: int, config):
-  kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.gtrxl.items()}
+  kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.ppo.gtrxl.items()}
   return policies.make("gtrxl", num_actions, 0, **kw)
 
 
@@ -382,7 +383,7 @@ class Loop:
   """A resumable curriculum run in ``workdir`` (see the module docstring).
 
   ``curriculum``: a :class:`curriculum.Curriculum`; ``archive``/``proposer`` for ``dicode`` (else
-  None); ``config``: the experiment's config (``experiments/configs/dicode.py``).
+  None); ``config``: ``jaxlab.rl.dicode.get_config()`` or a preset of it.
   """
 
   def __init__(
@@ -673,7 +674,7 @@ class Loop:
     c = self.config
     n = len(seeds)
     levels = curriculum_lib.seed_keys(seeds)
-    env = counted(level_env(c.env, n, levels, np.full(n, 1.0 / n), c.reset_ratio), n, 0)
+    env = counted(level_env(c.env, n, levels, np.full(n, 1.0 / n), c.ppo.reset_ratio), n, 0)
     params = self.agent_params(env)
     if getattr(self, "_rollout", None) is None:
       self._rollout = make_rollout(env.step, self.policy, c.sfl_rollout_steps)
@@ -741,62 +742,6 @@ def archive_lib_statuses() -> tuple[str, ...]:
   return archive_lib.STATUSES
 
 
-def validate_config(config, curriculum: str) -> None:
-  """Every field of an ``experiments/configs/dicode.py`` config; ConfigError naming the bad one."""
-  pos, prob = "positive", "prob"
-  check_config(
-    config,
-    {
-      **{k: pos for k in ("sessions", "updates_per_session", "score_window", "capacity")},
-      **{k: pos for k in ("tasks_per_session", "num_slots", "evolve_every", "proposals")},
-      **{k: pos for k in ("parents", "reset_ratio", "levels_per_session", "plr_capacity")},
-      **{k: pos for k in ("sfl_candidates", "sfl_buffer", "sfl_every", "sfl_rollout_steps")},
-      **{k: pos for k in ("sandbox_timeout_s", "sandbox_memory_mb", "llm_timeout_s")},
-      **{k: pos for k in ("eval_envs", "eval_steps", "temperature", "pool_size")},
-      **{k: prob for k in ("original_proportion", "staleness_coef", "plr_replay_prob")},
-      **{k: prob for k in ("plr_min_fill", "sfl_replay_prob")},
-      "llm_retries": "nonneg",
-      "bonus": ["dynamic", "static"],
-      "bonus_k": "nonneg",
-      "bonus_floor": "nonneg",
-      "gtrxl.activation": ["relu", "tanh", "gelu"],
-    },
-  )
-  require(
-    config.score_window <= config.updates_per_session,
-    "config.score_window",
-    f"{config.score_window} exceeds updates_per_session={config.updates_per_session}",
-  )
-  from jaxlab.envs import craftax
-
-  _, classic, pixels = craftax.resolve(config.env, "config.env")
-  require(not pixels, "config.env", "the curricula use symbolic observations")
-  if curriculum in ("dr", "dicode"):
-    require(not classic, "config.env", "task programs need the full game: craftax-symbolic")
-  if curriculum == "dicode":
-    require(
-      config.tasks_per_session >= 2,
-      "config.tasks_per_session",
-      "must be >= 2 (the original game is one)",
-    )
-    need = config.capacity + config.proposals + 1
-    require(
-      config.num_slots >= need,
-      "config.num_slots",
-      f"{config.num_slots} one-hot slots cannot hold capacity + proposals + the original game "
-      f"({need})",
-    )
-  g = config.gtrxl
-  for name in ("embed", "num_heads", "num_layers", "window", "ffn"):
-    require(g[name] >= 1, f"config.gtrxl.{name}", f"must be >= 1, got {g[name]}")
-  require(
-    g.embed % g.num_heads == 0,
-    "config.gtrxl.num_heads",
-    f"{g.num_heads} does not divide embed={g.embed}",
-  )
-  ppo.validate(ppo.PPOConfig.from_config(config.ppo, num_updates=1), True, prefix="config.ppo")
-
-
 # --- the end of a run: evaluation and summary ---
 
 
@@ -811,10 +756,10 @@ def evaluate(run: Loop, curriculum: str) -> tuple[dict, dict]:
   elif curriculum == "dr":
     slot = run.curriculum.names.index(curriculum_lib.ORIGINAL)
   suffix = evaluation.one_hot(c.num_slots, slot)
-  env = base_env(c.env, c.eval_envs, c.reset_ratio)
+  env = base_env(c.env, c.ppo.eval_envs, c.ppo.reset_ratio)
   params = run.agent_params(evaluation.with_suffix(env, suffix))
   evaluate = evaluation.make_evaluator(
-    c.env, c.eval_envs, c.eval_steps, run.policy, suffix, c.reset_ratio
+    c.env, c.ppo.eval_envs, c.ppo.eval_steps, run.policy, suffix, reset_ratio=c.ppo.reset_ratio
   )
   return evaluate(params)
 
@@ -847,7 +792,7 @@ def finish(run: Loop, state: dict, curriculum: str) -> dict:
   )
   run.log(
     f"[dicode] {curriculum}: eval return {scalars['return']:.3g} "
-    f"({scalars.get('return_pct', float('nan')):.3g}% of max) over {run.config.eval_envs} "
+    f"({scalars.get('return_pct', float('nan')):.3g}% of max) over {run.config.ppo.eval_envs} "
     f"held-out worlds -> {run.workdir}"
   )
   return summary

@@ -398,8 +398,8 @@ def build_table(
   *,
   fresh: Sequence[bool] | None = None,
   weights: Sequence[float] | None = None,
-  bonus_k: float = 2.0,
-  bonus_floor: float = 20.0,
+  bonus_k: float,
+  bonus_floor: float,
   original_return: float = 0.0,
 ) -> TaskTable:
   """The table of `tasks` (with their `pools`), padded to `num_units` units that are never drawn.
@@ -510,10 +510,10 @@ def session_env(
   num_slots: int,
   table: TaskTable,
   *,
-  bonus: str = "dynamic",
-  bonus_k: float = 2.0,
-  bonus_floor: float = 20.0,
-  reset_ratio: int = 16,
+  bonus: str,
+  bonus_k: float,
+  bonus_floor: float,
+  reset_ratio: int,
   fresh_worlds: bool = True,
 ) -> vec.VecEnv:
   """The multitask environment over `table` (see `build_table`). Environments of the same shape
@@ -549,12 +549,12 @@ def make(
   num_slots: int,
   slots: Sequence[int],
   *,
-  bonus: str = "dynamic",
-  bonus_k: float = 2.0,
-  bonus_floor: float = 20.0,
-  reset_ratio: int = 16,
+  bonus: str,
+  bonus_k: float,
+  bonus_floor: float,
+  reset_ratio: int,
   weights: Sequence[float] | None = None,
-  pool_size: int = 8,
+  pool_size: int,
   pool_key=None,
   fresh: Sequence[bool] | None = None,
 ) -> vec.VecEnv:

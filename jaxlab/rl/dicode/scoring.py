@@ -24,10 +24,6 @@ import numpy as np
 
 from jaxlab.core.errors import require
 
-STALENESS_COEF = 0.3  # rho: weight of staleness in the replay mixture
-TEMPERATURE = 1.0  # T of the rank weights
-ORIGINAL_PROPORTION = 0.2  # share of a session's episodes on the unmodified game
-
 
 def success_rate(successes, finished) -> np.ndarray:
   """``successes / finished`` per task, and -1 where no episode finished (the paper's marker)."""
@@ -54,7 +50,7 @@ def ranks(scores) -> np.ndarray:
   return r
 
 
-def rank_weights(scores, temperature: float = TEMPERATURE) -> np.ndarray:
+def rank_weights(scores, temperature: float) -> np.ndarray:
   """``(1 / rank) ** (1 / T)``, normalised."""
   require(temperature > 0, "temperature", f"must be > 0, got {temperature}")
   w = (1.0 / ranks(scores)) ** (1.0 / temperature)
@@ -72,8 +68,8 @@ def replay_weights(
   scores,
   last_trained,
   session: int,
-  staleness_coef: float = STALENESS_COEF,
-  temperature: float = TEMPERATURE,
+  staleness_coef: float,
+  temperature: float,
 ) -> np.ndarray:
   """``(1 - rho) * w_rank + rho * w_staleness`` over the active tasks; sums to 1."""
   require(

@@ -5,7 +5,8 @@
 
 In one run on one device, for each environment and at the same number of environments N:
   (a) env-only steps/s, random actions, craftax's builtin auto-reset (a world generated every step);
-  (b) env-only steps/s, random actions, jaxlab's optimistic resets (jaxlab.envs.craftax, N/16 worlds/step);
+  (b) env-only steps/s, random actions, jaxlab's optimistic resets (jaxlab.envs.craftax, N/16
+      worlds/step);
   (c) PPO (MLP 3x512, Craftax_Baselines settings) steady env steps/s, rollout + GAE + 4 epochs x 8
       minibatches, compile time excluded and printed separately.
 Prints (c)/(a) and (c)/(b). Target: (c)/(a) >= 1, i.e. learning with our resets steps faster than
@@ -99,7 +100,9 @@ def ppo_iterations(name: str, n: int, steps: int, iterations: int):
   """(c): `iterations` whole PPO iterations (MLP 3x512) in one jitted scan; returns (fn, state)."""
   env = craftax_envs.make(name, n)
   policy = policies.make("mlp", env.num_actions, env.action_dim, hidden=(512, 512, 512))
-  config = ppo.PPOConfig(num_envs=n, num_steps=steps, num_updates=iterations)
+  config = ppo.PPOConfig.from_config(
+    ppo.get_config(), num_envs=n, num_steps=steps, num_updates=iterations
+  )
   update = ppo.make_update(env, policy, config)
   state = ppo.init(env, policy, config, jax.random.key(0))
 

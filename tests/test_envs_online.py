@@ -1,4 +1,7 @@
-"""The online-RL environments: gymnax and Craftax behind `jaxlab.envs.vec.VecEnv` (docs/online_envs.md)."""
+"""The online-RL environments: gymnax and Craftax behind `jaxlab.envs.vec.VecEnv`.
+
+See docs/online_envs.md.
+"""
 
 import collections
 import os
@@ -198,7 +201,8 @@ def raw_limit():
 
 
 def _pool_worlds(raw, key, pool):
-  """The fresh worlds `step(.., key)` draws: jaxlab.envs.craftax splits `key` into (step, reset) keys."""
+  """The fresh worlds `step(.., key)` draws: jaxlab.envs.craftax splits `key` into (step, reset)
+  keys."""
   _, k_reset = jax.random.split(key)
   worlds = raw.worlds(jax.random.split(k_reset, pool))
   return [np.asarray(worlds.map[j]) for j in range(pool)]

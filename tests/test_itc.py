@@ -391,7 +391,9 @@ def test_dyna_checkpoint_resumes(tmp_path):
   env = _toy_env(2)
   wm = W.WorldModelConfig(vocab_size=8, num_actions=2, max_blocks=2, embed=12, layers=1, heads=2)
   cfg = dyna.DynaConfig(
-    ppo=ppo.PPOConfig(num_envs=2, num_steps=3, epochs=1, minibatches=1, anneal_lr=False),
+    ppo=ppo.PPOConfig.from_config(
+      ppo.get_config(), num_envs=2, num_steps=3, epochs=1, minibatches=1, anneal_lr=False
+    ),
     wm=wm,
     tokenizer=T.TokenizerConfig(codebook_size=8, max_candidates=8),
     replay_size=12,

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +18,7 @@ from jaxlab.rl import ppo
 from jaxlab.rl.ppo import evaluation as ppo_eval
 from jaxlab.rl.ppo import policies
 from jaxlab.rl.ppo.loss import LossTerms, gae, ppo_loss
+from tests.programs import run_program
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -114,16 +112,89 @@ def test_library_config_errors_name_the_field():
   from jaxlab.core.errors import ConfigError
 
   cases = [
-    (ppo.PPOConfig(num_steps=10, minibatches=4, num_updates=1), False, "config.minibatches"),
-    (ppo.PPOConfig(num_envs=6, minibatches=4, num_updates=1), True, "config.minibatches"),
-    (ppo.PPOConfig(), False, "config.num_updates"),  # annealing needs the run's length
-    (ppo.PPOConfig(gamma=1.5, num_updates=1), False, "config.gamma"),
+    (_default(num_steps=10, minibatches=4, num_updates=1), False, "config.minibatches"),
+    (_default(num_envs=6, minibatches=4, num_updates=1), True, "config.minibatches"),
+    (_default(num_updates=0), False, "config.num_updates"),  # annealing needs the run's length
+    (_default(gamma=1.5, num_updates=1), False, "config.gamma"),
   ]
   for config, recurrent, field in cases:
     with pytest.raises(ConfigError) as e:
       ppo.validate(config, recurrent)
     assert e.value.field == field
-  ppo.validate(ppo.PPOConfig(anneal_lr=False), False)
+  ppo.validate(_default(anneal_lr=False, num_updates=0), False)
+
+
+def _default(**overrides) -> ppo.PPOConfig:
+  return ppo.PPOConfig.from_config(ppo.get_config(), **overrides)
+
+
+def test_ppo_config_has_no_defaults_of_its_own():
+  import dataclasses
+
+  assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(ppo.PPOConfig))
+  c = ppo.get_config()
+  pc = ppo.PPOConfig.from_config(c)
+  assert pc.num_envs == c.num_envs and pc.lr == c.lr and pc.unroll == c.unroll
+  assert pc.num_updates == c.total_timesteps // (c.num_envs * c.num_steps) == ppo.num_updates(c)
+  assert ppo.PPOConfig.from_config(c, num_updates=7, lr=1.0).num_updates == 7
+  with pytest.raises(TypeError, match="num_updates"):  # no total_timesteps to derive it from
+    ppo.PPOConfig.from_config({k: v for k, v in c.items() if k != "total_timesteps"})
+
+
+@pytest.mark.parametrize(
+  "field, value, policy, error",
+  [
+    ("eval_envs", 0, "mlp", "config.eval_envs"),
+    ("mlp.activation", "swish", "mlp", "config.mlp.activation"),
+    ("gtrxl.num_heads", 3, "gtrxl", "config.gtrxl.num_heads"),
+    ("minibatches", 3, "gru", "config.minibatches"),
+    ("num_envs", 0, "mlp", "config.num_envs"),
+    ("gamma", 1.5, "mlp", "config.gamma"),
+  ],
+)
+def test_validate_config_names_the_field(field, value, policy, error):
+  from jaxlab.core.errors import ConfigError
+
+  c = ppo.get_config()
+  *parents, leaf = field.split(".")
+  target = c
+  for part in parents:
+    target = target[part]
+  target[leaf] = value
+  with pytest.raises(ConfigError) as e:
+    ppo.validate_config(c, policy)
+  assert e.value.field == error
+  ppo.validate_config(ppo.get_config(), policy if field != "gtrxl.num_heads" else "mlp")
+
+
+def _config_file(preset=None):
+  import importlib.util
+
+  spec = importlib.util.spec_from_file_location("_ppo_cfg", ROOT / "experiments/configs/ppo.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(preset)
+
+
+def test_presets_start_from_the_library_config():
+  lib = ppo.get_config()
+  assert _config_file("craftax").to_dict() == lib.to_dict()
+  gtrxl = _config_file("craftax_gtrxl")
+  assert (gtrxl.num_steps, gtrxl.gamma, gtrxl.ent_coef) == (128, 0.999, 0.002)
+  default = _config_file()
+  assert (default.num_envs, default.num_steps, default.lr, default.total_timesteps) == (
+    16,
+    128,
+    1e-3,
+    1_000_000,
+  )
+  assert ppo.num_updates(default) == 488
+  assert set(default.keys()) == set(lib.keys()) and "preset" not in lib
+  for preset in (None, "craftax", "craftax_gtrxl", "cpu"):
+    for policy in policies.POLICIES:
+      ppo.validate_config(_config_file(preset), policy)
+  with pytest.raises(ValueError, match="unknown preset"):
+    _config_file("big")
 
 
 def test_crafter_score():
@@ -197,10 +268,10 @@ def test_continuous_policy_distribution():
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_minibatches_partition_the_rollout(recurrent):
   t_len, n, m = 4, 8, 2
-  cfg = ppo.PPOConfig(num_envs=n, num_steps=t_len, minibatches=m)
+  cfg = _default(num_envs=n, num_steps=t_len, minibatches=m)
   ids = jnp.arange(t_len * n).reshape(t_len, n)  # sample id = t * n + env
   carry0 = jnp.arange(n) if recurrent else ()
-  mbs, carries = ppo._minibatches({"id": ids}, carry0, cfg, recurrent, jax.random.key(0))
+  mbs, carries = ppo.agent._minibatches({"id": ids}, carry0, cfg, recurrent, jax.random.key(0))
   got = np.asarray(mbs["id"])
   assert got.shape[0] == m and sorted(got.ravel().tolist()) == list(range(t_len * n))
   if recurrent:  # whole sequences, each with its own initial carry
@@ -227,7 +298,7 @@ def test_evaluate_counts_first_episode_of_each_env():
 def test_episode_statistics_from_a_rollout():
   env = counter_env(2)
   pol = policies.make("mlp", 2, hidden=(4,))
-  cfg = ppo.PPOConfig(num_envs=2, num_steps=6, minibatches=2, epochs=1, num_updates=1)
+  cfg = _default(num_envs=2, num_steps=6, minibatches=2, epochs=1, num_updates=1)
   state = ppo.init(env, pol, cfg, jax.random.key(0))
   state, metrics = jax.jit(ppo.make_update(env, pol, cfg))(state, None, jax.random.key(1))
   # in 6 steps env 0 (length 2) ends 3 episodes, env 1 (length 3) ends 2: returns 2 and 3
@@ -249,7 +320,7 @@ def _config(n=16, **kw):
   base = dict(
     num_envs=n, num_steps=128, epochs=4, minibatches=4, gae_lambda=0.95, lr=1e-3, max_grad_norm=0.5
   )
-  return ppo.PPOConfig(**{**base, **kw})
+  return _default(**{**base, **kw})
 
 
 def test_learns_cartpole_quickly():
@@ -336,15 +407,7 @@ def test_split_run_resumes_bit_identical(tmp_path):
 
 
 def _run(*args, cwd, timeout=300):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  return subprocess.run(
-    [sys.executable, "-m", "experiments.ppo", *args],
-    cwd=cwd,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-  )
+  return run_program("experiments.ppo", list(args), cwd, timeout=timeout)
 
 
 @pytest.mark.parametrize(
@@ -355,7 +418,8 @@ def _run(*args, cwd, timeout=300):
     (["--mesh=data:8", "--config.num_envs=12"], "--config.num_envs"),
     (["--config.lr=nan"], "--config.lr"),
     (["--policy=gru", "--config.minibatches=3"], "--config.minibatches"),
-    (["--config.preset=big"], "--config.preset"),
+    ([f"--config={ROOT}/experiments/configs/ppo.py:big"], "--config"),
+    (["--config.preset=craftax"], "--config.preset"),  # presets are config files only
   ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
@@ -385,8 +449,37 @@ def test_experiment_end_to_end_small(tmp_path):
   assert summary["versions"]["gymnax"] and summary["env"] == "CartPole-v1"
   assert summary["eval/return"] > 0 and summary["train/env_steps_per_sec"] > 0
   config = json.loads((wd / "config.json").read_text())
-  assert config["num_envs"] == 8 and config["lr"] == 1e-3  # gymnax preset under the flags
+  assert config["num_envs"] == 8 and config["lr"] == 1e-3  # the gymnax default under the flags
   assert (wd / "curves.png").exists() and "eval return" in r.stdout
+
+
+def test_train_run_from_python(tmp_path):
+  """The program's run through the library functions a notebook calls (the cpu preset)."""
+  config = _config_file("cpu")
+  steps = ppo.num_updates(config)
+  loop = runtime.Loop(steps, log_every=4, **ppo.loop_options(config, "cartpole", steps))
+  assert steps == 8 and loop.eval_every == ppo.schedule(steps, 0)[1]
+  out = ppo.train_run(config, "cartpole", "mlp", loop, seed=0, workdir=tmp_path / "wd")
+  summary = json.loads((tmp_path / "wd" / "summary.json").read_text())
+  assert summary["env"] == "CartPole-v1" and summary["versions"]["gymnax"]
+  assert summary["eval/return"] == out.result.summary["eval/return"] > 0
+  assert out.line.startswith("eval return") and out.achievements == {}
+  assert int(out.state.train.step) == steps * config.epochs * config.minibatches
+
+
+def test_shared_rollout_step_records():
+  from jaxlab.rl.ppo import rollouts
+
+  env = counter_env(2)
+  obs, state = env.reset(jax.random.key(0))
+  act = lambda c, o, r, k: (c, jnp.zeros((2,), jnp.int32), {})
+  carry = (state, obs, jnp.ones((2,), bool), ())
+  (_, last_obs, reset, _), tr = rollouts.rollout(env.step, act, carry, jax.random.key(1), 5)
+  np.testing.assert_array_equal(tr["done"][:, 0], [False, True, False, True, False])
+  np.testing.assert_array_equal(tr["reset"][1:], tr["done"][:-1])  # done starts the next episode
+  np.testing.assert_array_equal(reset, tr["done"][-1])
+  np.testing.assert_array_equal(rollouts.alive(tr["done"])[:, 1], [1, 1, 1, 0, 0])  # ends at t=2
+  assert rollouts.rollout(env.step, act, carry, jax.random.key(1), 5, records=False)[1] is None
 
 
 @pytest.mark.slow
@@ -405,6 +498,7 @@ def test_experiment_craftax_classic_small(tmp_path):
   wd = tmp_path / "wd"
   r = _run(
     "--env=craftax-classic-symbolic",
+    f"--config={ROOT}/experiments/configs/ppo.py:craftax",
     "--steps=2",
     "--config.num_envs=16",
     "--config.num_steps=16",

@@ -1,4 +1,4 @@
-"""Craftax and Craftax-Classic behind the `jaxlab.envs.vec.VecEnv` interface, with optimistic resets.
+"""Craftax and Craftax-Classic behind the `jaxlab.envs.vec.VecEnv` interface, optimistic resets.
 
 Craftax (Matthews et al., "Craftax: A Lightning-Fast Benchmark for Open-Ended Reinforcement
 Learning", arXiv 2402.16801) is a JAX reimplementation of Crafter (Craftax-Classic) plus a larger
@@ -48,6 +48,9 @@ ENVS = {
   "craftax-classic-pixels": ("Craftax-Classic-Pixels-v1", True, True),
 }
 MAX_RETURN = {False: 226.0, True: 22.0}  # by `classic`
+# Optimistic resets of Craftax_Baselines: fresh worlds per step = max(1, num_envs // RESET_RATIO).
+# The one declaration of this default (`jaxlab.rl.ppo.get_config().reset_ratio` reads it).
+RESET_RATIO = 16
 _TEXTURE_FILE = {False: "texture_cache.pbz2", True: "texture_cache_classic.pbz2"}
 
 
@@ -138,7 +141,9 @@ def optimistic_reset(done, fresh, stepped):
   return vec.select(done, jax.tree.map(lambda x: x[slot], fresh), stepped)
 
 
-def make(name: str, num_envs: int, reset_ratio: int = 16, *, field: str = "env") -> vec.VecEnv:
+def make(
+  name: str, num_envs: int, reset_ratio: int = RESET_RATIO, *, field: str = "env"
+) -> vec.VecEnv:
   """A batch of `num_envs` Craftax environments with optimistic resets (see module docstring)."""
   env_id, classic, pixels = resolve(name, field)
   _check_int("num_envs", num_envs)

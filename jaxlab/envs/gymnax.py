@@ -1,11 +1,11 @@
-"""gymnax classic-control and MinAtar environments behind the :class:`jaxlab.envs.vec.VecEnv` interface.
+"""gymnax classic-control and MinAtar environments behind :class:`jaxlab.envs.vec.VecEnv`.
 
 gymnax (Lange 2022, github.com/RobertTLange/gymnax) implements the environments in JAX. Its 1.0
 `step` returns six values `(obs, state, reward, terminated, truncated, info)` and already resets a
 finished environment (computing a fresh reset every step, which is cheap for these small
 environments); this module vmaps it over N environments, turns `terminated | truncated` into
-`done` and adds the episode statistics of `jaxlab.envs.vec`. Observations are float32 (MinAtar's boolean
-frames included). Continuous actions are clipped to the action bounds by the environments
+`done` and adds the episode statistics of `jaxlab.envs.vec`. Observations are float32 (MinAtar's
+boolean frames included). Continuous actions are clipped to the action bounds by the environments
 themselves. Names and layout: docs/online_envs.md.
 """
 

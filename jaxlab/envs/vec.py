@@ -19,9 +19,9 @@ truncated). `info` holds arrays of leading size N:
 
 The running return and length live in :class:`VecState` next to the batched environment state, so
 the statistics are part of the carried state and survive checkpoints. The bookkeeping is shared by
-`jaxlab.envs.gymnax` and `jaxlab.envs.craftax` through :func:`init_state` and :func:`track`. :func:`make` picks
-the module by name; :func:`versions` gives the package versions for a run's summary. See
-docs/online_envs.md.
+`jaxlab.envs.gymnax` and `jaxlab.envs.craftax` through :func:`init_state` and :func:`track`.
+:func:`make` picks the module by name; :func:`versions` gives the package versions for a run's
+summary. See docs/online_envs.md.
 """
 
 from __future__ import annotations
@@ -120,14 +120,16 @@ def names() -> tuple[str, ...]:
   return tuple(gymnax.ENVS) + tuple(craftax.ENVS)
 
 
-def make(name: str, num_envs: int, *, reset_ratio: int = 16, field: str = "env") -> VecEnv:
-  """`jaxlab.envs.craftax.make` or `jaxlab.envs.gymnax.make` by name (`reset_ratio` is for Craftax only).
+def make(name: str, num_envs: int, *, reset_ratio: int | None = None, field: str = "env") -> VecEnv:
+  """`jaxlab.envs.craftax.make` or `jaxlab.envs.gymnax.make` by name (`reset_ratio` is for Craftax
+  only; None: `jaxlab.envs.craftax.RESET_RATIO`).
 
   An unknown name is a ConfigError on `field` that lists every allowed name.
   """
   from jaxlab.envs import craftax, gymnax
 
-  for module, kw in ((craftax, {"reset_ratio": reset_ratio}), (gymnax, {})):
+  ratio = craftax.RESET_RATIO if reset_ratio is None else reset_ratio
+  for module, kw in ((craftax, {"reset_ratio": ratio}), (gymnax, {})):
     try:
       module.resolve(name, field)
     except ConfigError:

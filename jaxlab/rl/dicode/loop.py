@@ -201,16 +201,9 @@ def make_rollout(step, policy, num_steps: int):
   def rollout(params, state, obs, key):
     n = obs.shape[0]
 
-    def body(carry, t):
-      state, obs, reset, pcarry = carry
-      k_act, k_env = jax.random.split(jax.random.fold_in(key, t))
-      pcarry, dist, _ = policy.apply({"params": params}, pcarry, obs[None], reset[None])
-      action = policies.sample(jax.tree.map(lambda x: x[0], dist), k_act)
-      obs, state, _, done, _ = step(state, action, k_env)
-      return (state, obs, done, pcarry), None
-
+    act = ppo.rollouts.policy_actor(lambda *a: policy.apply({"params": params}, *a))
     init = (state, obs, jnp.ones((n,), bool), policy.initial_carry(n))
-    return jax.lax.scan(body, init, jnp.arange(num_steps))[0][0]
+    return ppo.rollouts.rollout(step, act, init, key, num_steps, records=False)[0][0]
 
   return rollout
 

@@ -9,7 +9,7 @@ checkpointed and resumable bit for bit::
 
     env = jaxlab.envs.gymnax.make("cartpole", 16)
     policy = policies.make("mlp", env.num_actions, env.action_dim)
-    config = PPOConfig(num_envs=16, num_steps=128, num_updates=250)
+    config = PPOConfig.from_config(ppo.get_config(), num_envs=16, num_steps=128, num_updates=250)
     state = ppo.init(env, policy, config, key)
     state, result = runtime.train(state, ppo.make_update(env, policy, config), Loop(250), key=key)
 
@@ -36,7 +36,7 @@ from flax import struct
 from jaxlab.core import sharding
 from jaxlab.core.errors import require
 from jaxlab.core.train_state import TrainState
-from jaxlab.rl.ppo import policies
+from jaxlab.rl.ppo import policies, rollouts
 from jaxlab.rl.ppo.loss import LossTerms, gae, ppo_loss
 
 Array = jax.Array
@@ -44,35 +44,46 @@ Array = jax.Array
 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
-  """PPO hyperparameters; defaults are Craftax_Baselines' (arXiv 2402.16801, PureJaxRL code)."""
+  """PPO hyperparameters, without defaults: build it with :meth:`from_config` from
+  :func:`jaxlab.rl.ppo.get_config` (the one declaration of the defaults, documented there)."""
 
-  num_envs: int = 1024  # environments stepped in parallel (split over the mesh's batch axes)
-  num_steps: int = 64  # rollout length per environment and iteration
-  epochs: int = 4  # passes over each rollout
-  minibatches: int = 8  # gradient steps per epoch
-  gamma: float = 0.99  # discount
-  gae_lambda: float = 0.8  # GAE lambda
-  clip_eps: float = 0.2  # ratio clip (and value clip) epsilon
-  ent_coef: float = 0.01  # entropy bonus weight
-  vf_coef: float = 0.5  # value loss weight
-  max_grad_norm: float = 1.0  # global gradient-norm clip
-  lr: float = 2e-4  # Adam learning rate (eps 1e-5)
-  anneal_lr: bool = True  # decay the learning rate linearly to 0 over num_updates iterations
-  num_updates: int = 0  # iterations of the whole run (the length of the decay; needed to anneal)
-  normalize_advantages: bool = True  # per-minibatch advantage normalisation
-  clip_value: bool = True  # PureJaxRL's clipped value loss
-  # Unroll the epoch and minibatch loops. For CNN policies on CPU: XLA:CPU runs convolution
-  # gradients inside a loop on a slow generic path (jax-ml/jax#12868; 13x measured for the IMPALA
-  # CNN's weight gradient, see benchmarks/itc.py), unrolled they take the fast one. Costs compile
-  # time (epochs x minibatches copies of the gradient); leave off on accelerators.
-  unroll: bool = False
+  num_envs: int  # environments stepped in parallel (split over the mesh's batch axes)
+  num_steps: int  # rollout length per environment and iteration
+  epochs: int  # passes over each rollout
+  minibatches: int  # gradient steps per epoch
+  gamma: float  # discount
+  gae_lambda: float  # GAE lambda
+  clip_eps: float  # ratio clip (and value clip) epsilon
+  ent_coef: float  # entropy bonus weight
+  vf_coef: float  # value loss weight
+  max_grad_norm: float  # global gradient-norm clip
+  lr: float  # Adam learning rate (eps 1e-5)
+  anneal_lr: bool  # decay the learning rate linearly to 0 over num_updates iterations
+  num_updates: int  # iterations of the whole run (the length of the decay; needed to anneal)
+  normalize_advantages: bool  # per-minibatch advantage normalisation
+  clip_value: bool  # PureJaxRL's clipped value loss
+  unroll: bool  # unroll the epoch and minibatch loops (CNN policies on CPU; see get_config)
 
   @classmethod
   def from_config(cls, config: Mapping[str, Any], **overrides) -> PPOConfig:
-    """The fields of a (ml_collections) config that PPO knows; other fields are ignored."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    """The fields of a (ml_collections) config that PPO knows, then ``overrides``; other fields
+    are ignored. ``num_updates``, when neither field nor override, is
+    ``total_timesteps // (num_envs * num_steps)`` (:func:`jaxlab.rl.ppo.config.num_updates`).
+
+    ``PPOConfig.from_config(ppo.get_config(), num_envs=16, lr=1e-3)`` is the default config
+    with two changes.
+    """
+    from jaxlab.rl.ppo.config import num_updates
+
+    names = [f.name for f in dataclasses.fields(cls)]
     kw = {k: config[k] for k in config.keys() if k in names}
-    return cls(**{**kw, **overrides})
+    kw.update(overrides)
+    if "num_updates" not in kw and "total_timesteps" in config:
+      kw["num_updates"] = num_updates({"total_timesteps": config["total_timesteps"], **kw})
+    missing = [n for n in names if n not in kw]
+    if missing:
+      raise TypeError(f"PPOConfig.from_config: no value for {', '.join(missing)}")
+    return cls(**kw)
 
 
 def validate(config: PPOConfig, recurrent: bool, prefix: str = "config") -> None:
@@ -190,34 +201,14 @@ def _constrain(tree, axis: int, mesh):
   return jax.tree.map(leaf, tree)
 
 
-def _squeeze_time(tree):
-  return jax.tree.map(lambda x: x[0], tree)
-
-
 def _rollout(state: PPOState, env, config: PPOConfig, key: Array):
   """``num_steps`` environment steps with the current policy -> (state, trajectory [T, N])."""
-
-  def step(carry, t):
-    env_state, obs, reset, pcarry = carry
-    k_act, k_env = jax.random.split(jax.random.fold_in(key, t))
-    pcarry, dist, value = state.train(pcarry, obs[None], reset[None])
-    dist, value = _squeeze_time(dist), value[0]
-    action = policies.sample(dist, k_act)
-    next_obs, env_state, reward, done, info = env.step(env_state, action, k_env)
-    record = dict(
-      obs=obs,
-      reset=reset,
-      action=action,
-      log_prob=policies.log_prob(dist, action),
-      value=value,
-      reward=reward.astype(jnp.float32),
-      done=done,
-      info=info,
-    )
-    return (env_state, next_obs, done, pcarry), record
-
   init = (state.env_state, state.obs, state.reset, state.carry)
-  (env_state, obs, reset, pcarry), traj = jax.lax.scan(step, init, jnp.arange(config.num_steps))
+  act = rollouts.policy_actor(state.train)
+  (env_state, obs, reset, pcarry), traj = rollouts.rollout(
+    env.step, act, init, key, config.num_steps
+  )
+  traj = {**traj, "reward": traj["reward"].astype(jnp.float32)}
   return state.replace(env_state=env_state, obs=obs, reset=reset, carry=pcarry), traj
 
 

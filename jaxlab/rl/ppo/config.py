@@ -2,17 +2,21 @@
 
 ``c.ppo = ppo.get_config()`` is how another method (R4, QRIM, DiCode, ITC) carries PPO; presets in
 ``experiments/configs/ppo.py`` change fields of this config, never declare their own.
+:func:`validate_config` checks a whole config (the PPO fields through ``agent.validate``, the
+program's fields, the policy's sizes), naming the field as typed (``--config.num_envs``).
 """
 
 from __future__ import annotations
 
 import ml_collections
 
+from jaxlab.core.errors import check_config, require
+from jaxlab.envs import craftax as craftax_envs
+
 
 def get_config() -> ml_collections.ConfigDict:
   """Craftax_Baselines' PPO (arXiv 2402.16801; PureJaxRL code). ~1e9 steps: a GPU run."""
   c = ml_collections.ConfigDict()
-  c.preset = "auto"  # auto | craftax | gymnax | none: which preset fills fields not given as flags
   c.total_timesteps = 1_000_000_000  # env steps of the run: updates = total // (envs * steps)
   c.num_envs = 1024  # parallel environments (must divide over the mesh's data devices)
   c.num_steps = 64  # rollout length per environment and update
@@ -28,7 +32,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.anneal_lr = True  # linear decay of the learning rate to 0 over the run
   c.normalize_advantages = True  # per-minibatch advantage normalisation
   c.clip_value = True  # clipped value loss (PureJaxRL)
-  c.reset_ratio = 16  # Craftax optimistic resets: fresh worlds per step = num_envs // reset_ratio
+  # Unroll the epoch and minibatch loops into Python loops. For CNN policies on CPU: XLA:CPU runs
+  # convolution gradients inside a loop on a slow generic path (jax-ml/jax#12868; 13x measured for
+  # the IMPALA CNN's weight gradient, see benchmarks/itc.py). Costs compile time; off on GPUs.
+  c.unroll = False
+  # Craftax optimistic resets: fresh worlds per step = num_envs // reset_ratio (gymnax: unused)
+  c.reset_ratio = craftax_envs.RESET_RATIO
   c.eval_envs = 256  # held-out environments per evaluation (one episode each)
   c.eval_steps = 10_000  # step cap of an evaluation (unfinished episodes count their return so far)
   c.eval_every = 0  # updates between evaluations (0: ten per run); the last update always evaluates
@@ -40,7 +49,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.gru.embed = 512  # Dense embedding before the GRU (Craftax_Baselines ppo_rnn)
   c.gru.hidden = 512  # GRU state size
   c.gru.head_hidden = (512, 512)  # hidden layers of the actor and critic heads
-  c.gru.activation = "relu"
+  c.gru.activation = "relu"  # tanh | relu | gelu
   c.gtrxl = ml_collections.ConfigDict()
   c.gtrxl.embed = 256  # model width (DiCode: 256)
   c.gtrxl.num_heads = 8  # attention heads (must divide embed)
@@ -49,5 +58,48 @@ def get_config() -> ml_collections.ConfigDict:
   c.gtrxl.ffn = 256  # feed-forward hidden size
   c.gtrxl.gate_bias = 2.0  # GTrXL gate bias b_g (arXiv 1910.06764)
   c.gtrxl.head_hidden = (256,)  # hidden layers of the actor and critic heads
-  c.gtrxl.activation = "relu"
+  c.gtrxl.activation = "relu"  # tanh | relu | gelu
   return c
+
+
+def num_updates(config) -> int:
+  """PPO iterations of a run: ``total_timesteps // (num_envs * num_steps)``, at least 1."""
+  return max(1, config["total_timesteps"] // (config["num_envs"] * config["num_steps"]))
+
+
+def validate_config(config, policy: str = "mlp", prefix: str = "config") -> None:
+  """Raises ConfigError naming the bad field (``config.gtrxl.num_heads`` etc.).
+
+  ``policy`` (mlp | gru | gtrxl): a recurrent policy splits environments, not steps, into
+  minibatches, and only the chosen policy's sizes are checked.
+  """
+  from jaxlab.rl.ppo import agent, policies
+
+  acts = list(policies.ACTIVATIONS)
+  check_config(
+    config,
+    {
+      "total_timesteps": "positive",
+      "reset_ratio": "positive",
+      "eval_envs": "positive",
+      "eval_steps": "positive",
+      "eval_every": "nonneg",
+      "mlp.activation": acts,
+      "gru.activation": acts,
+      "gtrxl.activation": acts,
+    },
+    prefix,
+  )
+  for name in ("num_envs", "num_steps"):  # before num_updates divides by them
+    require(config[name] >= 1, f"{prefix}.{name}", f"must be >= 1, got {config[name]}")
+  ppo_config = agent.PPOConfig.from_config(config)
+  agent.validate(ppo_config, policy != "mlp", prefix)
+  if policy == "gtrxl":
+    g = config.gtrxl
+    for name in ("embed", "num_heads", "num_layers", "window", "ffn"):
+      require(g[name] >= 1, f"{prefix}.gtrxl.{name}", f"must be >= 1, got {g[name]}")
+    require(
+      g.embed % g.num_heads == 0,
+      f"{prefix}.gtrxl.num_heads",
+      f"{g.num_heads} does not divide embed={g.embed}",
+    )

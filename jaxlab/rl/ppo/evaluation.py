@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.rl.ppo import crafter_score, policies
+from jaxlab.rl.ppo import crafter_score, rollouts
 
 
 def make_evaluate(env, policy, max_steps: int, greedy: bool = False) -> Callable:
@@ -27,11 +27,11 @@ def make_evaluate(env, policy, max_steps: int, greedy: bool = False) -> Callable
 
   def step(carry):
     t, env_state, obs, reset, pcarry, out, params, key = carry
-    k_act, k_env = jax.random.split(jax.random.fold_in(key, t))
-    pcarry, dist, _ = policy.apply({"params": params}, pcarry, obs[None], reset[None])
-    dist = jax.tree.map(lambda x: x[0], dist)
-    action = policies.mode(dist) if greedy else policies.sample(dist, k_act)
-    obs, env_state, reward, done, info = env.step(env_state, action, k_env)
+    act = rollouts.policy_actor(lambda *a: policy.apply({"params": params}, *a), greedy)
+    (env_state, obs, done, pcarry), rec = rollouts.step_fn(env.step, act, key)(
+      (env_state, obs, reset, pcarry), t
+    )
+    reward, info = rec["reward"], rec["info"]
     running = ~out["finished"]
     first_end = done & running
     out = {

@@ -100,20 +100,17 @@ def collect(env, length: int, key: Array, actor=None) -> Trajectories:
   if actor is None:
     actor = _behaviour(k_pol, env, int(np.prod(env.obs_shape)))
 
+  from jaxlab.rl.ppo import rollouts  # the shared rollout step (docs/ppo.md)
+
+  act = lambda pcarry, obs, reset, k: (pcarry, actor(obs, k), {})
+
   @jax.jit
   def run(k_reset, k_run):
     obs, state = env.reset(k_reset)
-
-    def step(carry, t):
-      obs, state, alive = carry
-      ka, ke = jax.random.split(jax.random.fold_in(k_run, t))
-      action = actor(obs, ka)
-      nobs, state, reward, done, _ = env.step(state, action, ke)
-      rec = (obs, action, reward * alive, alive)
-      return (nobs, state, alive * (1.0 - done.astype(jnp.float32))), rec
-
-    alive0 = jnp.ones((env.num_envs,), jnp.float32)
-    _, (o, a, r, m) = jax.lax.scan(step, (obs, state, alive0), jnp.arange(length))
+    carry = (state, obs, jnp.ones((env.num_envs,), bool), ())
+    _, tr = rollouts.rollout(env.step, act, carry, k_run, length)
+    alive = rollouts.alive(tr["done"])  # masks every step after the first episode
+    o, a, r, m = tr["obs"], tr["action"], tr["reward"] * alive, alive
     return [jnp.swapaxes(x, 0, 1) for x in (o, a, r, m)]
 
   o, a, r, m = (np.asarray(x) for x in run(k_reset, k_run))

@@ -1,0 +1,171 @@
+"""The command-line PPO run as library functions (``python -m experiments.ppo`` calls these).
+
+:func:`train_run` builds the environments and the policy from a config (:func:`make_env`,
+:func:`make_policy`), trains with held-out evaluations between chunks and writes the report
+(``summary.json`` with the environment packages' versions, for Craftax the per-achievement
+success rates and ``achievements.png``). A notebook reproduces the program's run with::
+
+    config = ppo.get_config()   # or experiments/configs/ppo.py's get_config(preset)
+    steps = ppo.num_updates(config)
+    loop = runtime.Loop(steps, **ppo.loop_options(config, "cartpole", steps))
+    out = ppo.train_run(config, "cartpole", "mlp", loop, seed=0, workdir="runs/ppo/nb")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import jax
+
+from jaxlab.core import runtime
+from jaxlab.core.errors import ConfigError, check_choice
+from jaxlab.envs import craftax as craftax_envs
+from jaxlab.envs import gymnax as gymnax_envs
+from jaxlab.envs import vec
+from jaxlab.rl.ppo import agent, policies
+from jaxlab.rl.ppo import evaluation as ppo_eval
+from jaxlab.rl.ppo.config import validate_config
+
+
+def is_craftax(env_name: str) -> bool:
+  return env_name.lower().startswith("craftax")
+
+
+def check_env(env_name: str, field: str = "env") -> str:
+  """ConfigError naming ``--env`` for an unknown name (before anything is built)."""
+  if is_craftax(env_name):
+    craftax_envs.resolve(env_name, field)
+    return env_name
+  try:
+    gymnax_envs.resolve(env_name, field)
+  except ConfigError:
+    names = ", ".join(vec.names())
+    raise ConfigError(field, f"unknown environment {env_name!r}; allowed: {names}") from None
+  return env_name
+
+
+def check(config, env_name: str, policy_name: str) -> None:
+  """Every check of a run's arguments: ``--env``, ``--policy`` and the config's fields."""
+  check_env(env_name)
+  check_choice("policy", policy_name, policies.POLICIES)
+  validate_config(config, policy_name)
+
+
+def make_env(env_name: str, num_envs: int, config) -> vec.VecEnv:
+  """``num_envs`` environments (Craftax with ``config.reset_ratio`` optimistic resets)."""
+  if is_craftax(env_name):
+    return craftax_envs.make(env_name, num_envs, reset_ratio=config.reset_ratio)
+  return gymnax_envs.make(env_name, num_envs)
+
+
+def make_policy(name: str, env, config):
+  """The ``mlp | gru | gtrxl`` policy with the sizes of ``config.<name>``."""
+  kwargs = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in config[name].items()}
+  return policies.make(name, env.num_actions, env.action_dim, **kwargs)
+
+
+def schedule(steps: int, eval_every: int) -> tuple[int, int, int]:
+  """Default ``(log_every, eval_every, ckpt_every)``: multiples of one chunk length, since every
+  distinct chunk length is a separate compilation of the whole PPO iteration scan."""
+  log_every = max(1, min(100, steps // 20))
+  eval_every = eval_every or log_every * max(1, steps // (10 * log_every))
+  ckpt_every = eval_every * max(1, steps // (4 * eval_every))
+  return log_every, eval_every, ckpt_every
+
+
+def loop_options(config, env_name: str, steps: int) -> dict[str, Any]:
+  """``runtime.Loop`` fields of a PPO run of ``steps`` iterations: the evaluation interval
+  (:func:`schedule`), the progress bar's metrics and environment steps per second."""
+  score = "score" if is_craftax(env_name) else "entropy"
+  return dict(
+    eval_every=schedule(steps, config.eval_every)[1],
+    progress_keys=("episode_return", score, "env_steps_per_sec"),
+    units_per_step=config.num_envs * config.num_steps,
+    units_name="env_steps_per_sec",
+  )
+
+
+@dataclasses.dataclass
+class RunOutput:
+  state: agent.PPOState  # the trained state
+  result: runtime.Result  # the runtime's result (summary, evaluations)
+  env: vec.VecEnv  # the training environments
+  achievements: dict[str, float]  # Craftax: success rate per achievement at the last evaluation
+  line: str  # the one-line report the program prints
+
+
+def train_run(
+  config,
+  env_name: str,
+  policy_name: str,
+  loop: runtime.Loop,
+  *,
+  seed: int = 0,
+  workdir: str | pathlib.Path | None = None,
+  mesh=None,
+) -> RunOutput:
+  """Trains ``policy_name`` on ``env_name`` for ``loop.num_steps`` PPO iterations (the learning
+  rate decays over them), evaluating on held-out seeds every ``loop.eval_every``; with a
+  ``workdir``: resumable, and the report is written there. Key streams of ``seed``: 0 init,
+  1 training, 2 evaluation worlds."""
+  check(config, env_name, policy_name)
+  ppo_config = agent.PPOConfig.from_config(config, num_updates=loop.num_steps)
+  env = make_env(env_name, config.num_envs, config)
+  policy = make_policy(policy_name, env, config)
+  key = jax.random.key_data(jax.random.key(seed))
+  state = agent.init(env, policy, ppo_config, jax.random.fold_in(key, 0))
+  update = agent.make_update(env, policy, ppo_config, mesh)
+  eval_env = make_env(env_name, config.eval_envs, config)
+  evaluate = ppo_eval.make_evaluate(eval_env, policy, config.eval_steps, config.eval_greedy)
+  eval_key = jax.random.fold_in(key, 2)  # held out: training worlds come from other streams
+  rates: dict = {}
+
+  def eval_fn(state, step):
+    del step
+    scalars, per_ach = ppo_eval.summarize(evaluate(state.train.params, eval_key), eval_env)
+    rates.clear()
+    rates.update(per_ach)
+    return scalars
+
+  recorded = {**config.to_dict(), "env": env_name, "policy": policy_name, "steps": loop.num_steps}
+  shardings = None if mesh is None else agent.state_sharding(state, mesh, config.num_envs)
+  state, result = runtime.train(
+    state,
+    update,
+    loop,
+    key=jax.random.fold_in(key, 1),
+    workdir=workdir,
+    eval_fn=eval_fn,
+    mesh=mesh,
+    state_sharding=shardings,
+    config=recorded,
+  )
+  line = write_report(workdir, env, result, rates)
+  return RunOutput(state=state, result=result, env=env, achievements=dict(rates), line=line)
+
+
+def write_report(workdir, env, result: runtime.Result, rates: dict) -> str:
+  """Adds the environment and package versions (and the achievement rates) to ``summary.json``,
+  draws ``achievements.png`` (Craftax); returns the one-line report."""
+  s = result.summary
+  if workdir is not None and result.evals:  # nothing ran: keep the record as it is
+    extra = {"env": env.name, "versions": vec.versions()}
+    if rates:
+      extra["achievements"] = rates
+    runtime.write_summary(workdir, {**s, **extra})
+    if rates and jax.process_index() == 0:
+      ppo_eval.achievement_chart(
+        pathlib.Path(workdir) / "achievements.png",
+        rates,
+        title=f"{env.name}: success rate over evaluation episodes",
+      )
+  # The in-jit clock of the last chunk (the runtime's steps/s of a chunk includes compilation).
+  env_sps = s.get("train/env_steps_per_sec", float("nan"))
+  line = f"eval return {s.get('eval/return', float('nan')):.4g}"
+  if "eval/return_pct" in s:
+    line += f" ({s['eval/return_pct']:.3g}% of max)"
+  if "eval/score" in s:
+    line += f", Crafter score {s['eval/score']:.3g}%"
+  return f"{line}; {env_sps:,.0f} env steps/s; {s.get('wall_s', 0):.0f} s"

@@ -135,3 +135,31 @@ def test_bad_config_file_flags_exit_2(tmp_path, args, flag):
   assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-1500:]
   assert r.stderr.strip().splitlines()[-1].startswith(f"error: {flag}")
   assert not (tmp_path / "run").exists()
+
+
+def test_compile_cache_is_on_by_default_and_serves_the_second_run(tmp_path):
+  """Every program keeps its compiled programs (the folder is in the start-up line); the second
+  run of a command reads them back and computes the same numbers; ``off`` keeps none."""
+  cache = tmp_path / "xla"
+  env = {"JAXLAB_COMPILE_CACHE": str(cache)}
+  runs = [
+    run_program(
+      "experiments.example", [f"--workdir={tmp_path / w}", "--steps=40"], tmp_path, env=env
+    )
+    for w in ("a", "b")
+  ]
+  for r in runs:
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"compile cache {cache}" in r.stdout + r.stderr
+  entries = sorted(p.name for p in cache.iterdir())
+  assert entries, "nothing cached"
+  rows = [json.loads((tmp_path / w / "summary.json").read_text()) for w in ("a", "b")]
+  assert rows[0]["train/loss"] == rows[1]["train/loss"]
+  off = run_program(
+    "experiments.example",
+    [f"--workdir={tmp_path / 'c'}", "--steps=40", "--compile_cache=off"],
+    tmp_path,
+    env=env,
+  )
+  assert off.returncode == 0 and "compile cache off" in off.stdout + off.stderr, off.stderr
+  assert sorted(p.name for p in cache.iterdir()) == entries

@@ -73,6 +73,44 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
   "ckpt_every", None, "Steps between checkpoints (0 = only at the end; default: the experiment's)."
 )
+flags.DEFINE_string(
+  "compile_cache",
+  None,
+  "Folder of JAX's persistent compilation cache, so the second run of a command skips compiling "
+  "(default: $JAXLAB_COMPILE_CACHE, else <user cache dir>/jaxlab/xla); 'off' disables it.",
+)
+
+_CACHE_OFF = ("off", "none", "false", "0", "")
+_CACHE_MAX_BYTES = 4 << 30
+
+
+def compile_cache_dir(flag_value: str | None = None) -> pathlib.Path | None:
+  """Where compiled programs are kept between runs (``None``: not kept)."""
+  value = flag_value if flag_value is not None else os.environ.get("JAXLAB_COMPILE_CACHE")
+  if value is None:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    value = os.path.join(base, "jaxlab", "xla")
+  if value.strip().lower() in _CACHE_OFF:
+    return None
+  path = pathlib.Path(value).expanduser()
+  require(not path.exists() or path.is_dir(), "compile_cache", f"{path} is not a directory")
+  return path
+
+
+def enable_compile_cache(flag_value: str | None = None) -> pathlib.Path | None:
+  """Turns on JAX's persistent compilation cache (every program does; a notebook may call it)."""
+  path = compile_cache_dir(flag_value)
+  if path is not None:
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    # Cache every compiled program, not only those that took a second (the chunks of short
+    # runs and the evaluation functions add up to most of a CPU run's start-up).
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    # A size bound turns on JAX's LRU eviction and, with it, a file lock around reads and
+    # writes, so two runs started side by side never read each other's half-written entries.
+    jax.config.update("jax_compilation_cache_max_size", _CACHE_MAX_BYTES)
+  return path
 
 
 ExperimentError = ConfigError  # one typed error for flags, config fields and library arguments
@@ -454,6 +492,7 @@ def run(main) -> None:
       fail("coordinator_address", str(e))
     watchdog.start()
     try:
+      enable_compile_cache(FLAGS.compile_cache)
       return main(argv)
     except ConfigError as e:
       fail(e.field, e.message)

@@ -75,8 +75,9 @@ def describe(mesh=None) -> str:
     ",".join(f"{k}:{v}" for k, v in dict(mesh.shape).items()) if mesh is not None else "none"
   )
   commit = (p["git_commit"] or "unknown")[:10] + ("+dirty" if p["git_dirty"] else "")
+  cache = jax.config.jax_compilation_cache_dir or "off"
   return (
     f"[jaxlab] {p['device_count']} {p['platform']} device(s) ({p['device_kind']}), "
     f"{p['process_count']} process(es), mesh {mesh_txt}, jax {p['versions']['jax']}, "
-    f"commit {commit}"
+    f"commit {commit}, compile cache {cache}"
   )

@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from programs import run_program
@@ -123,15 +121,7 @@ def test_bad_config_file_flags_exit_2(tmp_path, args, flag):
 
   root = pathlib.Path(__file__).resolve().parents[1]
   args = [a.replace("experiments/", f"{root}/experiments/") for a in args]
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  r = subprocess.run(
-    [sys.executable, "-m", "experiments.dasbs", f"--workdir={tmp_path / 'run'}", *args],
-    cwd=tmp_path,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
+  r = run_program("experiments.dasbs", [f"--workdir={tmp_path / 'run'}", *args], tmp_path)
   assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-1500:]
   assert r.stderr.strip().splitlines()[-1].startswith(f"error: {flag}")
   assert not (tmp_path / "run").exists()

@@ -1,12 +1,13 @@
 """ITC world-model agent: imagination and world-model training throughput, decoding cost.
 
-  python -m benchmarks.itc                      # tiny CPU shape (experiments/configs/itc.py TINY)
-  python -m benchmarks.itc --scale=cpu          # experiments.itc --config.scale=cpu shapes
-  python -m benchmarks.itc --scale=paper        # the paper's shapes (a GPU run)
+  python -m benchmarks.itc                      # tiny CPU shape (experiments/configs/itc.py:tiny)
+  python -m benchmarks.itc --scale=cpu          # experiments/configs/itc.py:cpu shapes
+  python -m benchmarks.itc --scale=paper        # the paper's shapes (itc.py:itc, a GPU run)
       [--batch=0] [--repeats=5] [--decodes=sample,itc,itc_hungarian]
 
-In one process, at the sizes of `experiments.itc` (``--scale``), random weights and a full
-codebook (throughput does not depend on what was learned, except Sinkhorn's iteration count):
+In one process, at the sizes of `experiments.itc` (``--scale``: the preset of that name, ``paper``:
+the ``itc`` preset), random weights and a full codebook (throughput does not depend on what was
+learned, except Sinkhorn's iteration count):
   (1) imagined tokens/s: one jitted `jaxlab.rl.itc.imagine.rollout` (IMPALA-RNN policy + world
       model re-run over its fixed context + decoding + codebook lookup), ``imag_batch`` rollouts
       of ``horizon`` steps, 81 tokens a frame, for each ``--decodes`` method; printed as a ratio
@@ -38,15 +39,14 @@ from absl import flags
 from experiments.configs import itc as itc_configs
 from jaxlab.core import experiment
 from jaxlab.core.train_state import TrainState
-from jaxlab.rl import ppo
+from jaxlab.rl import itc, ppo
 from jaxlab.rl.itc import decode as decode_lib
 from jaxlab.rl.itc import imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
 from jaxlab.rl.itc import world_model as wm_lib
-from jaxlab.rl.ppo import policies
 
 _SCALE = flags.DEFINE_enum(
-  "scale", "tiny", ["tiny", "cpu", "paper"], "Shapes: TINY, CPU or the paper's."
+  "scale", "tiny", ["tiny", "cpu", "paper"], "Shapes: the tiny, cpu or itc (paper) preset's."
 )
 _BATCH = flags.DEFINE_integer("batch", 0, "Imagined rollouts in parallel (0: the config's).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per figure (median kept).")
@@ -54,7 +54,7 @@ _DECODES = flags.DEFINE_list(
   "decodes", ["sample", "itc", "itc_hungarian"], "Decoding methods of the imagination figure."
 )
 UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile", "steps")
-NUM_ACTIONS = 17  # Craftax-Classic
+NUM_ACTIONS = itc.NUM_ACTIONS  # Craftax-Classic
 OBS = (63, 63, 3)
 
 
@@ -73,42 +73,26 @@ def _timed(fn, *args):
 
 def shapes():
   """The config of `experiments.itc` at ``--scale`` (preset ``itc``) and the batch."""
-  c = itc_configs.get_config()
-  overrides = dict(itc_configs.PRESETS["itc"])
-  if _SCALE.value != "paper":
-    overrides.update(itc_configs.SCALES[_SCALE.value])
-  with c.unlocked():
-    c.update(overrides)
+  c = itc_configs.get_config({"paper": "itc"}.get(_SCALE.value, _SCALE.value))
   return c, _BATCH.value or c.imag_batch
 
 
 def build(c, batch: int, key):
   """(policy train state, world-model train state, full random codebook, ITC config)."""
   k_p, k_w, k_b = jax.random.split(key, 3)
-  policy = policies.ImpalaRNNPolicy(
-    NUM_ACTIONS,
-    channels=tuple(c.channels),
-    embed=c.policy_embed,
-    hidden=c.policy_hidden,
-    head_hidden=c.head_hidden,
-  )
+  policy = itc.make_policy(c, NUM_ACTIONS)
   carry = policy.initial_carry(batch)
   obs = jnp.zeros((1, batch) + OBS)
   p_params = policy.init(k_p, carry, obs, jnp.ones((1, batch), bool))["params"]
-  wm_cfg = wm_lib.WorldModelConfig.from_config(c, NUM_ACTIONS).validate()
+  cfg = itc.dyna_config(c)
+  wm_cfg, tok_cfg, itc_cfg = cfg.wm.validate(), cfg.tokenizer, cfg.itc.validate()
   wm = wm_lib.WorldModel(wm_cfg)
-  tokens = jnp.zeros((1, c.max_blocks, wm_cfg.tokens_per_frame), jnp.int32)
-  w_params = wm.init(k_w, tokens, jnp.zeros((1, c.max_blocks), jnp.int32))["params"]
-  tok_cfg = tok_lib.TokenizerConfig(codebook_size=c.codebook_size)
-  codes = jax.random.uniform(k_b, (c.codebook_size, tok_cfg.patch_dim))
-  book = tok_lib.Codebook(codes, jnp.int32(c.codebook_size))
-  itc_cfg = decode_lib.ITCConfig(
-    num_dummy=c.num_dummy,
-    distance_coef=c.distance_coef,
-    trash_cost=c.trash_cost,
-    epsilon=c.sinkhorn_epsilon,
-  ).validate()
-  adam = optax.adam(c.lr)
+  tokens = jnp.zeros((1, wm_cfg.max_blocks, wm_cfg.tokens_per_frame), jnp.int32)
+  w_params = wm.init(k_w, tokens, jnp.zeros((1, wm_cfg.max_blocks), jnp.int32))["params"]
+  size = tok_cfg.codebook_size
+  codes = jax.random.uniform(k_b, (size, tok_cfg.patch_dim))
+  book = tok_lib.Codebook(codes, jnp.int32(size))
+  adam = optax.adam(c.ppo.lr)
   policy_train = TrainState.create(policy, p_params, adam)
   wm_train = TrainState.create(wm, w_params, optax.adam(c.wm_lr))
   return policy_train, wm_train, book, tok_cfg, itc_cfg
@@ -138,7 +122,7 @@ def bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, 
         method=method,
         itc_cfg=itc_cfg,
         tok_cfg=tok_cfg,
-        max_blocks=c.max_blocks,
+        max_blocks=c.wm.max_blocks,
       )
       return traj["reward"].sum() + last.sum()
 
@@ -155,7 +139,7 @@ def bench_world_model(c, wm_train, key):
   """(2): world-model train steps/s (one Adam step on a batch of sequences)."""
   cfg = wm_train.model_def.cfg
   k_t, k_a, k_r, k_d, k_l = jax.random.split(key, 5)
-  b, t = c.wm_batch, c.max_blocks
+  b, t = c.wm_batch, c.wm.max_blocks
   batch = {
     "tokens": jax.random.randint(k_t, (b, t + 1, cfg.tokens_per_frame), 0, cfg.vocab_size),
     "actions": jax.random.randint(k_a, (b, t), 0, NUM_ACTIONS),
@@ -181,11 +165,11 @@ def bench_decode(c, batch, methods, itc_cfg, key):
   """(3): one decoding call per method on peaked synthetic logits, ratio to sampling."""
   n = itc_cfg.num_dummy
   k_p, k_l, k_d = jax.random.split(key, 3)
-  prev = jax.random.randint(k_p, (batch, n), 0, c.codebook_size)
-  noise = jax.random.normal(k_l, (batch, n, c.codebook_size))
-  logits = noise + 4.0 * jax.nn.one_hot(prev, c.codebook_size)
+  prev = jax.random.randint(k_p, (batch, n), 0, c.tokenizer.codebook_size)
+  noise = jax.random.normal(k_l, (batch, n, c.tokenizer.codebook_size))
+  logits = noise + 4.0 * jax.nn.one_hot(prev, c.tokenizer.codebook_size)
   done = jnp.zeros((batch,), bool)
-  print(f"(3) decoding alone: logits [{batch}, {n}, {c.codebook_size}]")
+  print(f"(3) decoding alone: logits [{batch}, {n}, {c.tokenizer.codebook_size}]")
   base = None
   for method in methods:
     fn = jax.jit(lambda lg, p, d, k, m=method: decode_lib.decode(lg, p, d, k, m, itc_cfg))
@@ -199,7 +183,7 @@ def bench_decode(c, batch, methods, itc_cfg, key):
 
 def bench_ppo(c, policy_train, key):
   """(4): one PPO learn call on a real-size rollout, scanned vs unrolled loops."""
-  t, n = c.num_steps, c.num_envs
+  t, n = c.ppo.num_steps, c.ppo.num_envs
   k_o, k_l = jax.random.split(key)
   traj = {
     "obs": jax.random.uniform(k_o, (t, n) + OBS),
@@ -211,10 +195,10 @@ def bench_ppo(c, policy_train, key):
     "done": jnp.zeros((t, n), bool),
   }
   carry0 = policy_train.model_def.initial_carry(n)
-  print(f"(4) PPO on one rollout: {n} envs x {t} steps, {c.epochs} x {c.minibatches} steps")
+  print(f"(4) PPO on one rollout: {n} envs x {t} steps, {c.ppo.epochs} x {c.ppo.minibatches} steps")
   times = {}
   for unroll in (True, False):  # the scanned call is the slow one on CPU: last
-    cfg = ppo.PPOConfig.from_config(c, anneal_lr=False, unroll=unroll)
+    cfg = ppo.PPOConfig.from_config(c.ppo, num_updates=1, unroll=unroll)
     fn = jax.jit(
       lambda tr, traj, k, cfg=cfg: ppo.learn(tr, traj, carry0, jnp.zeros(n), cfg, k)[1]["loss"]
     )
@@ -245,7 +229,7 @@ def main(argv):
   bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, itc_cfg, k_i)
   bench_world_model(c, wm_train, k_w)
   bench_decode(c, batch, all_methods, itc_cfg, k_d)
-  bench_ppo(c, build(c, c.num_envs, k_b)[0], k_i)  # the policy at the real rollout's batch
+  bench_ppo(c, build(c, c.ppo.num_envs, k_b)[0], k_i)  # the policy at the real rollout's batch
 
 
 if __name__ == "__main__":

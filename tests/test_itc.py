@@ -12,15 +12,26 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from jaxlab.core.train_state import TrainState
+from jaxlab.rl import itc
 from jaxlab.rl.itc import decode as D
 from jaxlab.rl.itc import imagine
 from jaxlab.rl.itc import tokenizer as T
 from jaxlab.rl.itc import world_model as W
 from jaxlab.rl.ppo import policies
 
-CFG = D.ITCConfig()
+BASE = itc.get_config()  # the library defaults; the dataclasses have none of their own
+GRID = tuple(BASE.tokenizer.grid)
+CFG = D.ITCConfig.from_config(BASE.itc, grid=GRID)
 V = 16  # synthetic vocabulary: 0 background, 1..15 objects
 B = 32
+
+
+def tok_config(**overrides) -> T.TokenizerConfig:
+  return T.TokenizerConfig.from_config(BASE.tokenizer, **overrides)
+
+
+def wm_config(**overrides) -> W.WorldModelConfig:
+  return W.WorldModelConfig.from_config(BASE.wm, grid=GRID, **overrides)
 
 
 # --- NumPy transcriptions (independent of the JAX code) ---
@@ -181,7 +192,7 @@ def test_done_disables_copies(decoders):
 
 
 def test_tokenizer_round_trip_exact():
-  cfg = T.TokenizerConfig(codebook_size=64, max_candidates=256)  # >= the 243 patches
+  cfg = tok_config(codebook_size=64, max_candidates=256)  # >= the 243 patches
   rng = np.random.default_rng(7)
   palette = rng.integers(0, 256, (20, 7, 7, 3)) / 255.0  # distinct patches (far apart)
   idx = rng.integers(0, 20, (3, 9, 9))
@@ -191,12 +202,12 @@ def test_tokenizer_round_trip_exact():
   out = T.decode(book, T.encode(book, jnp.asarray(frames), cfg), cfg)
   assert float(jnp.max(jnp.abs(out - frames))) == 0.0
   # A full codebook stops growing at its size.
-  small = T.TokenizerConfig(codebook_size=8, max_candidates=256)
+  small = tok_config(codebook_size=8, max_candidates=256)
   assert int(T.grow(T.init(small), jnp.asarray(frames), small).size) == 8
 
 
 def test_tokenizer_threshold():
-  cfg = T.TokenizerConfig(codebook_size=8, threshold=0.75)
+  cfg = tok_config(codebook_size=8, threshold=0.75)
   base = np.zeros((1, 63, 63, 3), np.float32)
   near = base.copy()
   near[0, :7, :7, 0] = np.sqrt(0.7 / 49)  # squared distance 0.7 < 0.75: same code
@@ -209,7 +220,7 @@ def test_tokenizer_threshold():
 
 # --- world model and imagination ---
 
-WM = W.WorldModelConfig(
+WM = wm_config(
   vocab_size=16,
   num_actions=5,
   max_blocks=5,
@@ -254,7 +265,7 @@ def test_impala_policy_shapes():
 
 def test_imagined_rollout_under_jit():
   # A small recurrent policy keeps compilation cheap; the IMPALA agent runs in the slow test.
-  policy = policies.GRUPolicy(5, embed=8, hidden=8, head_hidden=(8,))
+  policy = policies.GRUPolicy(5, 0, embed=8, hidden=8, head_hidden=(8,), activation="relu")
   carry = policy.initial_carry(2)
   obs = jnp.zeros((1, 2, 63, 63, 3))
   ptrain = TrainState.create(
@@ -266,7 +277,7 @@ def test_imagined_rollout_under_jit():
   tok = jnp.zeros((1, 5, 81), jnp.int32)
   wparams = wm.init(jax.random.key(1), tok, jnp.zeros((1, 5), jnp.int32))["params"]
   wtrain = TrainState.create(wm, wparams, optax_sgd())
-  tcfg = T.TokenizerConfig(codebook_size=16)
+  tcfg = tok_config(codebook_size=16)
   frames = jax.random.uniform(jax.random.key(2), (2, 3, 63, 63, 3))
   book = T.grow(T.init(tcfg), frames[:, -1], tcfg)
   start = {"obs": frames, "reset": jnp.zeros((2, 3), bool), "done": jnp.zeros((2,), bool)}
@@ -335,7 +346,7 @@ def test_tokenizer_round_trip_on_craftax_frames():
 
   env = craftax.make("craftax-classic-pixels", 4, reset_ratio=4)
   obs, _ = env.reset(jax.random.key(0))
-  cfg = T.TokenizerConfig()
+  cfg = tok_config()
   book = T.grow(T.init(cfg), obs, cfg)
   assert 0 < int(book.size) <= cfg.codebook_size
   out = T.decode(book, T.encode(book, obs, cfg), cfg)
@@ -385,27 +396,17 @@ def test_dyna_checkpoint_resumes(tmp_path):
   # One Dyna iteration, then a second run of the same workdir continues from its checkpoint
   # (replay, codebook, world model and agent), as `experiments.itc` does after a kill.
   from jaxlab.core import runtime
-  from jaxlab.rl import ppo
   from jaxlab.rl.itc import dyna
 
   env = _toy_env(2)
-  wm = W.WorldModelConfig(vocab_size=8, num_actions=2, max_blocks=2, embed=12, layers=1, heads=2)
-  cfg = dyna.DynaConfig(
-    ppo=ppo.PPOConfig.from_config(
-      ppo.get_config(), num_envs=2, num_steps=3, epochs=1, minibatches=1, anneal_lr=False
-    ),
-    wm=wm,
-    tokenizer=T.TokenizerConfig(codebook_size=8, max_candidates=8),
-    replay_size=12,
-    warmup_steps=0,
-    imag_updates=0,
-    wm_updates=1,
-    wm_batch=2,
-    burn_in=1,
-    horizon=2,
-    tok_passes=1,
-  )
-  policy = policies.GRUPolicy(2, embed=4, hidden=4, head_hidden=(4,))
+  c = itc.get_config()
+  c.ppo.num_envs, c.ppo.num_steps, c.ppo.epochs, c.ppo.minibatches = 2, 3, 1, 1
+  c.tokenizer.codebook_size, c.tokenizer.max_candidates = 8, 8
+  c.wm.max_blocks, c.wm.embed, c.wm.layers, c.wm.heads = 2, 12, 1, 2
+  c.replay_size, c.warmup_steps, c.imag_updates, c.wm_updates, c.wm_batch = 12, 0, 0, 1, 2
+  c.burn_in, c.horizon, c.tok_passes = 1, 2, 1
+  cfg = dyna.DynaConfig.from_config(c, 2, num_updates=1)
+  policy = policies.GRUPolicy(2, 0, embed=4, hidden=4, head_hidden=(4,), activation="relu")
   update = dyna.make_update(env, cfg)
   key = jax.random.key_data(jax.random.key(0))
   fresh = lambda: dyna.init(env, policy, cfg, jax.random.fold_in(key, 1))

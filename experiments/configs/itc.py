@@ -1,140 +1,99 @@
-"""Configurations of `experiments.itc`: the three control runs of ITC (arXiv 2605.16457) and a
-tiny CPU scale.
+r"""Presets of `experiments.itc`, chosen big_vision style:
+``--config=experiments/configs/itc.py:<arg>``.
 
-``get_config()`` holds the baseline (Dedieu et al. 2025's agent as reimplemented by ITC's
-authors, ``configs.py``); ``PRESETS`` are the overrides of the authors' three YAML files:
+The defaults are ``jaxlab.rl.itc.get_config()``: the baseline of ITC's code (arXiv 2605.16457) at
+the paper's scale. ``<arg>`` is an arm, a size, or ``<arm>,<size>``:
 
-- ``baseline_reproduced``: the baseline as is (``config/baseline_reproduced.yaml``);
-- ``baseline_our_hyperparams``: warm-up 50k and 300 imagination updates
-  (``config/baseline_our_hyperparams.yaml``);
-- ``itc``: those plus spatio-temporal RoPE, the absolute in-block embedding and ITC decoding with
-  ``num_dummy=81, distance_coef=0.6, trash_cost=0.3`` (``config/itc.yaml``).
+Arms (the authors' three YAML files, at the paper's scale: 1M steps, a GPU run):
+  baseline_reproduced       the baseline as is (config/baseline_reproduced.yaml)
+  baseline_our_hyperparams  warm-up 50k, 300 imagination updates (baseline_our_hyperparams.yaml)
+  itc                       those plus spatio-temporal RoPE, the in-block embedding and ITC
+                            decoding (config/itc.yaml)
+Sizes (with the ``itc`` arm unless one is given):
+  tiny  (default: no ``:<arg>``) every size shrunk so that a run finishes on a laptop CPU in
+        minutes: 1536 env steps, 8 environments x 32 steps, a 1-layer world model of width 48,
+        8 frames of context, 2 imagined rollouts of 6 steps; no rule of the method changes
+  cpu   the tiny networks with 20 environments x 50 steps = 1000 real steps per iteration and 50k
+        steps: the reduced-budget run of docs/itc.md (about 30 min on 2 CPU cores)
 
-``TINY`` shrinks every size so that a run finishes on a laptop CPU in minutes; it changes no
-rule of the method, only its scale (see docs/itc.md). ``CPU`` is ``TINY`` with more
-environments per iteration and a 50k-step default: the reduced-budget run of docs/itc.md,
+Commands (from the repository root):
+  python -m experiments.itc
+  python -m experiments.itc --decode=sample
+  python -m experiments.itc --config=experiments/configs/itc.py:cpu
+  python -m experiments.itc --config=experiments/configs/itc.py:itc
+  python -m experiments.itc --config=experiments/configs/itc.py:baseline_reproduced
+  python -m experiments.itc --config=experiments/configs/itc.py:baseline_reproduced,tiny
 
-  python -m experiments.itc --config.scale=cpu    # 50 iterations, about 30 min on 2 CPU cores
-
-(measured: docs/results/itc_cpu/; the PPO loops are unrolled on CPU, see ``ppo.PPOConfig``).
+Any field is overridden with ``--config.<field>=<value>``, e.g. ``--config.env_steps=200000``.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
+from jaxlab.rl import itc
 
-def get_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.preset = "itc"  # baseline_reproduced | baseline_our_hyperparams | itc | none
-  c.scale = "auto"  # auto (paper if env_steps >= 200k, else tiny) | paper | tiny | cpu
-  c.decode = "sample"  # sample | argmax | itc | itc_hungarian (the --decode flag wins)
-  c.env_steps = 1_000_000  # real environment steps (the --env_steps flag wins)
-  c.reset_ratio = 16  # Craftax optimistic resets
-  # Real rollouts and PPO (ITC's agent settings).
-  c.num_envs = 48
-  c.num_steps = 96
-  c.epochs = 4
-  c.minibatches = 8
-  c.gamma = 0.925
-  c.gae_lambda = 0.625
-  c.clip_eps = 0.2
-  c.vf_coef = 2.0
-  c.ent_coef = 0.01
-  c.lr = 4.5e-4
-  c.max_grad_norm = 0.5
-  # Policy: IMPALA CNN + GRU (policies.ImpalaRNNPolicy).
-  c.channels = (64, 64, 128)
-  c.policy_embed = 256
-  c.policy_hidden = 256
-  c.head_hidden = 2048
-  # Tokenizer.
-  c.codebook_size = 4096
-  c.threshold = 0.75
-  c.max_candidates = 1024
-  c.tok_passes = 25
-  # World model.
-  c.wm_embed = 128
-  c.wm_layers = 3
-  c.wm_heads = 8
-  c.wm_dropout = 0.1
-  c.max_blocks = 20
-  c.rope = "1d"
-  c.absolute_embedding = False
-  c.wm_lr = 1e-3
-  c.wm_updates = 1500
-  c.wm_batch = 16
-  # Dyna.
-  c.replay_size = 128_000
-  c.warmup_steps = 200_000
-  c.imag_updates = 150
-  c.imag_batch = 48
-  c.imag_minibatches = 8
-  c.horizon = 20
-  c.burn_in = 5
-  # ITC decoding.
-  c.num_dummy = 81
-  c.distance_coef = 0.6
-  c.trash_cost = 0.3
-  c.sinkhorn_epsilon = 1e-5
-  # Picture of a real vs imagined rollout at the end.
-  c.picture_steps = 10
+ARMS = ("baseline_reproduced", "baseline_our_hyperparams", "itc")
+SIZES = ("tiny", "cpu")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """``<arm>``, ``<size>`` or ``<arm>,<size>`` (module docstring); no ``arg``: ``tiny``."""
+  parts = [p.strip() for p in (arg or "tiny").split(",") if p.strip()]
+  arms = [p for p in parts if p in ARMS]
+  sizes = [p for p in parts if p in SIZES]
+  if len(arms) + len(sizes) != len(parts) or len(arms) > 1 or len(sizes) > 1:
+    raise ValueError(
+      f"unknown preset {arg!r}; allowed: an arm ({', '.join(ARMS)}), a size ({', '.join(SIZES)}) "
+      "or <arm>,<size>"
+    )
+  c = itc.get_config()
+  arm = arms[0] if arms else "itc"
+  if arm in ("baseline_our_hyperparams", "itc"):
+    c.warmup_steps = 50_000
+    c.imag_updates = 300
+  if arm == "itc":
+    c.decode = "itc"
+    c.wm.rope = "spatiotemporal"
+    c.wm.absolute_embedding = True
+  if sizes:
+    _tiny(c)
+  if sizes == ["cpu"]:
+    c.env_steps = 50_000  # 50 iterations
+    c.ppo.num_envs = 20
+    c.ppo.num_steps = 50  # 1000 real steps per iteration
+    c.replay_size = 4000
+    c.warmup_steps = 5000
+    c.wm_updates = 10
+    c.imag_updates = 1
   return c
 
 
-PRESETS = {
-  "none": {},
-  "baseline_reproduced": {"decode": "sample"},
-  "baseline_our_hyperparams": {"decode": "sample", "warmup_steps": 50_000, "imag_updates": 300},
-  "itc": {
-    "decode": "itc",
-    "warmup_steps": 50_000,
-    "imag_updates": 300,
-    "rope": "spatiotemporal",
-    "absolute_embedding": True,
-  },
-}
-
-TINY = {
-  "env_steps": 1536,
-  "reset_ratio": 4,
-  "num_envs": 8,
-  "num_steps": 32,
-  "epochs": 2,
-  "minibatches": 2,
-  "channels": (8, 16, 16),
-  "policy_embed": 32,
-  "policy_hidden": 32,
-  "head_hidden": 64,
-  "codebook_size": 512,
-  "max_candidates": 256,
-  "tok_passes": 2,
-  "wm_embed": 48,
-  "wm_layers": 1,
-  "wm_heads": 4,
-  "max_blocks": 8,
-  "wm_updates": 20,
-  "wm_batch": 4,
-  "replay_size": 2048,
-  "warmup_steps": 256,
-  "imag_updates": 2,
-  "imag_batch": 8,
-  "imag_minibatches": 2,
-  "horizon": 6,
-  "burn_in": 2,
-  "picture_steps": 6,
-}
-
-# TINY sizes, 1000 real steps per iteration (50 iterations for the default 50k steps).
-CPU = {
-  **TINY,
-  "env_steps": 50_000,
-  "num_envs": 20,
-  "num_steps": 50,
-  "replay_size": 4000,
-  "warmup_steps": 5000,
-  "wm_updates": 10,
-  "imag_updates": 1,
-}
-
-SCALES = {"tiny": TINY, "cpu": CPU}
+def _tiny(c: ml_collections.ConfigDict) -> None:
+  c.env_steps = 1536  # 6 iterations
+  c.picture_steps = 6
+  c.ppo.reset_ratio = 4
+  c.ppo.num_envs = 8
+  c.ppo.num_steps = 32
+  c.ppo.epochs = 2
+  c.ppo.minibatches = 2
+  c.policy.channels = (8, 16, 16)
+  c.policy.embed = 32
+  c.policy.hidden = 32
+  c.policy.head_hidden = 64
+  c.tokenizer.codebook_size = 512
+  c.tokenizer.max_candidates = 256
+  c.tok_passes = 2
+  c.wm.embed = 48
+  c.wm.layers = 1
+  c.wm.heads = 4
+  c.wm.max_blocks = 8
+  c.wm_updates = 20
+  c.wm_batch = 4
+  c.replay_size = 2048
+  c.warmup_steps = 256
+  c.imag_updates = 2
+  c.imag_batch = 8
+  c.imag_minibatches = 2
+  c.horizon = 6
+  c.burn_in = 2

@@ -1,7 +1,19 @@
 """ITC (Identifiable Token Correspondence, arXiv 2605.16457) on a transformer world model agent.
 
-Modules: `tokenizer` (nearest-neighbour patch codebook), `world_model` (`jaxlab.lm`'s
-transformer blocks, block-causal, over frame tokens and actions), `decode` (sample / argmax / ITC
-decoding), `imagine` (imagined rollouts), `buffer` (replay), `dyna` (the Dyna loop on the core
-runtime); the real vs imagined frames PNG is `jaxlab.core.plots.frames`. See docs/itc.md.
+Modules: `config` (``get_config()``: the defaults, ``validate_config``), `tokenizer`
+(nearest-neighbour patch codebook), `world_model` (`jaxlab.lm`'s transformer blocks,
+block-causal, over frame tokens and actions), `decode` (sample / argmax / ITC decoding),
+`imagine` (imagined rollouts), `buffer` (replay), `dyna` (the Dyna loop on the core runtime),
+`agent` (environment, policy and initial state from a config; the real vs imagined frames PNG).
+See docs/itc.md.
 """
+
+from jaxlab.rl.itc.agent import create, make_policy, rollout_picture  # noqa: F401
+from jaxlab.rl.itc.config import (  # noqa: F401
+  NUM_ACTIONS,
+  dyna_config,
+  get_config,
+  iterations,
+  validate_config,
+)
+from jaxlab.rl.itc.decode import METHODS  # noqa: F401

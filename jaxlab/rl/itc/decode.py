@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core.errors import check_choice, require
+from jaxlab.rl.itc import fields
 
 Array = jax.Array
 METHODS = ("sample", "argmax", "itc", "itc_hungarian")
@@ -47,16 +48,21 @@ _BIG = 100.0  # the code's "forbidden" cost (a move too far, a dummy row feeding
 
 @dataclasses.dataclass(frozen=True)
 class ITCConfig:
-  """ITC's decoding hyperparameters; defaults are the Craftax-Classic ones (``config/itc.yaml``)."""
+  """ITC's decoding hyperparameters (values: ``jaxlab.rl.itc.get_config().itc``)."""
 
-  grid: tuple[int, int] = (9, 9)  # (rows, cols) of the token grid, row-major positions
-  inventory_rows: int = 2  # bottom rows that show the inventory (never copied)
-  num_dummy: int = 81  # "generate" rows = "trash" columns; must equal rows * cols
-  distance_coef: float = 0.6  # alpha_d
-  trash_cost: float = 0.3  # tau_trash (the copy bonus)
-  max_sq_dist: float = 4.1  # squared moves beyond this cost 100
-  epsilon: float = 1e-5  # entropic regularisation, relative to the cost matrix's std
-  greedy_passes: int = 82  # rounding passes (the code uses tokens_per_block = L + 1)
+  grid: tuple[int, int]  # (rows, cols) of the token grid, row-major positions
+  inventory_rows: int  # bottom rows that show the inventory (never copied)
+  num_dummy: int  # "generate" rows = "trash" columns; must equal rows * cols
+  distance_coef: float  # alpha_d
+  trash_cost: float  # tau_trash (the copy bonus)
+  max_sq_dist: float  # squared moves beyond this cost 100
+  epsilon: float  # entropic regularisation, relative to the cost matrix's std
+  greedy_passes: int  # rounding passes (the code uses tokens_per_block = L + 1)
+
+  @classmethod
+  def from_config(cls, config, **overrides) -> ITCConfig:
+    """From ``config.itc`` (``jaxlab.rl.itc.get_config()``) and ``overrides``."""
+    return fields.from_config(cls, config, **overrides)
 
   def validate(self, prefix: str = "config.itc") -> ITCConfig:
     rows, cols = self.grid

@@ -34,7 +34,7 @@ from jaxlab.core.train_state import TrainState
 from jaxlab.rl import ppo
 from jaxlab.rl.itc import buffer as buffer_lib
 from jaxlab.rl.itc import decode as decode_lib
-from jaxlab.rl.itc import imagine
+from jaxlab.rl.itc import fields, imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
 from jaxlab.rl.itc import world_model as wm_lib
 
@@ -43,25 +43,42 @@ Array = jax.Array
 
 @dataclasses.dataclass(frozen=True)
 class DynaConfig:
-  """The agent; defaults are ITC's ``configs.py`` baseline values for Craftax-Classic."""
+  """The agent (values: ``jaxlab.rl.itc.get_config()``, built by :meth:`from_config`)."""
 
-  ppo: ppo.PPOConfig = ppo.PPOConfig()
-  wm: wm_lib.WorldModelConfig = wm_lib.WorldModelConfig()
-  tokenizer: tok_lib.TokenizerConfig = tok_lib.TokenizerConfig()
-  itc: decode_lib.ITCConfig = decode_lib.ITCConfig()
-  decode: str = "sample"  # sample | argmax | itc | itc_hungarian
-  replay_size: int = 128_000  # real steps kept (split evenly over the environments)
-  warmup_steps: int = 200_000  # real steps before imagination starts
-  imag_updates: int = 150  # imagined rollouts (+ one PPO epoch each) per iteration
-  imag_batch: int = 48  # imagined rollouts in parallel (reconstruction: the real batch)
-  imag_minibatches: int = 8  # PPO minibatches per imagined epoch
-  horizon: int = 20  # imagined steps
-  burn_in: int = 5  # real frames that warm the policy's memory
-  wm_updates: int = 1500  # world-model steps per iteration (500 x 3 minibatches)
-  wm_batch: int = 16  # sequences per world-model step (reconstruction)
-  wm_lr: float = 1e-3
-  wm_max_grad_norm: float = 0.5
-  tok_passes: int = 25  # tokenizer growth passes per iteration
+  ppo: ppo.PPOConfig  # PPO on real data (imagined batches: :meth:`imag_ppo`)
+  wm: wm_lib.WorldModelConfig
+  tokenizer: tok_lib.TokenizerConfig
+  itc: decode_lib.ITCConfig
+  decode: str  # sample | argmax | itc | itc_hungarian
+  replay_size: int  # real steps kept (split evenly over the environments)
+  warmup_steps: int  # real steps before imagination starts
+  imag_updates: int  # imagined rollouts (+ one PPO epoch each) per iteration
+  imag_batch: int  # imagined rollouts in parallel
+  imag_minibatches: int  # PPO minibatches per imagined epoch
+  horizon: int  # imagined steps
+  burn_in: int  # real frames that warm the policy's memory
+  wm_updates: int  # world-model steps per iteration
+  wm_batch: int  # sequences per world-model step
+  wm_lr: float  # world-model Adam learning rate
+  wm_max_grad_norm: float  # world-model gradient-norm clip
+  tok_passes: int  # tokenizer growth passes per iteration
+
+  @classmethod
+  def from_config(cls, c, num_actions: int, **ppo_overrides) -> DynaConfig:
+    """From a ``jaxlab.rl.itc.get_config()`` config: ``c.ppo``, ``c.wm``, ``c.tokenizer``,
+    ``c.itc`` and the Dyna fields; the tokenizer's grid and codebook size fix the world model's
+    and ITC's. ``ppo_overrides`` go to ``PPOConfig.from_config`` (``num_updates``, ``unroll``)."""
+    grid = tuple(c.tokenizer.grid)
+    return fields.from_config(
+      cls,
+      c,
+      ppo=ppo.PPOConfig.from_config(c.ppo, **ppo_overrides),
+      wm=wm_lib.WorldModelConfig.from_config(
+        c.wm, vocab_size=c.tokenizer.codebook_size, num_actions=num_actions, grid=grid
+      ),
+      tokenizer=tok_lib.TokenizerConfig.from_config(c.tokenizer),
+      itc=decode_lib.ITCConfig.from_config(c.itc, grid=grid),
+    )
 
   @property
   def steps_per_iteration(self) -> int:
@@ -81,7 +98,7 @@ class DynaConfig:
     self.wm.validate(f"{prefix}.wm")
     self.tokenizer.validate(f"{prefix}.tokenizer")
     self.itc.validate(f"{prefix}.itc")
-    ppo.validate(self.ppo, True, prefix)
+    ppo.validate(self.ppo, True, f"{prefix}.ppo")
     ppo.validate(self.imag_ppo(), True, prefix)
     for name in ("imag_batch", "imag_minibatches", "horizon", "wm_updates", "wm_batch"):
       require(getattr(self, name) >= 1, f"{prefix}.{name}", "must be >= 1")
@@ -96,7 +113,7 @@ class DynaConfig:
     need = max(self.wm.max_blocks + 1, self.burn_in + 1)
     require(
       self.ppo.num_steps >= need,
-      f"{prefix}.num_steps",
+      f"{prefix}.ppo.num_steps",
       f"the first iteration must fill sequences of {need} steps (wm.max_blocks + 1, burn_in + 1)",
     )
     cap = self.replay_size // self.ppo.num_envs

@@ -21,20 +21,26 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxlab.core.errors import require
+from jaxlab.rl.itc import fields
 
 Array = jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerConfig:
-  """Craftax-Classic values (ITC ``configs.py``: ``TokenizerParams``)."""
+  """The patch tokenizer (values: ``jaxlab.rl.itc.get_config().tokenizer``)."""
 
-  patch: int = 7  # patch side in pixels
-  grid: tuple[int, int] = (9, 9)  # patches per (column, row): 63x63 frames
-  channels: int = 3
-  codebook_size: int = 4096  # maximum number of codes
-  threshold: float = 0.75  # squared L2 distance beyond which a patch becomes a new code
-  max_candidates: int = 1024  # new codes inserted per `grow` call at most
+  patch: int  # patch side in pixels
+  grid: tuple[int, int]  # patches per (column, row)
+  channels: int  # colour channels of a frame
+  codebook_size: int  # maximum number of codes
+  threshold: float  # squared L2 distance beyond which a patch becomes a new code
+  max_candidates: int  # new codes inserted per `grow` call at most
+
+  @classmethod
+  def from_config(cls, config, **overrides) -> TokenizerConfig:
+    """From ``config.tokenizer`` (``jaxlab.rl.itc.get_config()``) and ``overrides``."""
+    return fields.from_config(cls, config, **overrides)
 
   @property
   def num_tokens(self) -> int:

@@ -33,6 +33,7 @@ import optax
 
 from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.lm import model as lm
+from jaxlab.rl.itc import fields
 
 Array = jax.Array
 ROPES = lm.ROPE_MODES
@@ -40,37 +41,28 @@ ROPES = lm.ROPE_MODES
 
 @dataclasses.dataclass(frozen=True)
 class WorldModelConfig:
-  """Defaults: ITC's Craftax-Classic world model (``configs.py``: ``WorldModelParams``)."""
+  """The world model (values: ``jaxlab.rl.itc.get_config().wm``; the vocabulary is the codebook,
+  the grid the tokenizer's, the actions the environment's)."""
 
-  vocab_size: int = 4096  # codebook size
-  num_actions: int = 17
-  grid: tuple[int, int] = (9, 9)  # token grid (rows, cols): L = rows * cols
-  max_blocks: int = 20  # frames in the context
-  embed: int = 128
-  layers: int = 3
-  heads: int = 8
-  mlp_ratio: int = 4
-  dropout: float = 0.1  # embedding and residual dropout (none on attention probabilities)
-  rope: str = "1d"  # "1d" | "spatiotemporal"
-  rope_theta: float = 10000.0
-  absolute_embedding: bool = False  # learned embedding per position in the block
-  reward_coef: float = 1.0
-  termination_coef: float = 1.0
+  vocab_size: int  # codebook size
+  num_actions: int  # actions of the environment
+  grid: tuple[int, int]  # token grid (rows, cols): L = rows * cols
+  max_blocks: int  # frames in the context
+  embed: int  # model width
+  layers: int  # transformer blocks
+  heads: int  # attention heads (must divide embed)
+  mlp_ratio: int  # SwiGLU hidden size / embed
+  dropout: float  # embedding and residual dropout (none on attention probabilities)
+  rope: str  # "1d" | "spatiotemporal"
+  rope_theta: float  # RoPE base
+  absolute_embedding: bool  # learned embedding per position in the block
+  reward_coef: float  # weight of the reward cross-entropy
+  termination_coef: float  # weight of the termination cross-entropy
 
   @classmethod
-  def from_config(cls, c, num_actions: int) -> WorldModelConfig:
-    """The world model of an experiment config (`experiments/configs/itc.py` field names)."""
-    return cls(
-      vocab_size=c.codebook_size,
-      num_actions=num_actions,
-      max_blocks=c.max_blocks,
-      embed=c.wm_embed,
-      layers=c.wm_layers,
-      heads=c.wm_heads,
-      dropout=c.wm_dropout,
-      rope=c.rope,
-      absolute_embedding=c.absolute_embedding,
-    )
+  def from_config(cls, config, **overrides) -> WorldModelConfig:
+    """From ``config.wm`` (``jaxlab.rl.itc.get_config()``) and ``overrides``."""
+    return fields.from_config(cls, config, **overrides)
 
   @property
   def tokens_per_frame(self) -> int:
@@ -97,9 +89,14 @@ class WorldModelConfig:
     return self
 
   def lm_config(self) -> lm.LMConfig:
-    """The `jaxlab.lm` transformer of this world model (one attention block: the whole context)."""
+    """The `jaxlab.lm` transformer of this world model (one attention block: the whole context);
+    fields not set here (dtype, attention kernel, remat, ...) are those of
+    ``jaxlab.lm.config.get_config()``."""
+    from jaxlab.lm import config as lm_config
+
     hd = self.embed // self.heads
-    return lm.LMConfig(
+    return lm.LMConfig.from_config(
+      lm_config.get_config(),
       vocab_size=self.vocab_size,
       d_model=self.embed,
       n_layers=self.layers,

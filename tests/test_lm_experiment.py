@@ -44,7 +44,7 @@ def test_python_usage_snippet(tmp_path, monkeypatch):
 
   c = config.get_config()  # python -m experiments.lm: BPE on the embedded Tiny Shakespeare
   c.n_layers, c.seq_len, c.generate.tokens = 1, 32, 16  # tiny: seconds on a CPU
-  loop = runtime.Loop(20, log_every=10, ckpt_every=20)  # what --steps=20 --log_every=10 set
+  loop = runtime.Loop(20, log_every=10, ckpt_every=20)  # --steps, --log_every, --ckpt_every
   state, result = modes.train(c, "runs/lm", loop, seed=0)  # shards, checkpoints, summary.json
   print(f"validation loss {result.summary['eval/val_loss']:.2f} nats")
   sample = modes.generate(c, "runs/lm", seed=0)  # --mode=generate: from the latest checkpoint

@@ -58,7 +58,10 @@ def _build(base: pathlib.Path) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def wheel_python(tmp_path_factory):
-  base = tmp_path_factory.getbasetemp().parent / "jaxlab_wheel"  # shared by the xdist workers
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):  # one build for this run's workers, none from before
+    base = base.parent
+  base = base / "jaxlab_wheel"
   base.mkdir(exist_ok=True)
   with open(base / "lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -119,7 +122,7 @@ def test_readme_has_a_snippet_per_method():
     assert any(n.startswith(method) for n in names), (method, names)
 
 
-@pytest.mark.parametrize("name", sorted(_snippets()))
+@pytest.mark.parametrize("name", sorted(_snippets()), ids=lambda n: n.split(":")[0])
 def test_readme_snippet_runs_from_the_wheel(name, wheel_python, tmp_path):
   r = _run(wheel_python, _snippets()[name], tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]

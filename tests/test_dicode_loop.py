@@ -264,7 +264,14 @@ def _make_loop(workdir, url, config, hooks_make_env=toy_env, validate=light_vali
     config.temperature,
     original_slot=config.num_slots - 1,
   )
-  proposer = proposers.make_proposer("llm", llm_url=url, llm_model="fake-model", llm_api_key="k")
+  proposer = proposers.make_proposer(
+    "llm",
+    llm_url=url,
+    llm_model="fake-model",
+    llm_api_key="k",
+    llm_timeout_s=config.llm_timeout_s,
+    llm_retries=config.llm_retries,
+  )
   hooks = loop.Hooks(make_env=hooks_make_env, validate=validate)
   return loop.Loop(
     workdir,

@@ -12,8 +12,13 @@ from unittest import mock
 import pytest
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.rl import dicode
 from jaxlab.rl.dicode import proposers, sandbox
 from jaxlab.rl.dicode import task as task_lib
+
+CFG = dicode.get_config()  # DiCode's endpoint and sandbox limits, as the loop passes them
+LLM = {"llm_timeout_s": CFG.llm_timeout_s, "llm_retries": CFG.llm_retries}
+SANDBOX = {"timeout_s": CFG.sandbox_timeout_s, "memory_mb": 6144}  # as these tests were run
 
 # ---- offline ----------------------------------------------------------------------------------
 
@@ -146,7 +151,7 @@ def server():
 
 def test_llm_proposes_through_fake_server(server):
   with mock.patch.dict(os.environ, {"DICODE_API_KEY": "dk-test", "OPENAI_API_KEY": "other"}):
-    p = proposers.make_proposer("llm", llm_url=server.url, llm_model="fake-model")
+    p = proposers.make_proposer("llm", llm_url=server.url, llm_model="fake-model", **LLM)
   parent = {"name": "collect_wood_near", "source": proposers.EXAMPLE, "score": 0.21}
   context = {"original_success": {"COLLECT_WOOD": 0.9, "DEFEAT_ZOMBIE": 0.1}}
   sources = p.propose([parent], context, 2, seed=7)
@@ -167,18 +172,22 @@ def test_llm_proposes_through_fake_server(server):
 def test_llm_hostile_reply_is_rejected_without_running():
   s = FakeServer([(200, HOSTILE_PROGRAM)])
   try:
-    p = proposers.LLMProposer(s.url, "m", api_key="k")
+    p = proposers.LLMProposer(
+      s.url, "m", api_key="k", timeout_s=CFG.llm_timeout_s, retries=CFG.llm_retries
+    )
     (src,) = p.propose([], {"seeds": {"x": proposers.EXAMPLE}}, 1, seed=0)
   finally:
     s.close()
-  (verdict,) = sandbox.validate([src])
+  (verdict,) = sandbox.validate([src], **SANDBOX)
   assert not verdict.ok and "import" in verdict.reason
 
 
 def test_llm_retries_with_backoff():
   s = FakeServer([(503, None), (429, None)])
   try:
-    p = proposers.LLMProposer(s.url, "m", api_key="k", retries=2, backoff_s=0.05)
+    p = proposers.LLMProposer(
+      s.url, "m", api_key="k", timeout_s=CFG.llm_timeout_s, retries=2, backoff_s=0.05
+    )
     start = time.monotonic()
     assert len(p.propose([], {"seeds": {"x": proposers.EXAMPLE}}, 1, seed=0)) == 1
     assert time.monotonic() - start < 5
@@ -190,7 +199,9 @@ def test_llm_retries_with_backoff():
 def test_llm_auth_error_is_config_error_without_retry():
   s = FakeServer([(401, None)])
   try:
-    p = proposers.LLMProposer(s.url, "m", api_key="bad", retries=3, backoff_s=5)
+    p = proposers.LLMProposer(
+      s.url, "m", api_key="bad", timeout_s=CFG.llm_timeout_s, retries=3, backoff_s=5
+    )
     start = time.monotonic()
     with pytest.raises(ConfigError) as e:
       p.propose([], {"seeds": {"x": proposers.EXAMPLE}}, 1, seed=0)
@@ -211,9 +222,9 @@ def test_unreachable_url_is_config_error_quickly():
   url = f"http://127.0.0.1:{_free_port()}/v1"
   start = time.monotonic()
   with pytest.raises(ConfigError) as e:
-    proposers.make_proposer("llm", llm_url=url, llm_model="m")
+    proposers.make_proposer("llm", llm_url=url, llm_model="m", **LLM)
   assert e.value.field == "llm_url" and "cannot reach" in e.value.message
-  p = proposers.LLMProposer(url, "m", retries=2, backoff_s=0.05)
+  p = proposers.LLMProposer(url, "m", timeout_s=CFG.llm_timeout_s, retries=2, backoff_s=0.05)
   with pytest.raises(ConfigError, match="3 attempts"):
     p.propose([], {"seeds": {"x": proposers.EXAMPLE}}, 1, seed=0)
   assert time.monotonic() - start < 5
@@ -266,9 +277,11 @@ def test_api_docs_cover_the_builder():
 @pytest.mark.slow
 def test_fake_model_to_admitted_tasks(server):
   """propose (fake model) -> validate (sandbox, full world check) -> admitted sources."""
-  p = proposers.LLMProposer(server.url, "fake-model")
+  p = proposers.LLMProposer(
+    server.url, "fake-model", timeout_s=CFG.llm_timeout_s, retries=CFG.llm_retries
+  )
   sources = p.propose([{"name": "p", "source": proposers.EXAMPLE}], {}, 1, seed=0)
   offline = proposers.OfflineProposer().propose([{"source": proposers.EXAMPLE}], {}, 3, seed=0)
-  verdicts = sandbox.validate(sources + offline)
+  verdicts = sandbox.validate(sources + offline, **SANDBOX)
   assert [v.ok for v in verdicts] == [True] * 4, verdicts
   assert verdicts[0].name == "collect_wood_far"

@@ -152,6 +152,7 @@ RUNTIME = {  # name -> (program, words the reason must contain)
 SECRETS = {"OPENAI_API_KEY": "sk-sandbox-test", "DICODE_API_KEY": "dk", "GITHUB_TOKEN": "gt"}
 MEMORY_MB = 3072
 TIMEOUT_S = 3.0
+PASSING_MB = 6144  # the address space of the workers whose programs must pass
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +213,9 @@ def test_fork_bomb_is_stopped(batch):
 def test_crashing_worker_never_raises(monkeypatch):
   monkeypatch.setattr(sandbox, "WORKER_ARGV", [sys.executable, "-c", "import os; os._exit(3)"])
   start = time.monotonic()
-  verdicts = sandbox.validate([program(), program()], timeout_s=5, startup_s=30)
+  verdicts = sandbox.validate(
+    [program(), program()], timeout_s=5, memory_mb=PASSING_MB, startup_s=30
+  )
   assert [v.ok for v in verdicts] == [False, False]
   assert all("failed twice" in v.reason and "code 3" in v.reason for v in verdicts), verdicts
   assert time.monotonic() - start < 30
@@ -223,7 +226,7 @@ def test_seed_tasks_pass():
   from jaxlab.rl.dicode import seeds
 
   sources = seeds.load_seed_tasks()
-  verdicts = sandbox.validate(list(sources.values()))
+  verdicts = sandbox.validate(list(sources.values()), timeout_s=120.0, memory_mb=PASSING_MB)
   for name, v in zip(sources, verdicts):
     assert v.ok, (name, v.reason)
     assert v.info["num_worlds"] == 4
@@ -232,7 +235,9 @@ def test_seed_tasks_pass():
 @pytest.mark.slow
 def test_programs_after_a_killed_worker_still_get_verdicts():
   native = RUNTIME["native loop"][0]
-  verdicts = sandbox.validate([native, RUNTIME["bad name"][0]], timeout_s=TIMEOUT_S)
+  verdicts = sandbox.validate(
+    [native, RUNTIME["bad name"][0]], timeout_s=TIMEOUT_S, memory_mb=PASSING_MB
+  )
   assert "killed" in verdicts[0].reason
   assert "NAME" in verdicts[1].reason  # checked by a fresh worker
 
@@ -241,7 +246,7 @@ def test_programs_after_a_killed_worker_still_get_verdicts():
 def test_generate_world_time_limit_during_tracing():
   loop = "\ndef generate_world(wb, key):\n  for i in range(100000):\n    for j in range(100000):\n"
   loop += "      wb = wb\n  return wb\n"
-  (verdict,) = sandbox.validate([program(world=loop)], timeout_s=60)
+  (verdict,) = sandbox.validate([program(world=loop)], timeout_s=60, memory_mb=PASSING_MB)
   assert not verdict.ok and "time limit" in verdict.reason
 
 

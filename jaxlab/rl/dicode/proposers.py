@@ -399,8 +399,9 @@ class LLMProposer:
     url: str,
     model: str,
     api_key: str | None = None,
-    timeout_s: float = 300.0,
-    retries: int = 3,
+    *,
+    timeout_s: float,
+    retries: int,
     backoff_s: float = 2.0,
     temperature: float = 0.6,
     top_p: float = 0.95,
@@ -412,6 +413,8 @@ class LLMProposer:
       )
     if not isinstance(model, str) or not model.strip():
       raise ConfigError("llm_model", "must name the model the endpoint serves")
+    if timeout_s is None or retries is None:  # DiCode passes config.llm_timeout_s / llm_retries
+      raise ConfigError("llm_url", "the request timeout_s and retries must be given")
     if not (timeout_s > 0 and retries >= 0 and backoff_s >= 0):
       raise ConfigError("llm_url", "timeout_s must be > 0, retries and backoff_s >= 0")
     url = url.rstrip("/")
@@ -517,8 +520,8 @@ def make_proposer(
   llm_url: str | None = None,
   llm_model: str | None = None,
   llm_api_key: str | None = None,
-  llm_timeout_s: float = 300.0,
-  llm_retries: int = 3,
+  llm_timeout_s: float | None = None,
+  llm_retries: int | None = None,
   classic: bool = False,
   check: bool = True,
 ) -> Proposer:
@@ -528,7 +531,9 @@ def make_proposer(
   if kind == "llm":
     if not llm_url:
       raise ConfigError("llm_url", "required with --proposer=llm (e.g. http://localhost:8000/v1)")
-    proposer = LLMProposer(llm_url, llm_model or "", llm_api_key, llm_timeout_s, llm_retries)
+    proposer = LLMProposer(
+      llm_url, llm_model or "", llm_api_key, timeout_s=llm_timeout_s, retries=llm_retries
+    )
     if check:
       proposer.check()
     return proposer

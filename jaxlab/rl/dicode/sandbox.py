@@ -527,8 +527,8 @@ def _run_batch(
 def validate(
   sources: Sequence[str],
   *,
-  timeout_s: float = 120.0,
-  memory_mb: int = 6144,
+  timeout_s: float,
+  memory_mb: int,
   classic: bool = False,
   num_worlds: int = 4,
   seed: int = 0,

@@ -26,7 +26,6 @@ from absl import flags
 from jaxlab.core import experiment
 from jaxlab.envs import craftax as craftax_envs
 from jaxlab.rl import ppo
-from jaxlab.rl.ppo import policies
 
 _ENVS = flags.DEFINE_list("envs", ["craftax-classic-symbolic"], "Craftax environments to time.")
 _NUM_ENVS = flags.DEFINE_integer("num_envs", 64, "Parallel environments N (same for a, b, c).")
@@ -99,10 +98,9 @@ def optimistic_rollout(name: str, n: int, steps: int):
 def ppo_iterations(name: str, n: int, steps: int, iterations: int):
   """(c): `iterations` whole PPO iterations (MLP 3x512) in one jitted scan; returns (fn, state)."""
   env = craftax_envs.make(name, n)
-  policy = policies.make("mlp", env.num_actions, env.action_dim, hidden=(512, 512, 512))
-  config = ppo.PPOConfig.from_config(
-    ppo.get_config(), num_envs=n, num_steps=steps, num_updates=iterations
-  )
+  c = ppo.get_config()  # Craftax_Baselines: the 3 x 512 tanh MLP
+  policy = ppo.make_policy("mlp", env, c)
+  config = ppo.PPOConfig.from_config(c, num_envs=n, num_steps=steps, num_updates=iterations)
   update = ppo.make_update(env, policy, config)
   state = ppo.init(env, policy, config, jax.random.key(0))
 

@@ -93,7 +93,9 @@ def test_ppo_loss_hand_computed():
     advantage=jnp.array([1.0, -1.0]),
     target=jnp.array([1.0, 0.0]),
   )
-  loss, parts = ppo_loss(terms, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
+  loss, parts = ppo_loss(
+    terms, clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, normalize_advantages=True, clip_value=True
+  )
   # policy: min(1.5, 1.2) * 1 = 1.2 and min(-0.5, -0.8) = -0.8 -> -mean = -0.2
   assert float(parts["pg_loss"]) == pytest.approx(-0.2, abs=1e-6)
   # value: V clipped to 0 + 0.2 -> max(0.25, 0.64) and max(0.01, 0.01) -> 0.5 * 0.325
@@ -104,7 +106,7 @@ def test_ppo_loss_hand_computed():
   kl = ((0.5 - math.log(1.5)) + (-0.5 - math.log(0.5))) / 2
   assert float(parts["approx_kl"]) == pytest.approx(kl, abs=1e-6)
   # without value clipping the value loss is the plain 0.5 * mean((V - R)^2)
-  _, plain = ppo_loss(terms, 0.2, 0.5, 0.01, clip_value=False)
+  _, plain = ppo_loss(terms, 0.2, 0.5, 0.01, normalize_advantages=True, clip_value=False)
   assert float(plain["value_loss"]) == pytest.approx(0.5 * (0.25 + 0.01) / 2, abs=1e-6)
 
 
@@ -207,9 +209,18 @@ def test_crafter_score():
 # --- policies ---
 
 _SMALL = {
-  "mlp": dict(hidden=(8,)),
-  "gru": dict(embed=8, hidden=8, head_hidden=(8,)),
-  "gtrxl": dict(embed=8, num_heads=2, num_layers=2, window=4, ffn=8, head_hidden=(8,)),
+  "mlp": dict(hidden=(8,), activation="tanh"),
+  "gru": dict(embed=8, hidden=8, head_hidden=(8,), activation="relu"),
+  "gtrxl": dict(
+    embed=8,
+    num_heads=2,
+    num_layers=2,
+    window=4,
+    ffn=8,
+    head_hidden=(8,),
+    gate_bias=2.0,
+    activation="relu",
+  ),
 }
 
 
@@ -250,7 +261,7 @@ def test_memory_is_used_and_cleared_at_episode_start(name):
 
 
 def test_continuous_policy_distribution():
-  pol = policies.make("mlp", 0, action_dim=2, hidden=(8,))
+  pol = policies.make("mlp", 0, action_dim=2, hidden=(8,), activation="tanh")
   obs = jnp.zeros((1, 5, 3))
   params = pol.init(jax.random.key(0), (), obs, jnp.zeros((1, 5), bool))
   _, dist, value = pol.apply(params, (), obs, jnp.zeros((1, 5), bool))
@@ -284,7 +295,7 @@ def test_minibatches_partition_the_rollout(recurrent):
 
 def test_evaluate_counts_first_episode_of_each_env():
   env = counter_env(3)
-  pol = policies.make("mlp", 2, hidden=(4,))
+  pol = policies.make("mlp", 2, hidden=(4,), activation="tanh")
   params = pol.init(jax.random.key(0), (), jnp.zeros((1, 3, 2)), jnp.zeros((1, 3), bool))
   out = ppo_eval.make_evaluate(env, pol, max_steps=100)(params["params"], jax.random.key(1))
   scalars, rates = ppo_eval.summarize(out, env)
@@ -297,7 +308,7 @@ def test_evaluate_counts_first_episode_of_each_env():
 
 def test_episode_statistics_from_a_rollout():
   env = counter_env(2)
-  pol = policies.make("mlp", 2, hidden=(4,))
+  pol = policies.make("mlp", 2, hidden=(4,), activation="tanh")
   cfg = _default(num_envs=2, num_steps=6, minibatches=2, epochs=1, num_updates=1)
   state = ppo.init(env, pol, cfg, jax.random.key(0))
   state, metrics = jax.jit(ppo.make_update(env, pol, cfg))(state, None, jax.random.key(1))
@@ -327,7 +338,7 @@ def test_learns_cartpole_quickly():
   """60 updates (123k steps, ~15 s on 2 CPU cores): held-out return far above random (~22)."""
   steps = 60
   env, eval_env = _cartpole(16), _cartpole(32)
-  pol = policies.make("mlp", env.num_actions, hidden=(64, 64))
+  pol = policies.make("mlp", env.num_actions, hidden=(64, 64), activation="tanh")
   cfg = _config(num_updates=steps)
   state = ppo.init(env, pol, cfg, jax.random.key(0))
   loop = runtime.Loop(steps, log_every=steps, progress=False)

@@ -7,9 +7,10 @@ environments, their observations and the policy's recurrent carry live in :class
 ``jaxlab.core.runtime.train`` runs it like any other update (``batch`` is unused), chunked,
 checkpointed and resumable bit for bit::
 
+    c = ppo.get_config()
     env = jaxlab.envs.gymnax.make("cartpole", 16)
-    policy = policies.make("mlp", env.num_actions, env.action_dim)
-    config = PPOConfig.from_config(ppo.get_config(), num_envs=16, num_steps=128, num_updates=250)
+    policy = ppo.make_policy("mlp", env, c)  # c.mlp's sizes
+    config = PPOConfig.from_config(c, num_envs=16, num_steps=128, num_updates=250)
     state = ppo.init(env, policy, config, key)
     state, result = runtime.train(state, ppo.make_update(env, policy, config), Loop(250), key=key)
 

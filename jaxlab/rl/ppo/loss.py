@@ -56,8 +56,8 @@ def ppo_loss(
   clip_eps: float,
   vf_coef: float,
   ent_coef: float,
-  normalize_advantages: bool = True,
-  clip_value: bool = True,
+  normalize_advantages: bool,
+  clip_value: bool,
 ) -> tuple[Array, dict[str, Array]]:
   """The clipped surrogate objective (arXiv 1707.06347, eq. 7 and eq. 9) as a loss to minimise.
 

@@ -83,7 +83,7 @@ class _Tower(nn.Module):
   hidden: Sequence[int]
   out: int
   out_gain: float
-  activation: str = "tanh"
+  activation: str
 
   @nn.compact
   def __call__(self, x):
@@ -99,7 +99,7 @@ class _Heads(nn.Module):
   num_actions: int
   action_dim: int
   hidden: Sequence[int]
-  activation: str = "tanh"
+  activation: str
 
   @nn.compact
   def __call__(self, x):
@@ -118,13 +118,14 @@ class _Heads(nn.Module):
 class MLPPolicy(nn.Module):
   """Feed-forward actor-critic (no memory; the carry is empty).
 
-  Defaults are PureJaxRL's CartPole network; Craftax_Baselines uses ``hidden=(512,) * 3``.
+  Sizes have no defaults here: ``jaxlab.rl.ppo.get_config().mlp`` declares them (Craftax_Baselines'
+  3 x 512 tanh; experiments/configs/ppo.py's default run: PureJaxRL's CartPole 64-64).
   """
 
-  num_actions: int
-  action_dim: int = 0
-  hidden: Sequence[int] = (64, 64)
-  activation: str = "tanh"
+  num_actions: int  # discrete actions (0: continuous)
+  action_dim: int  # continuous action size (0: discrete)
+  hidden: Sequence[int]
+  activation: str
 
   def initial_carry(self, num_envs: int) -> Any:
     del num_envs
@@ -158,12 +159,12 @@ class GRUPolicy(nn.Module):
   The recurrent layout of Craftax_Baselines' ``ppo_rnn.py`` (a scanned GRU cell).
   """
 
-  num_actions: int
-  action_dim: int = 0
-  embed: int = 128
-  hidden: int = 128
-  head_hidden: Sequence[int] = (128,)
-  activation: str = "relu"
+  num_actions: int  # sizes: jaxlab.rl.ppo.get_config().gru
+  action_dim: int
+  embed: int
+  hidden: int
+  head_hidden: Sequence[int]
+  activation: str
 
   def initial_carry(self, num_envs: int) -> Array:
     return jnp.zeros((num_envs, self.hidden), jnp.float32)
@@ -186,7 +187,7 @@ class _Gate(nn.Module):
   near the identity map, which the paper credits for stable RL training.
   """
 
-  bias: float = 2.0
+  bias: float
 
   @nn.compact
   def __call__(self, x, y):
@@ -233,16 +234,16 @@ class GTrXLPolicy(nn.Module):
   relative encoding). DiCode's size: embed 256, 8 heads, 2 layers, window 128, gate bias 2.
   """
 
-  num_actions: int
-  action_dim: int = 0
-  embed: int = 256
-  num_heads: int = 8
-  num_layers: int = 2
-  window: int = 128
-  ffn: int = 256
-  gate_bias: float = 2.0
-  head_hidden: Sequence[int] = (256,)
-  activation: str = "relu"
+  num_actions: int  # sizes: jaxlab.rl.ppo.get_config().gtrxl
+  action_dim: int
+  embed: int
+  num_heads: int
+  num_layers: int
+  window: int
+  ffn: int
+  gate_bias: float
+  head_hidden: Sequence[int]
+  activation: str
 
   def initial_carry(self, num_envs: int) -> dict:
     return {
@@ -289,7 +290,8 @@ POLICIES = ("mlp", "gru", "gtrxl")
 
 
 def make(name: str, num_actions: int, action_dim: int = 0, **kwargs) -> nn.Module:
-  """``make("gtrxl", env.num_actions, env.action_dim, embed=64)``; kwargs: the module's fields."""
+  """``make("gru", env.num_actions, env.action_dim, **sizes)``; ``sizes``: every field of the
+  module (``jaxlab.rl.ppo.get_config()[name]``, as ``jaxlab.rl.ppo.make_policy`` passes them)."""
   from jaxlab.core.errors import check_choice
 
   check_choice("policy", name, POLICIES)

@@ -3,11 +3,9 @@ r"""Config of `experiments.ppo` (big_vision-style file: ``--config=<this file>:<
 Every preset starts from ``jaxlab.rl.ppo.get_config()`` (Craftax_Baselines' PPO, the one
 declaration of the defaults and their meaning) and changes fields:
 
-  (none)         the default run: a CartPole-sized PureJaxRL setting for gymnax environments, 16
-                 environments x 128 steps, 1e6 steps (488 iterations), lr 1e-3, GAE lambda 0.95,
-                 gradient norm 0.5, a 64-64 MLP, a small GRU (64) and GTrXL (embed 64, 4 heads,
-                 window 32). Solves CartPole-v1 (eval >= 494 on 6 of 6 seeds; 5e5 steps gave
-                 482-499) in under a minute on a CPU.
+  (none)         the default run: ``ppo.gymnax_config()``, a CartPole-sized PureJaxRL setting
+                 (16 environments x 128 steps, 1e6 steps, lr 1e-3, a 64-64 MLP); solves
+                 CartPole-v1 in under a minute on a CPU.
   craftax        Craftax_Baselines' PPO as declared (1024 environments x 64 steps, 1e9 steps, a
                  3 x 512 MLP): the preset for every Craftax run.
   craftax_gtrxl  craftax with DiCode's PPO-GTrXL settings (arXiv 2602.08194, Table 6): 128-step
@@ -48,26 +46,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       c.gamma = 0.999
       c.ent_coef = 0.002
     return c
-  # A CartPole-sized PureJaxRL setting: 16 envs x 128 steps, the learning rate raised for fewer,
-  # larger updates.
-  c.total_timesteps = 1_000_000
-  c.num_envs = 16
-  c.num_steps = 128
-  c.minibatches = 4
-  c.gae_lambda = 0.95
-  c.max_grad_norm = 0.5
-  c.lr = 1e-3
-  c.eval_envs = 64
-  c.eval_steps = 1000
-  c.mlp.hidden = (64, 64)
-  c.gru.embed = 64
-  c.gru.hidden = 64
-  c.gru.head_hidden = (64,)
-  c.gtrxl.embed = 64
-  c.gtrxl.num_heads = 4
-  c.gtrxl.window = 32
-  c.gtrxl.ffn = 64
-  c.gtrxl.head_hidden = (64,)
+  c = ppo.gymnax_config()
   if preset == "cpu":
     c.num_envs = 8
     c.num_steps = 32

@@ -62,6 +62,37 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
+def gymnax_config() -> ml_collections.ConfigDict:
+  """``get_config()`` at a CartPole-sized PureJaxRL setting: the default run of ``experiments.ppo``
+  on gymnax environments and the PPO of R4 and QRIM (who change ``total_timesteps``).
+
+  16 environments x 128 steps, 1e6 steps (488 iterations), the learning rate raised to 1e-3 for
+  fewer, larger updates, GAE lambda 0.95, gradient norm 0.5, a 64-64 MLP, a 64-unit GRU and a
+  small GTrXL. Solves CartPole-v1 (eval >= 494 on 6 of 6 seeds; 5e5 steps gave 482-499) in under a
+  minute on a CPU (docs/ppo.md).
+  """
+  c = get_config()
+  c.total_timesteps = 1_000_000
+  c.num_envs = 16
+  c.num_steps = 128
+  c.minibatches = 4
+  c.gae_lambda = 0.95
+  c.max_grad_norm = 0.5
+  c.lr = 1e-3
+  c.eval_envs = 64
+  c.eval_steps = 1000
+  c.mlp.hidden = (64, 64)
+  c.gru.embed = 64
+  c.gru.hidden = 64
+  c.gru.head_hidden = (64,)
+  c.gtrxl.embed = 64
+  c.gtrxl.num_heads = 4
+  c.gtrxl.window = 32
+  c.gtrxl.ffn = 64
+  c.gtrxl.head_hidden = (64,)
+  return c
+
+
 def num_updates(config) -> int:
   """PPO iterations of a run: ``total_timesteps // (num_envs * num_steps)``, at least 1."""
   return max(1, config["total_timesteps"] // (config["num_envs"] * config["num_steps"]))

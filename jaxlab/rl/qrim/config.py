@@ -36,23 +36,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.robust_ppo = True  # False skips part 3
   c.phases = 10  # worst-case re-selections (one every updates / phases PPO updates)
   c.episodes = 4  # rollouts per parameter to estimate J(pi, u)
-  c.ppo = ppo.get_config()  # jaxlab's PPO at a CartPole-sized PureJaxRL setting
+  c.ppo = ppo.gymnax_config()  # jaxlab's PPO at a CartPole-sized PureJaxRL setting
   c.ppo.total_timesteps = 614_400  # env steps: default --steps = this // (num_envs * num_steps)
-  c.ppo.num_envs = 16
-  c.ppo.num_steps = 128
-  c.ppo.minibatches = 4
-  c.ppo.lr = 1e-3
-  c.ppo.gae_lambda = 0.95
-  c.ppo.max_grad_norm = 0.5
-  c.ppo.mlp.hidden = (64, 64)  # policy MLP (actor and critic towers)
   c.ppo.eval_steps = 500  # step cap of the J(pi, u) rollouts and the held-out evaluation
   return c
 
 
 def ppo_updates(config) -> int:
-  """PPO updates of part 3 in the default run: ``ppo.total_timesteps // (num_envs * num_steps)``."""
-  per_update = max(1, config.ppo.num_envs * config.ppo.num_steps)  # a bad size: validate_config
-  return max(1, config.ppo.total_timesteps // per_update)
+  """PPO updates of the default run (``ppo.num_updates`` of ``config.ppo``)."""
+  return ppo.num_updates(config.ppo)
 
 
 def search_config(config, **overrides) -> SearchConfig:

@@ -44,25 +44,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.reward.ood_samples = 256  # uniform (s, a) draws per step for the OOD term
   c.reward.l2 = 0.0  # L2 penalty on the parameters (>= 0; the authors use 0 or 0.01)
   c.reward.rbrl_k = 10.0  # RbRL: sharpness of the class scores (> 0)
-  # PPO on the learned reward: jaxlab's PPO at a CartPole-sized PureJaxRL setting.
-  c.ppo = ppo.get_config()
+  c.ppo = ppo.gymnax_config()  # jaxlab's PPO at a CartPole-sized PureJaxRL setting
   c.ppo.total_timesteps = 512_000  # env steps: default --steps = this // (num_envs * num_steps)
-  c.ppo.num_envs = 16
-  c.ppo.num_steps = 128
-  c.ppo.minibatches = 4
-  c.ppo.lr = 1e-3
-  c.ppo.gae_lambda = 0.95
-  c.ppo.max_grad_norm = 0.5
-  c.ppo.mlp.hidden = (64, 64)  # policy MLP (actor and critic towers)
-  c.ppo.eval_envs = 64  # true-return evaluation: environments (one episode each)
-  c.ppo.eval_steps = 1000  # true-return evaluation: step cap
   return c
 
 
 def ppo_updates(config) -> int:
-  """PPO updates of the default run: ``ppo.total_timesteps // (num_envs * num_steps)``."""
-  per_update = max(1, config.ppo.num_envs * config.ppo.num_steps)  # a bad size: validate_config
-  return max(1, config.ppo.total_timesteps // per_update)
+  """PPO updates of the default run (``ppo.num_updates`` of ``config.ppo``)."""
+  return ppo.num_updates(config.ppo)
 
 
 def reward_config(config, method: str) -> RewardConfig:

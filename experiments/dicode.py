@@ -75,7 +75,6 @@ def main(argv):
   loop.validate_config(_CONFIG.value, FLAGS.curriculum)
   proposer = proposer_flags(FLAGS.curriculum)
   run = experiment.common("dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=_UNUSED)
-  loop.enable_compile_cache()
   runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
 
 

@@ -29,10 +29,11 @@ from a table in its state (``multitask.session_env``), padded to ``max(tasks_per
 units; the level environment keeps its level seeds in its state; the per-unit counters have a
 fixed size. A new task set is new data: ``runtime.train`` traces the PPO update again (its chunk
 is jitted per call), the lowering is identical, and JAX's persistent compilation cache
-(``enable_compile_cache``) returns the executable compiled in the first session. What a new task
-costs is its pool: ``pool_size`` worlds of its program (``multitask.build_pool``: the program's
-world function compiled once, on top of the once-compiled craftax generator), kept in memory and
-under ``<workdir>/pools/`` (:class:`PoolCache`).
+(``jaxlab.core.experiment.enable_compile_cache``, on in every program) returns the executable
+compiled in the first session. What a new task costs is its pool: ``pool_size`` worlds of its
+program (``multitask.build_pool``: the program's world function compiled once, on top of the
+once-compiled craftax generator), kept in memory and under ``<workdir>/pools/``
+(:class:`PoolCache`).
 """
 
 from __future__ import annotations
@@ -206,25 +207,6 @@ def make_rollout(step, policy, num_steps: int):
     return ppo.rollouts.rollout(step, act, init, key, num_steps, records=False)[0][0]
 
   return rollout
-
-
-def enable_compile_cache() -> pathlib.Path | None:
-  """JAX's persistent compilation cache under ``$JAXLAB_CACHE_DIR/xla`` (default
-  ``~/.cache/jaxlab/xla``) unless one is configured: sessions that rebuild an identical program
-  (``none``/``plr``/``sfl`` every session, ``dicode`` with a repeated task set) load it instead
-  of compiling again."""
-  import os
-
-  if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
-    return None
-  root = os.environ.get("JAXLAB_CACHE_DIR") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jaxlab"
-  )
-  path = pathlib.Path(root) / "xla"
-  path.mkdir(parents=True, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", str(path))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  return path
 
 
 # --- the loop ---

@@ -15,7 +15,7 @@ REPO = str(pathlib.Path(__file__).resolve().parents[1])
 
 
 def program_env(env=None):
-  """``os.environ`` plus ``env``, with the clone first on PYTHONPATH (for ``python -m <program>``)."""
+  """``os.environ`` plus ``env``, the clone first on PYTHONPATH (for ``python -m <program>``)."""
   full = {**os.environ, **(env or {})}
   full["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, full.get("PYTHONPATH", "")) if p)
   return full

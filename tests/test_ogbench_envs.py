@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from programs import program_env
 
 pytest.importorskip("ogbench")
 
@@ -228,7 +229,7 @@ def test_non_finite_data_is_rejected(tmp_path, cube_dir):
 
 
 def _generator(args, cwd):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env = program_env({"JAX_PLATFORMS": "cpu"})
   env.pop("XLA_FLAGS", None)
   cmd = [sys.executable, "-m", "envs.ogbench_generate", *args]
   return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -311,7 +312,8 @@ def test_success_timing_is_pinned_to_the_current_state():
 def test_concurrent_runs_generate_a_missing_set_once(tmp_path):
   """Two runs of a sweep asking for the same missing set: one generates, the other waits, loads."""
   code = (
-    "from jaxlab.envs import ogbench as og; d = og.load('pointmaze-medium-stitch-singletask-task1-v0', "
+    "from jaxlab.envs import ogbench as og; "
+    "d = og.load('pointmaze-medium-stitch-singletask-task1-v0', "
     f"dataset_dir={str(tmp_path)!r}, num_episodes=2, verbose=True); "
     "print('N', len(d.train['rewards']))"
   )

@@ -2,14 +2,13 @@
 default workdirs per agent and task, data folders that must exist, mesh."""
 
 import json
-import os
 import subprocess
 import sys
 
 import jax
 import numpy as np
 import pytest
-from programs import run_program
+from programs import program_env, run_program
 
 pytest.importorskip("ogbench")
 
@@ -73,7 +72,7 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   assert second["step"] == 100 and second["resumed_from"] == 60
   assert np.isfinite(second["train/critic_loss"])
   # re-evaluating a kept checkpoint with more episodes
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"}
+  env = program_env({"JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"})
   env.pop("XLA_FLAGS", None)
   r = subprocess.run(
     [

@@ -252,7 +252,9 @@ def test_world_model_is_block_causal():
 
 
 def test_impala_policy_shapes():
-  policy = policies.ImpalaRNNPolicy(17)
+  from jaxlab.rl import itc
+
+  policy = itc.agent.make_policy(itc.get_config(), 17)  # the paper's sizes
   carry = policy.initial_carry(3)
   obs, reset = jnp.zeros((2, 3, 63, 63, 3)), jnp.zeros((2, 3), bool)
   params = jax.eval_shape(lambda: policy.init(jax.random.key(0), carry, obs, reset))

@@ -21,6 +21,7 @@ def make_policy(config, num_actions: int) -> policies.ImpalaRNNPolicy:
   p = config.policy
   return policies.ImpalaRNNPolicy(
     num_actions,
+    action_dim=0,
     channels=tuple(p.channels),
     embed=p.embed,
     hidden=p.hidden,

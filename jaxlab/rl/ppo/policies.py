@@ -345,12 +345,12 @@ class ImpalaRNNPolicy(nn.Module):
   """
 
   num_actions: int
-  action_dim: int = 0
-  channels: Sequence[int] = (64, 64, 128)
-  embed: int = 256
-  hidden: int = 256
-  head_hidden: int = 2048
-  head_depth: int = 2
+  action_dim: int  # 0: discrete actions (the Craftax pixels agent)
+  channels: Sequence[int]  # sizes: jaxlab.rl.itc.get_config().policy
+  embed: int
+  hidden: int
+  head_hidden: int
+  head_depth: int = 2  # residual ReLU layers per tower (a structural constant, not a setting)
 
   def initial_carry(self, num_envs: int) -> Array:
     return jnp.zeros((num_envs, self.hidden), jnp.float32)

@@ -31,3 +31,41 @@ def test_rl_is_one_folder_per_method():
   modules = {p.name for p in rl.glob("*.py")} - {"__init__.py"}
   packages = {p.name for p in rl.iterdir() if (p / "__init__.py").exists()}
   assert modules == set() and packages == METHODS, (modules, packages)
+
+
+def _fields(config, prefix=""):
+  out = set()
+  for k, v in config.items():
+    out |= _fields(v, f"{prefix}{k}.") if hasattr(v, "items") else {f"{prefix}{k}"}
+  return out
+
+
+def _library_config(method):
+  import importlib
+
+  module = {"lm": "jaxlab.lm.config", "dasbs": "jaxlab.sampling.dasbs"}.get(
+    method, f"jaxlab.rl.{method}"
+  )
+  return importlib.import_module(module).get_config()
+
+
+@pytest.mark.parametrize(
+  "path", sorted(ROOT.glob("experiments/configs/*.py")), ids=lambda p: p.stem
+)
+def test_presets_only_change_fields_of_the_library_config(path):
+  """Defaults are declared once, in the library's get_config(); a preset file holds no field the
+  library does not declare (so no second default can hide there)."""
+  import importlib.util
+
+  spec = importlib.util.spec_from_file_location(f"_preset_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  names = [
+    None,
+    *getattr(module, "PRESETS", ()),
+    *getattr(module, "ARMS", ()),
+    *getattr(module, "SIZES", ()),
+  ]
+  library = _fields(_library_config(path.stem))
+  for name in names:
+    assert _fields(module.get_config(name)) == library, (path.stem, name)

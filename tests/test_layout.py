@@ -69,3 +69,9 @@ def test_presets_only_change_fields_of_the_library_config(path):
   library = _fields(_library_config(path.stem))
   for name in names:
     assert _fields(module.get_config(name)) == library, (path.stem, name)
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("experiments/*.py")), ids=lambda p: p.stem)
+def test_programs_are_thin(path):
+  """flags -> data -> create -> train -> report; the logic is library code a notebook imports."""
+  assert len(path.read_text().splitlines()) <= 150, path

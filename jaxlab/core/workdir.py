@@ -108,3 +108,33 @@ def session(path: pathlib.Path | None, config: Any = None) -> Iterator[pathlib.P
     if lock is not None:
       fcntl.flock(lock, fcntl.LOCK_UN)
       lock.close()
+
+
+def finished(path: pathlib.Path | None) -> dict | None:
+  """The record of a run that already finished in ``path`` (its ``summary.json``), else None.
+
+  Call it inside :func:`session` (after the config check): a program that does not go through
+  ``runtime.train`` re-run into a finished workdir reports this record and writes nothing.
+  """
+  if path is None or not (path / "summary.json").exists():
+    return None
+  try:
+    return metrics.read_json(path / "summary.json")
+  except (OSError, ValueError) as e:
+    raise ConfigError(
+      "workdir", f"{path / 'summary.json'} is unreadable ({e}); use a new --workdir"
+    ) from e
+
+
+def check_writable(path: str | os.PathLike, field: str = "workdir") -> pathlib.Path:
+  """Raises ``ConfigError(field)`` unless ``path`` could be created and written, writing nothing
+  (checked before a long computation whose results go there)."""
+  path = pathlib.Path(path).absolute()
+  probe = path
+  while not probe.exists():
+    probe = probe.parent
+  if not probe.is_dir():
+    raise ConfigError(field, f"{probe} exists and is not a directory")
+  if not os.access(probe, os.W_OK | os.X_OK):
+    raise ConfigError(field, f"{probe} is not writable")
+  return path

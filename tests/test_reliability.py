@@ -192,7 +192,7 @@ experiment.run(main)
 def _stall_run(tmp_path, stalls, restarts):
   (tmp_path / "stall_program.py").write_text(_STALL_PROGRAM)
   env = {
-    "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ['PYTHONPATH']}",
+    "PYTHONPATH": str(tmp_path),  # the stalling program; run_program adds the clone
     "STALL_MARKER": str(tmp_path / "marker"),
     "STALLS": str(stalls),
     "JAXLAB_STALL_SECONDS": "2",

@@ -395,3 +395,23 @@ def test_a_second_train_call_reuses_the_compiled_chunk(data):
   second, _ = runtime.train(_init(), update, loop, **kw)
   assert len(traces) == 1
   np.testing.assert_array_equal(first.w, second.w)
+
+
+def test_summary_reports_steady_and_whole_run_rates(tmp_path, data):
+  # 95 steps in chunks of 10: the first chunk and the last (5 steps, a new length) compile; the
+  # steady rate leaves them out, the average is the whole run's steps over its wall time.
+  def update(state, batch, key):
+    state, metrics = _update(state, batch, key)
+    return state, metrics
+
+  loop = runtime.Loop(num_steps=95, log_every=10, ckpt_every=0, units_per_step=4, units_name="u")
+  _, result = runtime.train(
+    _init(), update, loop, workdir=tmp_path, key=jax.random.key(3), data=data, sample_fn=_sample
+  )
+  s = json.loads((tmp_path / "summary.json").read_text())
+  assert s["steps_per_sec_average"] == pytest.approx(95 / s["wall_s"], rel=1e-6)
+  assert s["steps_per_sec"] > 2 * s["steps_per_sec_average"]  # compilation dominates the average
+  assert s["u"] == pytest.approx(4 * s["steps_per_sec"]) and s["u_average"] == pytest.approx(
+    4 * s["steps_per_sec_average"]
+  )
+  assert result.summary["steps_per_sec"] == s["steps_per_sec"]

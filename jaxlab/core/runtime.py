@@ -217,17 +217,27 @@ def _profiled(loop: Loop, workdir, index: int):
 
 
 def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
-  """The loop proper. Returns ``(state, step, last_mean, evals, history_chunks, sps)``."""
+  """The loop proper. Returns ``(state, step, last_mean, evals, history_chunks, rates)``.
+
+  ``rates``: ``steady`` = steps per second over the chunks that did not compile (evaluation and
+  checkpoints excluded), NaN when every chunk compiled; ``average`` is computed by the caller
+  from the whole run's wall time.
+  """
   host, mngr, eval_fn = ctx["host"], ctx["mngr"], ctx["eval_fn"]
   step, mean, evals, hist, sps = start, {}, {}, [], float("nan")
+  steady_steps, steady_s = 0, 0.0
   ends = chunk_boundaries(start, loop.num_steps, loop.log_every, loop.ckpt_every, loop.eval_every)
   with checkpoint.sigterm_flag() as sigterm:
     for i, end in enumerate(ends):
+      compiled = _cache_size(chunk_fn)
       t0 = time.perf_counter()
       with _profiled(loop, ctx["workdir"], i):
         state, per_step = chunk_fn(state, ctx["data"], ctx["key"], jnp.int32(step), end - step)
         per_step = jax.device_get(per_step)  # blocks: the chunk is done
-      sps, step = (end - step) / (time.perf_counter() - t0), end
+      seconds = time.perf_counter() - t0
+      if compiled is not None and _cache_size(chunk_fn) == compiled:  # no compilation inside
+        steady_steps, steady_s = steady_steps + end - step, steady_s + seconds
+      sps, step = (end - step) / seconds, end
       mean = {k: float(np.mean(v)) for k, v in per_step.items()}
       if loop.stop_on_nonfinite:
         _check_finite(step, mean)
@@ -249,7 +259,16 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
         checkpoint.save(mngr, step, state)
       if sigterm["set"] and step < loop.num_steps:
         raise Preempted(step)
-  return state, step, mean, evals, hist, sps
+  steady = steady_steps / steady_s if steady_s > 0 else float("nan")
+  return state, step, mean, evals, hist, steady
+
+
+def _cache_size(fn) -> int | None:
+  """Compiled variants of a jitted function so far (None if jax does not say)."""
+  try:
+    return fn._cache_size()
+  except AttributeError:
+    return None
 
 
 def _stack(hist: list[dict]) -> dict[str, np.ndarray]:
@@ -277,17 +296,24 @@ def _recorded_summary(workdir: pathlib.Path) -> dict:
   return summary
 
 
-def _summary(workdir, start, step, loop, mean, evals, sps, wall) -> dict:
+def _summary(workdir, start, step, loop, mean, evals, steady, wall) -> dict:
   if step == start and workdir is not None and start > 0:  # nothing ran: report the record
     return _recorded_summary(workdir)
   last_eval = evals[max(evals)] if evals else {}
+  average = (step - start) / wall if wall > 0 else float("nan")
   summary = {
     "step": step,
     "num_steps": loop.num_steps,
     "wall_s": wall,
-    "steps_per_sec": sps,
+    # steady: chunks that did not compile, evaluation and checkpoints excluded (NaN if every chunk
+    # compiled); average: the steps of this process over its whole wall time, all included.
+    "steps_per_sec": steady,
+    "steps_per_sec_average": average,
     "resumed_from": start,
   }
+  if loop.units_per_step > 0:
+    summary[loop.units_name] = steady * loop.units_per_step
+    summary[f"{loop.units_name}_average"] = average * loop.units_per_step
   summary.update({f"train/{k}": v for k, v in mean.items()})
   summary.update({f"eval/{k}": v for k, v in last_eval.items()})
   return summary
@@ -353,13 +379,13 @@ def train(
       t0 = time.perf_counter()
       with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
         chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding)
-        state, step, mean, evals, hist, sps = _run_chunks(state, chunk_fn, loop, ctx, start)
+        state, step, mean, evals, hist, steady = _run_chunks(state, chunk_fn, loop, ctx, start)
     finally:
       if host is not None:
         host.close()
       if mngr is not None:
         mngr.close()
-    summary = _summary(wd, start, step, loop, mean, evals, sps, time.perf_counter() - t0)
+    summary = _summary(wd, start, step, loop, mean, evals, steady, time.perf_counter() - t0)
     if step > start or start == 0:  # a finished run re-run keeps its record untouched
       _finish(wd, loop, summary)
   return state, Result(summary, evals, _stack(hist) if loop.history else None)

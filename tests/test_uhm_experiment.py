@@ -258,3 +258,20 @@ def test_sweep_table_pools_replicates_with_t_intervals(tmp_path):
   assert all_envs.endswith(f" | {cell(pooled)} |"), md  # uhm has 5 complete replicates there
   assert (tmp_path / "curves_lowbudget_steps.png").exists()
   assert (tmp_path / "curves_lowbudget_wallclock.png").exists()
+
+
+def test_uhm_eval_never_creates_what_it_reads(tmp_path):
+  """A run directory without checkpoints: exit 2 naming --workdir, no checkpoints/ created; a
+  missing step names --step; the lock file of the run is the only file uhm_eval may add."""
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text(json.dumps({"agent": {}, "env_name": ENV, "num_seeds": 1}))
+  r = run_program("experiments.uhm_eval", [f"--workdir={run}"], tmp_path)
+  _assert_exit_2(r, "--workdir", "checkpoints")
+  assert sorted(p.name for p in run.iterdir()) == ["config.json"]
+  (run / "checkpoints" / "60").mkdir(parents=True)
+  r = run_program("experiments.uhm_eval", [f"--workdir={run}", "--step=7"], tmp_path)
+  _assert_exit_2(r, "--step", "[60]")
+  r = run_program("experiments.uhm_eval", [f"--workdir={tmp_path / 'none'}"], tmp_path)
+  _assert_exit_2(r, "--workdir")
+  assert not (tmp_path / "none").exists() and "Traceback" not in r.stderr

@@ -29,6 +29,7 @@ import ml_collections
 import numpy as np
 
 from jaxlab.core import checkpoint, metrics, plots, runtime, sharding
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, require
 from jaxlab.rl.uhm import agent, offline_data
 
@@ -339,24 +340,48 @@ def recorded_config(workdir):
 
 def evaluate_checkpoint(workdir, step: int | None, num_episodes: int) -> tuple[dict, pathlib.Path]:
   """Restores a run's checkpoint (latest when step is None), evaluates every training seed with
-  `evaluate_seeds` and writes ``eval_step<step>_n<episodes>.json`` into the workdir."""
+  `evaluate_seeds` and writes ``eval_step<step>_n<episodes>.json`` into the workdir.
+
+  Everything is checked before the environment is built: the run's config.json, its checkpoints/
+  folder (never created here) and that the workdir is writable. The workdir is locked while
+  evaluating; a result already there (the same step and episodes) is returned unchanged.
+  """
   from jaxlab.envs import ogbench as og
 
   require(num_episodes >= 1, "eval_episodes", f"must be >= 1, got {num_episodes}")
   workdir = pathlib.Path(workdir)
+  require(workdir.is_dir(), "workdir", f"{workdir} is not a run directory")
   cfg, env_name, num_seeds = recorded_config(workdir)
-  warnings.filterwarnings("ignore", message=".*precision lowered.*")
-  warnings.filterwarnings("ignore", message=".*DISPLAY.*")
-  env = og.make_env(env_name)
-  dims = int(env.observation_space.shape[0]), int(env.action_space.shape[0])
-  # Structure only (values are restored): one state, or num_seeds stacked by --num_seeds.
-  like = agent.create_seeds(jax.random.key(0), num_seeds, *dims, cfg)
-  restored = checkpoint.restore(workdir, like, step)
-  if restored is None:
-    raise ConfigError("workdir", f"{workdir} has no checkpoint")
-  state, step = restored
-  r = evaluate_seeds(state, env_name, num_episodes, num_seeds=num_seeds, env=env)
-  r.update(step=step, agent=cfg.agent, env_name=env_name, ogbench=og.timing_record())
+  ckpts = workdir / checkpoint.CKPT_DIR
+  require(
+    ckpts.is_dir(),
+    "workdir",
+    f"{workdir} has no {checkpoint.CKPT_DIR}/ folder: nothing to evaluate",
+  )
+  steps = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+  require(bool(steps), "workdir", f"{workdir} has no checkpoint")
+  if step is not None:
+    require(step in steps, "step", f"no checkpoint at step {step} in {workdir}; have {steps}")
+  step = steps[-1] if step is None else step
+  workdir_lib.check_writable(workdir, "workdir")
   out = workdir / f"eval_step{step}_n{num_episodes}.json"
-  metrics.write_json(out, r)
+  with workdir_lib.session(workdir) as wd:
+    if out.exists():  # this evaluation was done: its record, unchanged
+      try:
+        return metrics.read_json(out), out
+      except (OSError, ValueError) as e:
+        raise ConfigError("workdir", f"{out} is unreadable ({e}); remove it") from None
+    warnings.filterwarnings("ignore", message=".*precision lowered.*")
+    warnings.filterwarnings("ignore", message=".*DISPLAY.*")
+    env = og.make_env(env_name)
+    dims = int(env.observation_space.shape[0]), int(env.action_space.shape[0])
+    # Structure only (values are restored): one state, or num_seeds stacked by --num_seeds.
+    like = agent.create_seeds(jax.random.key(0), num_seeds, *dims, cfg)
+    restored = checkpoint.restore(wd, like, step)
+    if restored is None:
+      raise ConfigError("workdir", f"{workdir} has no checkpoint")
+    state, step = restored
+    r = evaluate_seeds(state, env_name, num_episodes, num_seeds=num_seeds, env=env)
+    r.update(step=step, agent=cfg.agent, env_name=env_name, ogbench=og.timing_record())
+    metrics.write_json(out, r)
   return r, out

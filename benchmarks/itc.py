@@ -37,7 +37,7 @@ import optax
 from absl import flags
 
 from experiments.configs import itc as itc_configs
-from jaxlab.core import experiment
+from jaxlab.core import experiment, resources
 from jaxlab.core.train_state import TrainState
 from jaxlab.rl import itc, ppo
 from jaxlab.rl.itc import decode as decode_lib
@@ -55,7 +55,7 @@ _DECODES = flags.DEFINE_list(
 )
 UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile", "steps")
 NUM_ACTIONS = itc.NUM_ACTIONS  # Craftax-Classic
-OBS = (63, 63, 3)
+OBS = itc.FRAME
 
 
 def _timed(fn, *args):
@@ -75,6 +75,15 @@ def shapes():
   """The config of `experiments.itc` at ``--scale`` (preset ``itc``) and the batch."""
   c = itc_configs.get_config({"paper": "itc"}.get(_SCALE.value, _SCALE.value))
   return c, _BATCH.value or c.imag_batch
+
+
+def check_batch(c, batch: int) -> None:
+  """``--batch``: int32 and the bytes of its largest arrays (imagined start frames, the decoding
+  figure's logits), refused before allocation."""
+  resources.check_int32("batch", batch)
+  frames = batch * (c.burn_in + 1) * itc.FRAME[0] * itc.FRAME[1] * itc.FRAME[2] * 4
+  logits = 3 * batch * c.itc.num_dummy * c.tokenizer.codebook_size * 4
+  resources.check_fits(frames + logits, "batch", "the imagined start frames and decoding logits")
 
 
 def build(c, batch: int, key):
@@ -218,6 +227,8 @@ def main(argv):
   experiment.require(_BATCH.value >= 0, "batch", f"must be >= 0, got {_BATCH.value}")
   methods = experiment.check_list("decodes", _DECODES.value, decode_lib.METHODS)
   c, batch = shapes()
+  itc.validate_config(c)  # sizes and memory of the preset, before anything is compiled
+  check_batch(c, batch)
   print(f"scale={_SCALE.value}  backend={jax.default_backend()}  ({jax.devices()[0].device_kind})")
   all_methods = list(decode_lib.METHODS)
   if importlib.util.find_spec("ott") is None:  # the Sinkhorn solve needs ott-jax

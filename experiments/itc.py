@@ -61,12 +61,13 @@ def main(argv):
     units_name="env_steps_per_sec",
     progress_keys=("return_pct", "score", "wm_loss"),
   )
+  record = itc.recorded(run.workdir)
   state, result = runtime.train(
     state, dyna.make_update(env, cfg), loop, key=key, workdir=run.workdir, config=c
   )
-  png = itc.rollout_picture(
-    state, cfg, c.picture_steps, run.workdir / "rollout.png", jax.random.fold_in(key, 2)
-  )
+  png = run.workdir / "rollout.png"
+  if not (png.exists() and itc.recorded(run.workdir) == record):  # a finished re-run: untouched
+    png = itc.rollout_picture(state, cfg, c.picture_steps, png, jax.random.fold_in(key, 2))
   s = result.summary
   get = lambda k: float(s.get(f"train/{k}", float("nan")))
   print(

@@ -322,6 +322,62 @@ def test_experiment_rejects_bad_decode(tmp_path):
   assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.parametrize(
+  "field,value,message",
+  [
+    ("policy.channels", (0, 8, 8), "positive integers"),
+    ("policy.channels", (), "positive integers"),
+    ("wm.dropout", float("nan"), "finite"),
+    ("itc.trash_cost", float("inf"), "finite"),
+    ("ppo.num_envs", 0, "> 0"),
+    ("tokenizer.patch", 5, "tile"),
+    ("tokenizer.grid", (9, 9, 1), "2 positive"),
+    ("tokenizer.codebook_size", 0, "> 0"),
+    ("itc.inventory_rows", 9, "rows"),
+    ("horizon", 0, ">= 1"),
+    ("imag_minibatches", 3, "divide"),
+    ("replay_size", 10**12, "overflows"),
+    ("imag_batch", 10**7, "needs about"),
+  ],
+)
+def test_validate_config_names_the_field_before_anything_is_built(field, value, message):
+  from experiments.configs import itc as presets
+  from jaxlab.core.errors import ConfigError
+
+  c = presets.get_config("tiny")
+  *parents, leaf = field.split(".")
+  node = c
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
+  with pytest.raises(ConfigError) as e:
+    itc.validate_config(c)
+  assert e.value.field == f"config.{field}" and message in e.value.message, e.value
+
+
+@pytest.mark.parametrize(
+  "module,args,flag",
+  [
+    ("experiments.itc", ["--config.policy.channels=(0,8,8)"], "config.policy.channels"),
+    ("experiments.itc", ["--config.wm.dropout=nan"], "config.wm.dropout"),
+    ("experiments.itc", ["--config.replay_size=2000000000"], "config.replay_size"),
+    ("benchmarks.itc", ["--batch=100000000"], "batch"),
+  ],
+)
+def test_programs_refuse_bad_sizes_in_one_line_writing_nothing(tmp_path, module, args, flag):
+  from tests.programs import run_program
+
+  home = tmp_path / "home"
+  home.mkdir()
+  extra = [f"--workdir={tmp_path / 'w'}"] if module.startswith("experiments") else []
+  env = {"HOME": str(home)}
+  r = run_program(module, args + extra, tmp_path, env=env, drop=("XDG_CACHE_HOME",), timeout=120)
+  errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  assert len(errors) == 1 and errors[0].startswith(f"error: --{flag}:"), r.stderr[-2000:]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["home"] and not any(home.iterdir())
+
+
 def test_replay_keeps_the_latest_steps_in_order():
   from jaxlab.rl.itc import buffer
 
@@ -364,6 +420,10 @@ def test_tiny_experiment_runs_and_resumes(tmp_path):
   again = subprocess.run(base + ["--steps=3"], capture_output=True, text=True, timeout=3000)
   assert again.returncode == 0, again.stderr[-2000:]
   assert "return" in again.stdout
+  files = {p: p.read_bytes() for p in (tmp_path / "w").rglob("*") if p.is_file()}
+  rerun = subprocess.run(base + ["--steps=3"], capture_output=True, text=True, timeout=3000)
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  assert {p: p.read_bytes() for p in (tmp_path / "w").rglob("*") if p.is_file()} == files
 
 
 # --- the Dyna loop on the core runtime: checkpoint and resume ---

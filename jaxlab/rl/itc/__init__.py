@@ -8,8 +8,9 @@ block-causal, over frame tokens and actions), `decode` (sample / argmax / ITC de
 See docs/itc.md.
 """
 
-from jaxlab.rl.itc.agent import create, make_policy, rollout_picture  # noqa: F401
+from jaxlab.rl.itc.agent import create, make_policy, recorded, rollout_picture  # noqa: F401
 from jaxlab.rl.itc.config import (  # noqa: F401
+  FRAME,
   NUM_ACTIONS,
   dyna_config,
   get_config,

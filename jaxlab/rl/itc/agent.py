@@ -4,6 +4,8 @@ the policy, the initial Dyna state, and the real vs imagined rollout picture of 
 
 from __future__ import annotations
 
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,6 +44,13 @@ def create(config, cfg: dyna.DynaConfig, key):
   )
   state = dyna.init(env, make_policy(config, env.num_actions), cfg, key)
   return env, state
+
+
+def recorded(workdir) -> bytes | None:
+  """The bytes of ``workdir``'s summary.json (None without one): unchanged by a run, the run was
+  a finished one re-run, and its rollout.png is kept as it is."""
+  path = pathlib.Path(workdir) / "summary.json"
+  return path.read_bytes() if path.exists() else None
 
 
 def rollout_picture(state: dyna.DynaState, cfg: dyna.DynaConfig, steps: int, path, key):

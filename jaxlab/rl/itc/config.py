@@ -11,7 +11,8 @@ from __future__ import annotations
 import jax
 import ml_collections
 
-from jaxlab.core.errors import check_config
+from jaxlab.core import resources
+from jaxlab.core.errors import check_config, require
 from jaxlab.rl import ppo
 from jaxlab.rl.itc import dyna
 
@@ -110,10 +111,77 @@ def dyna_config(config, num_actions: int = NUM_ACTIONS) -> dyna.DynaConfig:
   )
 
 
-_POSITIVE = "env_steps picture_steps ppo.reset_ratio policy.embed policy.hidden policy.head_hidden"
+FRAME = (63, 63, 3)  # Craftax-Classic's pixel frame (height, width, RGB)
+_POSITIVE = (
+  "env_steps picture_steps ppo.num_envs ppo.num_steps ppo.reset_ratio "
+  "policy.embed policy.hidden policy.head_hidden wm.mlp_ratio wm.rope_theta wm_max_grad_norm "
+  "tokenizer.codebook_size tokenizer.max_candidates"
+)
+_NONNEG = "wm.reward_coef wm.termination_coef itc.inventory_rows"
+
+
+def _sizes(field: str, value, example: str, n: int | None = None) -> tuple[int, ...]:
+  """A tuple of positive ints (``n`` of them when given), else ConfigError(field)."""
+  values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+  ok = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+  ok = ok and all(v >= 1 for v in values) and (n is None or len(values) == n)
+  count = f"{n} " if n is not None else "one or more "
+  require(ok, field, f"must be {count}positive integers, e.g. {example}; got {value!r}")
+  return values
+
+
+def check_shapes(config) -> None:
+  """The CNN, the frame grid and ITC's rows from the config alone (ConfigError naming a field)."""
+  _sizes("config.policy.channels", config.policy.channels, "(8, 16, 16)")
+  rows, cols = _sizes("config.tokenizer.grid", config.tokenizer.grid, "(9, 9)", 2)
+  p, (h, w, ch) = config.tokenizer.patch, FRAME
+  require(
+    isinstance(p, int) and p >= 1 and rows * p == h and cols * p == w,
+    "config.tokenizer.patch",
+    f"patch {p} x grid {(rows, cols)} must tile the {h} x {w} frame (e.g. patch 7, grid (9, 9))",
+  )
+  require(config.tokenizer.channels == ch, "config.tokenizer.channels", f"must be {ch} (RGB)")
+  require(
+    config.itc.inventory_rows < rows,
+    "config.itc.inventory_rows",
+    f"must be < the grid's {rows} rows, got {config.itc.inventory_rows}",
+  )
+
+
+def check_memory(config, devices: int = 1) -> None:
+  """int32 counts and the bytes of the largest arrays (``resources.check_fits``, naming the
+  field of the largest), before anything is allocated."""
+  n, t = config.ppo.num_envs, config.ppo.num_steps
+  for field, value in (
+    ("config.env_steps", config.env_steps),
+    ("config.replay_size", config.replay_size),
+    ("config.ppo.num_envs", n * t),
+    ("config.tokenizer.codebook_size", config.tokenizer.codebook_size),
+    ("config.imag_batch", config.imag_batch * config.horizon),
+  ):
+    resources.check_int32(field, value, "an array dimension or step count")
+  frame = FRAME[0] * FRAME[1] * FRAME[2]
+  patch = config.tokenizer.patch**2 * FRAME[2]
+  imagined = config.imag_batch * (config.horizon + config.burn_in + 1)
+  need = {
+    "config.replay_size": (config.replay_size * frame, "the replay's uint8 frames"),
+    "config.ppo.num_envs": (2 * n * t * frame * 4, "a real rollout's float32 frames"),
+    "config.imag_batch": (imagined * frame * 4, "the imagined rollouts' float32 frames"),
+    "config.tokenizer.codebook_size": (config.tokenizer.codebook_size * patch * 4, "the codebook"),
+  }
+  field = max(need, key=lambda k: need[k][0])
+  total = sum(b for b, _ in need.values())
+  what = f"{need[field][1]} and the agent's other frame buffers"
+  resources.check_fits(total, field, what, devices=devices)
 
 
 def validate_config(config) -> dyna.DynaConfig:
-  """Checks every field (ConfigError naming it, e.g. ``config.wm.heads``); returns the agent."""
-  check_config(config, {k: "positive" for k in _POSITIVE.split()})
-  return dyna_config(config).validate()
+  """Checks every field (ConfigError naming it, e.g. ``config.wm.heads``) and that the run fits
+  in memory, before anything is built or compiled; returns the agent."""
+  checks = {k: "positive" for k in _POSITIVE.split()}
+  checks.update({k: "nonneg" for k in _NONNEG.split()})
+  check_config(config, checks)
+  check_shapes(config)
+  cfg = dyna_config(config).validate()
+  check_memory(config)
+  return cfg

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxlab.core.errors import check_choice, require
+from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.core.train_state import TrainState
 from jaxlab.rl import ppo
 from jaxlab.rl.itc import buffer as buffer_lib
@@ -99,9 +99,16 @@ class DynaConfig:
     self.tokenizer.validate(f"{prefix}.tokenizer")
     self.itc.validate(f"{prefix}.itc")
     ppo.validate(self.ppo, True, f"{prefix}.ppo")
-    ppo.validate(self.imag_ppo(), True, prefix)
     for name in ("imag_batch", "imag_minibatches", "horizon", "wm_updates", "wm_batch"):
-      require(getattr(self, name) >= 1, f"{prefix}.{name}", "must be >= 1")
+      require(
+        getattr(self, name) >= 1, f"{prefix}.{name}", f"must be >= 1, got {getattr(self, name)}"
+      )
+    try:  # the imagined batches' PPO: its fields are imag_batch, horizon, imag_minibatches
+      ppo.validate(self.imag_ppo(), True, prefix)
+    except ConfigError as e:
+      names = {"num_envs": "imag_batch", "num_steps": "horizon", "minibatches": "imag_minibatches"}
+      leaf = e.field.rpartition(".")[2]
+      raise ConfigError(f"{prefix}.{names.get(leaf, leaf)}", e.message) from None
     for name in ("warmup_steps", "imag_updates", "burn_in", "tok_passes"):
       require(getattr(self, name) >= 0, f"{prefix}.{name}", "must be >= 0")
     require(self.wm_lr > 0, f"{prefix}.wm_lr", "must be > 0")

@@ -32,6 +32,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxlab.core import experiment
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.optim import goma
 
 # Shared flags this experiment has no use for: one vmapped solve per method, no checkpoints.
@@ -59,18 +60,24 @@ def main(argv):
   goma.compare.check_problem(_PROBLEM.value, _NOISE.value, _METHODS.value)
   variant = (_PROBLEM.value,)
   run = experiment.common("goma", default_steps=10_000, variant=variant, unused=UNUSED_FLAGS)
-  experiment.require(run.steps >= 2, "steps", f"must be >= 2, got {run.steps}")
-  workdir = experiment.prepare_workdir(run.workdir)
-  result = goma.compare.run_comparison(
-    cfg,
-    _PROBLEM.value,
-    _METHODS.value,
-    _NOISE.value,
-    steps=run.steps,
-    seed=run.seed,
-    log=lambda line: print(line, flush=True),
-  )
-  goma.compare.write_report(workdir, result)
+  methods = goma.compare.check_run(cfg, _PROBLEM.value, _NOISE.value, _METHODS.value, run.steps)
+  noise = _NOISE.value if _PROBLEM.value.startswith("stochastic") else None
+  record = {"config": cfg.to_dict(), "problem": _PROBLEM.value, "noise": noise}
+  record.update(methods=methods, steps=run.steps, seed=run.seed)
+  with workdir_lib.session(run.workdir, record) as workdir:
+    if workdir_lib.finished(workdir) is not None:
+      print(f"{workdir} holds this finished run (summary.json); nothing rewritten")
+      return
+    result = goma.compare.run_comparison(
+      cfg,
+      _PROBLEM.value,
+      methods,
+      _NOISE.value,
+      steps=run.steps,
+      seed=run.seed,
+      log=lambda line: print(line, flush=True),
+    )
+    goma.compare.write_report(workdir, result)
   print(f"wrote {workdir}/curves.png, metrics.csv, summary.json")
 
 

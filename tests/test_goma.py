@@ -423,6 +423,11 @@ def test_experiment_step_sweep_shows_where_the_goma_step_stops_being_stable(tmp_
     (["--mesh=data:1"], "--mesh", "not used by goma"),
     (["--config.smax=inf"], "--config.smax", "finite"),
     (["--config.step_sweep=0.4,x"], "--config.step_sweep", "finite numbers > 0"),
+    (["--steps=10000000000"], "--steps", "overflows"),
+    (["--config.num_seeds=1000000", "--steps=100000"], "--steps", "this machine has"),
+    (["--config.num_seeds=1000", "--config.n=100000"], "--config.n", "this machine has"),
+    (["--config.num_seeds=0"], "--config.num_seeds", "> 0"),
+    (["--problem=nope"], "--problem", "allowed"),
   ],
 )
 def test_experiment_rejects_bad_flags_before_writing(tmp_path, args, flag, text):
@@ -430,3 +435,25 @@ def test_experiment_rejects_bad_flags_before_writing(tmp_path, args, flag, text)
   assert bad.returncode == 2, bad.stderr[-2000:]
   assert bad.stderr.count("\n") == 1 and f"error: {flag}:" in bad.stderr and text in bad.stderr
   assert not (tmp_path / "bad").exists()
+
+
+def test_experiment_rerun_is_byte_identical_and_another_setting_is_refused(tmp_path):
+  """A finished workdir re-run with the same flags rewrites nothing; other flags exit 2 naming
+  --workdir and touch nothing."""
+  args = ["--methods=goma", "--steps=20", "--config.num_seeds=1", "--config.n=3"]
+  args.append("--config.step_sweep=")
+  wd = tmp_path / "run"
+  assert _goma_cli(args, wd).returncode == 0
+  before = _files(wd)
+  assert {"summary.json", "config.json", "metrics.csv"} <= set(before)
+  again = _goma_cli(args, wd)
+  assert again.returncode == 0 and "nothing rewritten" in again.stdout, again.stderr[-2000:]
+  other = _goma_cli([*args[:1], "--steps=30", *args[2:]], wd)
+  assert other.returncode == 2 and "error: --workdir:" in other.stderr, other.stderr[-2000:]
+  assert "steps: 20 -> 30" in other.stderr and "Traceback" not in other.stderr
+  assert _files(wd) == before
+
+
+def _files(wd):
+  """Every file's bytes but the lock's (the pid of the last process that held the workdir)."""
+  return {p.name: p.read_bytes() for p in wd.iterdir() if p.name != ".lock"}

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.core import metrics, plots, runtime
+from jaxlab.core import metrics, plots, resources, runtime
 from jaxlab.core.errors import ConfigError, check_choice
 from jaxlab.optim import report
 from jaxlab.optim.goma import config as config_lib
@@ -171,6 +171,25 @@ def check_problem(problem: str, noise: str, methods: str | Sequence[str] | None)
   return items
 
 
+def check_run(cfg, problem: str, noise: str, methods, steps: int) -> list[str]:
+  """Everything `run_comparison` would refuse, checked before anything is built or written: the
+  config, problem, noise, methods, --steps (>= 2, int32) and the memory of the stacked curves and
+  problem matrices (`resources.check_fits`). Returns the methods."""
+  config_lib.validate_config(cfg)
+  methods = check_problem(problem, noise, methods)
+  if steps < 2:
+    raise ConfigError("steps", f"must be >= 2, got {steps}")
+  resources.check_int32("steps", steps, "the iteration count")
+  seeds = cfg.num_seeds
+  dim = 2 * (cfg.d if problem.startswith("stochastic") else cfg.n)
+  # residuals + oracle calls per iteration (float32 and int32, several copies while scanning and
+  # stacking), the sweep's curves, and each seed's problem matrix
+  curves = 4 * 4 * seeds * (steps + 1) * (2 + len(config_lib.sweep_factors(cfg.step_sweep)))
+  resources.check_fits(curves, "steps", f"the curves of {seeds} seeds x {steps + 1} iterations")
+  resources.check_fits(4 * 4 * seeds * dim * dim, "config.n", f"{seeds} problems of size {dim}")
+  return methods
+
+
 def build(problem: str, cfg, noise: str | None, key):
   """(operator or oracle, z0) of one seed."""
   k_game, k_z = jax.random.split(key)
@@ -253,10 +272,7 @@ def run_comparison(
   """Every method on ``problem`` for ``steps`` iterations over ``cfg.num_seeds`` seeds, then (for
   deterministic problems) the step sweep. Returns {"summary": what summary.json holds, "curves":
   per method (calls, center, lo, hi), "title"}; ``log`` gets the progress lines."""
-  config_lib.validate_config(cfg)
-  methods = check_problem(problem, noise, methods)
-  if steps < 2:
-    raise ConfigError("steps", f"must be >= 2, got {steps}")
+  methods = check_run(cfg, problem, noise, methods, steps)
   factors = config_lib.sweep_factors(cfg.step_sweep)
   stochastic = problem.startswith("stochastic")
   keys = jax.random.split(jax.random.PRNGKey(seed), cfg.num_seeds)

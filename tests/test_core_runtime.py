@@ -415,3 +415,22 @@ def test_summary_reports_steady_and_whole_run_rates(tmp_path, data):
     4 * s["steps_per_sec_average"]
   )
   assert result.summary["steps_per_sec"] == s["steps_per_sec"]
+
+
+def test_restore_only_reads(tmp_path):
+  # Evaluation and generation read a run: no checkpoints/ folder appears, nothing is pruned.
+  from jaxlab.core import checkpoint
+
+  like = {"w": jnp.zeros(3)}
+  assert checkpoint.restore(tmp_path / "run", like) is None
+  assert not (tmp_path / "run").exists()
+  mngr = checkpoint.manager(tmp_path / "run", keep=2)
+  for step in (1, 2):
+    checkpoint.save(mngr, step, {"w": jnp.full(3, float(step))})
+  mngr.close()
+  state, step = checkpoint.restore(tmp_path / "run", like, step=1)
+  assert step == 1 and float(state["w"][0]) == 1.0
+  assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["1", "2"]
+  with pytest.raises(runtime.ConfigError) as e:
+    checkpoint.restore(tmp_path / "run", {"w": jnp.zeros(4)})
+  assert e.value.field == "workdir"

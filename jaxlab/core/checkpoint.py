@@ -36,13 +36,30 @@ class Preempted(SystemExit):
     self.step = step
 
 
-def manager(workdir: str | os.PathLike, keep: int = 3) -> ocp.CheckpointManager:
-  """Orbax manager under ``<workdir>/checkpoints``; saves are atomic (tmp dir, then rename)."""
+def manager(
+  workdir: str | os.PathLike, keep: int = 3, *, read_only: bool = False
+) -> ocp.CheckpointManager:
+  """Orbax manager under ``<workdir>/checkpoints``; saves are atomic (tmp dir, then rename).
+
+  ``read_only``: for commands that only read a run (evaluation, generation): creates nothing,
+  deletes nothing, saves nothing.
+  """
   path = pathlib.Path(workdir).absolute() / CKPT_DIR
   opts = ocp.CheckpointManagerOptions(
-    max_to_keep=keep, create=True, enable_async_checkpointing=False
+    max_to_keep=None if read_only else keep,
+    create=not read_only,
+    read_only=read_only,
+    save_interval_steps=0 if read_only else 1,
+    enable_async_checkpointing=False,
   )
-  return ocp.CheckpointManager(path, options=opts)
+  if not read_only:
+    return ocp.CheckpointManager(path, options=opts)
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)  # orbax warns that a read-only manager is read-only
+  try:
+    return ocp.CheckpointManager(path, options=opts)
+  finally:
+    logging.set_verbosity(verbosity)
 
 
 def _abstract(tree: PyTree) -> PyTree:
@@ -105,9 +122,14 @@ def restore(
 ) -> tuple[PyTree, int] | None:
   """A checkpoint of ``workdir`` (the latest, or ``step``) in the structure/shardings of ``like``.
 
-  Returns ``(state, step)``, or None when the workdir has no checkpoint.
+  Returns ``(state, step)``, or None when the workdir has no checkpoint. Reads only: creates no
+  folder, prunes nothing; the manager is closed on every path (no orbax thread outlives it).
   """
-  mngr = manager(workdir, keep=1_000_000)  # reading must never prune
+  if not (pathlib.Path(workdir) / CKPT_DIR).is_dir():
+    if step is not None:
+      raise ConfigError("step", f"no checkpoint at step {step}: {workdir} has no {CKPT_DIR}/")
+    return None
+  mngr = manager(workdir, read_only=True)
   try:
     if step is None:
       step = mngr.latest_step()

@@ -29,6 +29,7 @@ import sys
 from absl import flags
 
 from jaxlab.core import experiment
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.optim import decentralized as dec
 
 _TOPOLOGY = flags.DEFINE_string(
@@ -70,16 +71,21 @@ def main(argv):
     unused=UNUSED_FLAGS,
   )
   cell = {} if _SWEEP.value else {"topology": topology, "lam": lam}  # the sweep: config's cells
-  dec.validate_config(config, problem=problem, mesh=run.mesh, **cell)
-  workdir = experiment.prepare_workdir(run.workdir)
-  kw = {"problem": problem, "steps": run.steps, "seed": run.seed, "mesh": run.mesh}
-  if _SWEEP.value:
-    dec.compare.run_sweep(config, workdir, **kw)
-    return
-  summary = dec.compare.run_single(
-    config, workdir, topology=topology, lam=_LAM.value, log_every=run.log_every, **kw
-  )
-  if summary["all_diverged"]:
+  dec.validate_config(config, problem=problem, mesh=run.mesh, steps=run.steps, **cell)
+  record = {"config": config.to_dict(), "problem": problem, "sweep": _SWEEP.value, **cell}
+  record.update(steps=run.steps, seed=run.seed, log_every=run.log_every, mesh=run.mesh_spec)
+  with workdir_lib.session(run.workdir, record) as workdir:
+    summary = workdir_lib.finished(workdir)
+    if summary is not None:
+      print(f"{workdir} holds this finished run (summary.json); nothing rewritten")
+    else:
+      kw = {"problem": problem, "steps": run.steps, "seed": run.seed, "mesh": run.mesh}
+      if _SWEEP.value:
+        summary = dec.compare.run_sweep(config, workdir, **kw)
+      else:
+        kw.update(topology=topology, lam=_LAM.value, log_every=run.log_every)
+        summary = dec.compare.run_single(config, workdir, **kw)
+  if not _SWEEP.value and summary.get("all_diverged"):
     msg = "error: every strategy diverged; lower --config.lr (or --config.lr_factor)"
     print(msg, file=sys.stderr, flush=True)
     sys.exit(3)

@@ -437,6 +437,14 @@ def test_experiment_reports_divergence_not_a_winner(tmp_path):
     (["--config.lr_policy=own", "--problem=logistic"], "--config.lr_policy"),
     (["--config.lr_policy=own", "--config.lr=0.1"], "--config.lr"),
     (["--config.own_fraction=1.5"], "--config.own_fraction"),
+    (["--config.n=100000000"], "--config.n"),
+    (["--config.n=40000"], "--config.n"),
+    (["--config.rows=100000000"], "--config.rows"),
+    (["--config.batch_size=1000000000"], "--config.batch_size"),
+    (["--steps=10000000000"], "--steps"),
+    (["--steps=0"], "--steps"),
+    (["--sweep", "--config.sweep_topologies="], "--config.sweep_topologies"),
+    (["--sweep", "--config.sweep_lams=,"], "--config.sweep_lams"),
   ],
 )
 def test_experiment_rejects_bad_flags_before_writing(tmp_path, args, flag):
@@ -444,3 +452,19 @@ def test_experiment_rejects_bad_flags_before_writing(tmp_path, args, flag):
   assert bad.returncode == 2, bad.stderr[-2000:]
   assert bad.stderr.count("\n") == 1 and bad.stderr.startswith(f"error: {flag}:")
   assert not (tmp_path / "bad").exists()
+
+
+def test_experiment_rerun_is_byte_identical_and_another_setting_is_refused(tmp_path):
+  """A finished workdir re-run with the same flags rewrites nothing; other flags exit 2 naming
+  --workdir and touch nothing (the lock file holds the last holder's pid)."""
+  args, wd = ["--steps=20", "--config.n=4", "--problem=logistic"], tmp_path / "run"
+  first = _cli(args, wd)
+  assert first.returncode == 0, first.stderr[-2000:]
+  files = lambda: {p.name: p.read_bytes() for p in wd.iterdir() if p.name != ".lock"}  # noqa: E731
+  before = files()
+  assert {"summary.json", "config.json", "metrics.csv", "gap.png"} <= set(before)
+  again = _cli(args, wd)
+  assert again.returncode == 0 and "nothing rewritten" in again.stdout, again.stderr[-2000:]
+  other = _cli([*args, "--lam=uniform"], wd)
+  assert other.returncode == 2 and other.stderr.startswith("error: --workdir:"), other.stderr
+  assert other.stderr.count("\n") == 1 and files() == before

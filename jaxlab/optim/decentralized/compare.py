@@ -541,21 +541,21 @@ def run_single(
     "wall_s": wall,
     "config": config.to_dict(),
   }
-  runtime.write_summary(workdir, summary)
   gone = all_diverged(comp.results)
+  summary["all_diverged"] = gone
   if prob.name == "least_squares" and not gone:
     summary["rates"] = rates(config, prob, graph, lam_spec, comp, steps=steps, seed=seed, mesh=mesh)
     title = f"Error against iterations: {prob.name}, {graph.name}, λ={lam}"
     md = f"# {title}\n\n{RATES_NOTE}\n\n" + md_table(summary["rates"], RATE_COLS)
     (workdir / "rates.md").write_text(md)
-    runtime.write_summary(workdir, summary)
     log(md_table(summary["rates"], RATE_COLS).rstrip("\n"))
+  runtime.write_summary(workdir, summary)  # last: a summary.json marks a finished run
   log("\n".join(final_lines(verdict["final"])))
   log(
     f"winner (gap): {verdict['winner_gap']}; diagnostic gap_W {diag['gap_W']:.3f} "
     f"gap_λ(A) {diag['gap_lam_A']:.3f}  -> {workdir}"
   )
-  return summary | {"all_diverged": gone}
+  return summary
 
 
 def run_sweep(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from jaxlab.core import resources
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require
 from jaxlab.optim.decentralized import algorithms, compare, graphs, problems
 
@@ -83,6 +84,24 @@ def sweep_topologies(config) -> list[str]:
   return items
 
 
+def check_sizes(config, steps: int | None = None) -> None:
+  """Refuses sizes whose arrays cannot fit, before any graph or data set is built: the n x n
+  mixing matrices, the least-squares data (n x rows x dim) and the per-step curves."""
+  n = config.n
+  resources.check_int32("config.n", n * n, "the n x n mixing matrix")
+  resources.check_fits(4 * 8 * n * n, "config.n", f"the {n} x {n} mixing matrices")
+  data = 4 * 4 * n * config.rows * (config.dim + 1)
+  resources.check_fits(data, "config.rows", f"{n} nodes x {config.rows} rows x {config.dim} dims")
+  resources.check_fits(4 * 4 * n * config.dim * 4, "config.dim", f"{n} iterates of {config.dim}")
+  for field in ("batch_size", "sgd_batch"):  # minibatches are drawn with replacement
+    b = config[field]
+    resources.check_int32(f"config.{field}", n * b, "the minibatch indices of all nodes")
+    resources.check_fits(4 * 4 * n * b * (config.dim + 1), f"config.{field}", f"{n} minibatches")
+  if steps is not None:
+    resources.check_int32("steps", steps, "the step count")
+    resources.check_fits(4 * 8 * 2 * steps * (n + 4), "steps", f"the curves of {steps} steps")
+
+
 def validate_config(
   config,
   *,
@@ -90,12 +109,14 @@ def validate_config(
   topology: str | None = None,
   lam: tuple[str, float] | None = None,
   mesh=None,
+  steps: int | None = None,
 ) -> tuple[list[str], list[tuple[str, float]]]:
   """Every check before anything runs; returns the (topologies, λ specs) to compare: the sweep's
   (``topology=None``) or the one cell. ConfigError names the field or flag (``config.lr``,
   ``problem``, ``topology``, ``mesh``)."""
   check_choice("problem", problem, problems.PROBLEMS)
   check_config(config, CHECKS)
+  check_sizes(config, steps)
   if config.lr_policy == "own":
     msg = "needs least_squares (its stability limit is exact); use lr_policy=same"
     require(problem == "least_squares", "config.lr_policy", msg)

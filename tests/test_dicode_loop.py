@@ -439,6 +439,160 @@ def test_unreachable_model_endpoint_exits_2_before_writing(tmp_path):
   assert not (tmp_path / "run").exists()
 
 
+class _NotFound(http.server.BaseHTTPRequestHandler):
+  """A web server that is not an OpenAI-compatible endpoint: every path is a 404."""
+
+  def do_GET(self):
+    self.send_response(404)
+    self.end_headers()
+    self.wfile.write(b"no such page")
+
+  do_POST = do_GET
+
+  def log_message(self, *args):
+    pass
+
+
+def _snapshot(root: pathlib.Path) -> dict:
+  return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _one_error(r, flag: str) -> None:
+  errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  assert len(errors) == 1 and errors[0].startswith(f"error: --{flag}:"), r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("case", ["port", "404"])
+def test_wrong_model_endpoint_exits_2_writing_nothing_not_even_a_cache(tmp_path, case):
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  port = "abc" if case == "port" else server.server_address[1]
+  home = tmp_path / "home"
+  home.mkdir()
+  args = ["--proposer=llm", f"--llm_url=http://127.0.0.1:{port}/v1", "--llm_model=m"]
+  try:
+    r = run_program(
+      "experiments.dicode",
+      [*args, f"--workdir={tmp_path / 'run'}"],
+      tmp_path,
+      env={"HOME": str(home)},
+      drop=("XDG_CACHE_HOME", "JAXLAB_COMPILE_CACHE"),
+      timeout=120,
+    )
+  finally:
+    server.shutdown()
+  _one_error(r, "llm_url")
+  assert ("numeric port" if case == "port" else "HTTP 404") in r.stderr
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["home"] and not any(home.iterdir())
+
+
+@pytest.mark.parametrize("content", ["not json {", "{}", '{"eval/return": "high"}'])
+def test_compare_checks_every_summary_before_writing(tmp_path, content):
+  good, bad = tmp_path / "good", tmp_path / "bad"
+  for d in (good, bad / "seed0"):
+    d.mkdir(parents=True)
+  (good / "summary.json").write_text(json.dumps({"eval/return": 1.0, "eval/return_pct": 0.5}))
+  (bad / "seed0" / "summary.json").write_text(content)
+  out = tmp_path / "out"
+  args = [f"--compare={good},{bad}", f"--workdir={out}"]
+  r = run_program("experiments.dicode", args, tmp_path, timeout=120)
+  _one_error(r, "compare")
+  assert "seed0/summary.json" in r.stderr and not out.exists()
+
+
+def _archived(workdir: pathlib.Path, source: str, **meta) -> None:
+  d = workdir / "archive" / "tasks" / "00000-seed"
+  d.mkdir(parents=True)
+  (d / "task.py").write_text(source)
+  record = {"id": 0, "name": "seed", "dir": "tasks/00000-seed", "parent": None, "generation": 0}
+  record.update(status="admitted", reason="", info={}, slot=0, score=0.0, scores=[])
+  (d / "meta.json").write_text(json.dumps({**record, **meta}))
+
+
+def _seed_source() -> str:
+  from jaxlab.rl.dicode import seeds
+
+  return next(v for k, v in sorted(seeds.load_seed_tasks().items()) if k != "original")
+
+
+@pytest.mark.parametrize("case", ["state_not_json", "state_lacks_session", "meta", "rejected"])
+def test_resume_of_a_damaged_workdir_exits_2_and_changes_nothing(tmp_path, case):
+  """Each file a resume relies on is read and checked before anything runs or is written."""
+  from jaxlab.rl.dicode import runner
+
+  wd = tmp_path / "run"
+  wd.mkdir()
+  state = {"session": 0, "original_return": 0.0, "original_success": {}, "history": []}
+  state.update(evolution=[], curriculum={})
+  if case == "state_not_json":
+    (wd / "loop_state.json").write_text("{ truncated")
+  elif case == "state_lacks_session":
+    (wd / "loop_state.json").write_text(
+      json.dumps({k: v for k, v in state.items() if k != "session"})
+    )
+  else:
+    (wd / "loop_state.json").write_text(json.dumps(state))
+  source = _seed_source()
+  if case == "meta":
+    _archived(wd, source)
+    meta = wd / "archive" / "tasks" / "00000-seed" / "meta.json"
+    meta.write_text(
+      json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "status"})
+    )
+  elif case == "rejected":
+    _archived(wd, "import os\n" + source)
+  before = _snapshot(wd)
+  with pytest.raises(runner.ConfigError) as e:  # in-process: the check itself
+    runner.check_resume(wd, "dicode", 3)
+  assert e.value.field == "workdir"
+  name = {"meta": "meta.json", "rejected": "task.py"}.get(case, "loop_state.json")
+  assert name in e.value.message
+  if case == "rejected":  # and through the program: one line, nothing changed
+    r = run_program("experiments.dicode", [f"--workdir={wd}"], tmp_path, timeout=120)
+    _one_error(r, "workdir")
+    assert "task.py" in r.stderr
+  assert _snapshot(wd) == before
+
+
+def test_rerun_of_a_finished_run_reports_its_record_and_writes_nothing(tmp_path, capsys):
+  from jaxlab.core import metrics
+  from jaxlab.rl.dicode import runner
+
+  config, settings = tiny_config(), runner.proposer_settings("offline")
+  wd = tmp_path / "run"
+  wd.mkdir()
+  metrics.write_json(wd / "config.json", runner.recorded_config(config, "none", {"kind": None}, 0))
+  (wd / "summary.json").write_text(json.dumps({"eval/return": 1.5, "eval/return_pct": 0.7}))
+  (wd / "loop_state.json").write_text("{ a file a finished run no longer reads")
+  before = _snapshot(wd)
+  summary = runner.run(wd, config, "none", settings, 0)
+  assert summary["eval/return"] == 1.5 and "unchanged" in capsys.readouterr().out
+  assert _snapshot(wd) == before and sorted(p.name for p in wd.iterdir()) == sorted(before)
+
+
+@pytest.mark.parametrize(
+  "field,value,message",
+  [("pool_size", 10**6, "needs about"), ("pool_size", 3 * 10**9, "overflows")],
+)
+def test_sizes_that_cannot_fit_are_refused_before_allocation(field, value, message):
+  from jaxlab.core.errors import ConfigError
+  from jaxlab.rl.dicode import loop
+
+  config = tiny_config(**{field: value})
+  with pytest.raises(ConfigError) as e:
+    loop.validate_config(config, "dicode")
+  assert e.value.field == f"config.{field}" and message in e.value.message
+
+
+def test_pool_that_cannot_fit_exits_2_before_writing(tmp_path):
+  r = run_program(
+    "experiments.dicode", ["--config.pool_size=1000000", f"--workdir={tmp_path / 'w'}"], tmp_path
+  )
+  _one_error(r, "config.pool_size")
+  assert "needs about" in r.stderr and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_experiment_end_to_end_on_craftax(tmp_path):
   """The offline loop on Craftax-Symbolic at a tiny budget: archive, scores, evaluation."""

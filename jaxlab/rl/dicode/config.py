@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from jaxlab.core import resources
 from jaxlab.core.errors import check_config, require
 from jaxlab.rl import ppo
 
@@ -80,6 +81,42 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
+WORLD_BYTES = 273_276  # one Craftax-Symbolic world state (jax.eval_shape of world.base_world)
+OBS_DIM = 8268  # Craftax-Symbolic's observation vector (float32), before the one-hot task slots
+
+
+def check_memory(config, curriculum: str, devices: int = 1) -> None:
+  """int32 counts and the bytes of the run's largest arrays, from the config alone, before
+  anything is allocated (``resources.check_fits`` naming the field of the largest)."""
+  c = config
+  n, t = c.ppo.num_envs, c.ppo.num_steps
+  for field, value, what in (
+    ("config.pool_size", c.pool_size, "an array dimension"),
+    ("config.ppo.num_envs", n * t, "num_envs x num_steps, a rollout's int32 size"),
+    ("config.ppo.eval_envs", c.ppo.eval_envs, "an array dimension"),
+    ("config.num_slots", c.num_slots, "an array dimension"),
+    ("config.plr_capacity", c.plr_capacity, "an array dimension"),
+    ("config.sfl_candidates", c.sfl_candidates, "an array dimension"),
+  ):
+    resources.check_int32(field, value, what)
+  tasks = c.capacity + c.proposals + c.tasks_per_session if curriculum in ("dicode", "dr") else 0
+  need = {
+    "config.pool_size": (tasks * c.pool_size * WORLD_BYTES, "the task pools' starting worlds"),
+    "config.ppo.num_envs": (
+      n * (t * (OBS_DIM + c.num_slots) * 4 + 2 * WORLD_BYTES),
+      "a rollout's observations and the environments' worlds",
+    ),
+    "config.ppo.eval_envs": (c.ppo.eval_envs * 2 * WORLD_BYTES, "the evaluation's worlds"),
+  }
+  if curriculum == "sfl":
+    need["config.sfl_candidates"] = (c.sfl_candidates * 2 * WORLD_BYTES, "SFL's scored worlds")
+  field = max(need, key=lambda k: need[k][0])
+  total = sum(b for b, _ in need.values())
+  resources.check_fits(
+    total, field, f"{need[field][1]} and the run's other arrays", devices=devices
+  )
+
+
 def validate_config(config, curriculum: str) -> None:
   """Every field DiCode reads, for ``curriculum``; ConfigError naming the bad field."""
   pos, prob = "positive", "prob"
@@ -135,3 +172,4 @@ def validate_config(config, curriculum: str) -> None:
     f"{g.num_heads} does not divide embed={g.embed}",
   )
   ppo.validate(ppo.PPOConfig.from_config(config.ppo, num_updates=1), True, prefix="config.ppo")
+  check_memory(config, curriculum)

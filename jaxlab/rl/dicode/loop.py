@@ -761,10 +761,10 @@ def finish(run: Loop, state: dict, curriculum: str) -> dict:
     summary["archive"] = archive_summary(run.archive)
     summary["evolution"] = state["evolution"]
   summary["provenance"] = provenance.collect()
-  metrics.write_json(run.workdir / "summary.json", summary)
   ppo_eval.achievement_chart(
     run.workdir / "achievements.png", rates, title=f"{curriculum}: held-out original-game worlds"
   )
+  runtime.write_summary(run.workdir, summary)  # last: its presence means the run finished
   run.log(
     f"[dicode] {curriculum}: eval return {scalars['return']:.3g} "
     f"({scalars.get('return_pct', float('nan')):.3g}% of max) over {run.config.ppo.eval_envs} "
@@ -777,6 +777,7 @@ def compare(dirs, out) -> dict:
   """comparison.png / comparison.json over finished runs (a dir of seed*/ runs is averaged)."""
   from jaxlab.rl.dicode import evaluation
 
+  out = workdir_lib.check_writable(out, "workdir")  # before anything is read or written
   results = {}
   for d in map(pathlib.Path, dirs):
     paths = (
@@ -788,7 +789,6 @@ def compare(dirs, out) -> dict:
     label = runs[0].get("curriculum", d.name)
     evals = [{k[5:]: v for k, v in r.items() if k.startswith("eval/")} for r in runs]
     results[label if label not in results else f"{label} ({d})"] = evaluation.aggregate(evals)
-  out = pathlib.Path(out)
   workdir_lib.create(out)
   metrics.write_json(out / "comparison.json", results)
   evaluation.comparison_chart(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import http.client
 import inspect
 import json
 import os
@@ -386,6 +387,9 @@ def extract_program(text: str) -> str | None:
   return text.strip() + "\n" if text.lstrip().startswith("NAME") else None
 
 
+_URL = re.compile(r"https?://(\[[0-9a-fA-F:.]+\]|[^/:\s\[\]]+)(:[0-9]{1,5})?(/|$)")
+
+
 class LLMProposer:
   """A model behind an OpenAI-compatible endpoint (`url` is the base, e.g. http://host:8000/v1).
 
@@ -407,9 +411,10 @@ class LLMProposer:
     top_p: float = 0.95,
     max_tokens: int = 8192,
   ):
-    if not isinstance(url, str) or not re.match(r"https?://[^/\s]+", url):
+    if not isinstance(url, str) or not _URL.match(url):
       raise ConfigError(
-        "llm_url", f"must be an http(s) URL such as http://localhost:8000/v1, got {url!r}"
+        "llm_url",
+        f"must be an http(s) URL with a numeric port such as http://localhost:8000/v1, got {url!r}",
       )
     if not isinstance(model, str) or not model.strip():
       raise ConfigError("llm_model", "must name the model the endpoint serves")
@@ -472,7 +477,13 @@ class LLMProposer:
         retry_after = e.headers.get("Retry-After") if e.headers else None
         if retry_after and retry_after.isdigit():
           wait = min(float(retry_after), 30.0)
-      except (urllib.error.URLError, OSError, TimeoutError, ValueError) as e:
+      except (
+        urllib.error.URLError,
+        OSError,
+        TimeoutError,
+        ValueError,
+        http.client.HTTPException,
+      ) as e:
         reason = getattr(e, "reason", e)
         why = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
       if attempt < retries:
@@ -481,16 +492,26 @@ class LLMProposer:
 
   def check(self) -> None:
     """Fails fast (ConfigError) when the endpoint is unreachable or refuses the key."""
+    url = self.base + "/models"
     try:
-      self._once("/models", None, min(self.timeout_s, 10.0))
+      reply = self._once("/models", None, min(self.timeout_s, 10.0))
     except urllib.error.HTTPError as e:
       if e.code in (401, 403):
         raise ConfigError("llm_url", f"{self.base} refused the API key (HTTP {e.code})") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
+      raise ConfigError(
+        "llm_url",
+        f"{url} answered HTTP {e.code} {e.reason}: not an OpenAI-compatible endpoint (the base "
+        "URL usually ends in /v1)",
+      ) from None
+    except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as e:
       reason = getattr(e, "reason", e)
       raise ConfigError("llm_url", f"cannot reach {self.base} ({reason})") from None
     except ValueError:
-      pass  # up, but /models is not JSON: the chat endpoint may still work
+      reply = None
+    if not isinstance(reply, dict):  # an OpenAI-compatible server lists its models as JSON
+      raise ConfigError(
+        "llm_url", f"{url} did not answer a JSON model list: not an OpenAI-compatible endpoint"
+      )
 
   # ---- proposing -------------------------------------------------------------------------------
   def complete(self, messages: list[dict], seed: int) -> str:

@@ -8,11 +8,13 @@ seed tasks, the proposer, the archive and the curriculum, runs (or resumes) the 
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import pathlib
 import urllib.parse
 
-from jaxlab.core.errors import check_choice, require
+from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.rl.dicode import curriculum as curriculum_lib
 from jaxlab.rl.dicode import loop as loop_lib
 
@@ -34,20 +36,115 @@ def proposer_settings(
     "llm_url",
     f"must be an http(s) URL such as http://localhost:8000/v1, got {url!r}",
   )
+  try:
+    port = parsed.port  # ValueError for a port that is not a number in 0-65535
+  except ValueError:
+    port = -1
+  require(
+    port != -1 and port != 0 and bool(parsed.hostname),
+    "llm_url",
+    f"needs a host and a numeric port (1-65535) such as http://localhost:8000/v1, got {url!r}",
+  )
   require(bool(model), "llm_model", "is required with --proposer=llm")
   if api_key is None:
     api_key = next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), "")
   return {"kind": "llm", "url": url, "model": model, "api_key": api_key}
 
 
+COMPARED = ("eval/return", "eval/return_pct")  # what loop.compare reads of each summary.json
+
+
 def check_run_dirs(dirs) -> list[pathlib.Path]:
-  """Finished run directories for :func:`loop.compare` (a dir of seed*/ runs counts)."""
+  """Finished run directories for :func:`loop.compare` (a dir of seed*/ runs counts); every
+  summary.json is read and checked here, before anything is written."""
   dirs = [pathlib.Path(d) for d in dirs]
   require(bool(dirs), "compare", "give at least one run directory")
   for d in dirs:
-    ok = (d / "summary.json").exists() or any(d.glob("seed*/summary.json"))
-    require(ok, "compare", f"{d} holds no finished run (summary.json, or seed*/summary.json)")
+    paths = [d / "summary.json"] if (d / "summary.json").exists() else []
+    paths = paths or sorted(d.glob("seed*/summary.json"))
+    require(
+      bool(paths), "compare", f"{d} holds no finished run (summary.json, or seed*/summary.json)"
+    )
+    for path in paths:
+      summary = read_json(path, "compare", "a finished DiCode run's summary.json")
+      for key in COMPARED:
+        value = summary.get(key)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        require(
+          ok and math.isfinite(value),
+          "compare",
+          f"{path} is not a finished DiCode run's summary ({key} is {value!r}, not a number)",
+        )
   return dirs
+
+
+def read_json(path: pathlib.Path, field: str, what: str, keys=()) -> dict:
+  """``path`` as a JSON object holding ``keys``; else ConfigError(field) naming the file."""
+  try:
+    data = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError, ValueError) as e:
+    raise ConfigError(field, f"{path} is not readable JSON ({type(e).__name__}: {e})") from None
+  require(isinstance(data, dict), field, f"{path} is not {what} (a JSON object)")
+  missing = [k for k in keys if k not in data]
+  require(not missing, field, f"{path} lacks {', '.join(missing)}: not {what}")
+  return data
+
+
+STATE_KEYS = ("session", "original_return", "original_success", "history", "evolution")
+META_KEYS = ("id", "name", "dir", "parent", "generation", "status", "reason", "info", "slot")
+META_KEYS += ("score", "scores")
+
+
+def check_resume(workdir: pathlib.Path, curriculum: str, sessions: int) -> None:
+  """Reads (never writes) what a resume of ``workdir`` relies on: loop_state.json, and for
+  ``dicode`` every archived task's meta.json and, for the tasks still in use, its program
+  (the sandbox's checks, without running it). ConfigError("workdir") naming the file."""
+  from jaxlab.rl.dicode import archive as archive_lib
+  from jaxlab.rl.dicode import sandbox
+  from jaxlab.rl.dicode import task as task_lib
+
+  bad = "; fix or remove it, or choose a new --workdir"
+  state_path = workdir / loop_lib.STATE_FILE
+  if state_path.exists():
+    state = read_json(state_path, "workdir", f"a DiCode loop state{bad}", STATE_KEYS)
+    session = state["session"]
+    require(
+      isinstance(session, int) and 0 <= session <= sessions and isinstance(state["history"], list),
+      "workdir",
+      f"{state_path}: session {session!r} is not a session of this run (0-{sessions}){bad}",
+    )
+    require(
+      session == 0 or (workdir / loop_lib.AGENT_DIR).is_dir(),
+      "workdir",
+      f"{state_path} records session {session} but {workdir / loop_lib.AGENT_DIR} is missing{bad}",
+    )
+    require(
+      isinstance(state.get("curriculum", {}), dict),
+      "workdir",
+      f"{state_path}: its curriculum state is not a JSON object{bad}",
+    )
+  tasks = workdir / "archive" / "tasks"
+  if curriculum != "dicode" or not tasks.is_dir():
+    return
+  for meta_path in sorted(tasks.glob("*/meta.json")):
+    meta = read_json(meta_path, "workdir", f"an archived task's meta.json{bad}", META_KEYS)
+    require(
+      meta["status"] in archive_lib.STATUSES and isinstance(meta["id"], int),
+      "workdir",
+      f"{meta_path}: status {meta['status']!r} / id {meta['id']!r} is not an archive task's{bad}",
+    )
+    program = meta_path.parent / "task.py"
+    if meta["status"] in ("admitted", "validated") and program.exists():
+      try:
+        source = program.read_text()
+      except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("workdir", f"{program} is unreadable ({e}){bad}") from None
+      try:
+        sandbox.load(source)  # the allow-list check and its names, as the session will load it
+      except task_lib.TaskError as e:
+        raise ConfigError(
+          "workdir", f"{program} ({meta['status']}) is rejected by the sandbox now: {e}{bad}"
+        ) from None
 
 
 def make_proposer(settings: dict, config):
@@ -116,10 +213,19 @@ def run(workdir, config, curriculum: str, proposer: dict, seed: int = 0, hooks=N
   loop_lib.validate_config(config, curriculum)
   if curriculum != "dicode":
     proposer = {"kind": None}
-  sources = seeds.load_seed_tasks()
-  made = make_proposer(proposer, config) if curriculum == "dicode" else None
   workdir = pathlib.Path(workdir)
-  with workdir_lib.session(workdir, recorded_config(config, curriculum, proposer, seed)):
+  recorded = recorded_config(config, curriculum, proposer, seed)
+  if workdir.is_dir():  # a resume or a re-run: its config and files, read before anything runs
+    workdir_lib.check_config(workdir, recorded)
+    summary = workdir_lib.finished(workdir)  # (summary.json is written atomically, last)
+    if summary is not None:  # a finished run re-run: its record, and not one byte written
+      print(f"[dicode] {workdir} holds this finished run; its record is unchanged")
+      return summary
+    check_resume(workdir, curriculum, config.sessions)
+  # The endpoint is asked before anything runs JAX (which creates the compilation cache).
+  made = make_proposer(proposer, config) if curriculum == "dicode" else None
+  sources = seeds.load_seed_tasks()
+  with workdir_lib.session(workdir, recorded):
     pass  # creates the workdir, refuses a resume with another config, records config.json
   archive = None
   if curriculum == "dicode":

@@ -152,14 +152,14 @@ def check_memory(config, devices: int = 1) -> None:
   """int32 counts and the bytes of the largest arrays (``resources.check_fits``, naming the
   field of the largest), before anything is allocated."""
   n, t = config.ppo.num_envs, config.ppo.num_steps
-  for field, value in (
-    ("config.env_steps", config.env_steps),
-    ("config.replay_size", config.replay_size),
-    ("config.ppo.num_envs", n * t),
-    ("config.tokenizer.codebook_size", config.tokenizer.codebook_size),
-    ("config.imag_batch", config.imag_batch * config.horizon),
+  for field, value, what in (
+    ("config.env_steps", config.env_steps, "a step count"),
+    ("config.replay_size", config.replay_size, "an array dimension"),
+    ("config.ppo.num_envs", n * t, "num_envs x num_steps, a rollout's int32 size"),
+    ("config.tokenizer.codebook_size", config.tokenizer.codebook_size, "an array dimension"),
+    ("config.imag_batch", config.imag_batch * config.horizon, "imag_batch x horizon (int32)"),
   ):
-    resources.check_int32(field, value, "an array dimension or step count")
+    resources.check_int32(field, value, what)
   frame = FRAME[0] * FRAME[1] * FRAME[2]
   patch = config.tokenizer.patch**2 * FRAME[2]
   imagined = config.imag_batch * (config.horizon + config.burn_in + 1)

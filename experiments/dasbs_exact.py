@@ -26,8 +26,9 @@ three comparisons with the exact controller:
     at t = 0 would be the first of these; the exact SB's is about the second.
 
 --steps is the shared flag reused as the number of tau-leaping steps (default 50). Nothing is
-written unless --out=<path.json> is given. The same from Python: `jaxlab.sampling.exact_check`
-(docs/dasbs.md, "Use from Python").
+written unless --out=<path.json> is given; an --out that already holds this result is left as it
+is, one that holds anything else is refused (choose a new --out). The same from Python:
+`jaxlab.sampling.exact_check` (docs/dasbs.md, "Use from Python").
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import pathlib
 from absl import flags
 
 from jaxlab.core import experiment
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import require
 from jaxlab.core.metrics import write_json
 from jaxlab.sampling import exact_check
@@ -72,6 +74,7 @@ def _settings():
     out = pathlib.Path(FLAGS.out)
     require(out.parent.is_dir(), "out", f"the directory of {out} does not exist")
     require(not out.is_dir(), "out", f"{out} is a directory")
+    workdir_lib.check_writable(out.parent, "out")
   return exact_check.validate_config(c)
 
 
@@ -89,8 +92,13 @@ def main(argv):
     flush=True,
   )
   log = lambda line: print(line, flush=True)  # noqa: E731
-  kw = {"samples": c.samples, "seeds": c.seeds, "seed": FLAGS.seed, "log": log}
-  result = exact_check.run(spec, ctrl=ctrl, step=step, **kw)
+  kw = {"samples": c.samples, "seeds": c.seeds, "seed": FLAGS.seed}
+  record = exact_check.settings(spec, workdir=workdir, step=step, **kw)
+  if FLAGS.out and exact_check.previous_result(FLAGS.out, record) is not None:
+    print(f"[dasbs_exact] {FLAGS.out} holds this result; nothing rewritten")
+    return
+  result = exact_check.run(spec, ctrl=ctrl, step=step, log=log, **kw)
+  result = {**result, "settings": record}
   if workdir:
     result = {**result, "workdir": str(workdir)}
   if FLAGS.out:

@@ -4,6 +4,7 @@ one on 3 x 3 Ising, against direct sums on 3 x 3 Potts, through tau-leaping's ex
 `experiments.dasbs_exact` program on 3 x 3."""
 
 import json
+import os
 
 import jax.numpy as jnp
 import numpy as np
@@ -100,3 +101,48 @@ def test_program_floor_and_flag_errors(tmp_path):
   assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
     "error: --beta: is taken from the --workdir run's config.json; remove it"
   ]
+
+
+@pytest.mark.parametrize(
+  "args, flag, text",
+  [
+    (["--steps=100000000"], "--steps", "this machine has"),
+    (["--steps=10000000000"], "--steps", "overflows"),
+    (["--samples=1000000000"], "--samples", "overflows"),
+    (["--samples=60000000"], "--samples", "this machine has"),
+    (["--beta=nan"], "--beta", "finite"),
+    (["--seeds=0"], "--seeds", "> 0"),
+  ],
+)
+def test_program_refuses_what_cannot_fit_up_front(tmp_path, args, flag, text):
+  out = tmp_path / "o" / "r.json"
+  (tmp_path / "o").mkdir()
+  proc = run_program("experiments.dasbs_exact", [*args, f"--out={out}"], tmp_path, timeout=120)
+  err = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+  assert proc.returncode == 2 and len(err) == 1, proc.stderr[-2000:]
+  assert err[0].startswith(f"error: {flag}:") and text in err[0] and "Traceback" not in proc.stderr
+  assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_program_rerun_leaves_out_unchanged_and_refuses_other_settings(tmp_path):
+  out = tmp_path / "r.json"
+  args = ["--L=3", "--steps=4", "--samples=32", "--seeds=1", f"--out={out}"]
+  first = run_program("experiments.dasbs_exact", args, tmp_path, drop=("XLA_FLAGS",))
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert "tabulating the exact controller" in first.stdout  # a line before each long phase
+  before = out.read_bytes()
+  again = run_program("experiments.dasbs_exact", args, tmp_path, drop=("XLA_FLAGS",))
+  assert again.returncode == 0 and "nothing rewritten" in again.stdout, again.stderr[-2000:]
+  other = run_program("experiments.dasbs_exact", [*args, "--seed=1"], tmp_path)
+  err = [line for line in other.stderr.splitlines() if line.startswith("error:")]
+  assert other.returncode == 2 and len(err) == 1 and err[0].startswith("error: --out:"), err
+  assert "seed: 0 -> 1" in err[0] and out.read_bytes() == before
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+  ro = tmp_path / "ro"
+  ro.mkdir(mode=0o500)
+  try:
+    if not os.access(ro, os.W_OK):
+      bad = run_program("experiments.dasbs_exact", [*args[:-1], f"--out={ro}/r.json"], tmp_path)
+      assert bad.returncode == 2 and "error: --out:" in bad.stderr and "Traceback" not in bad.stderr
+  finally:
+    ro.chmod(0o700)

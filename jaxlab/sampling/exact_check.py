@@ -27,7 +27,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxlab.core import checkpoint
+from jaxlab.core import checkpoint, resources
 from jaxlab.core.errors import ConfigError, check_config, require
 from jaxlab.sampling import dasbs, exact, losses, sampler
 
@@ -53,7 +53,21 @@ def validate_config(c) -> ml_collections.ConfigDict:
   require(c.L in (3, 4), "L", msg)
   table = dict.fromkeys(("beta", "gamma", "alpha", "steps", "samples", "seeds"), "positive")
   check_config(c, table, prefix="")
+  check_sizes(c.L * c.L, 2, c.steps, c.samples, "steps")
   return c
+
+
+def check_sizes(D: int, N: int, steps: int, samples: int, steps_field: str = "steps") -> None:
+  """Refuses what cannot fit before anything is built: the exact controller's table log phi_t
+  (steps x N^D, float64) and the paths (samples x D x N per step, float32). ``steps_field`` names
+  where the steps come from (the flag, or the --workdir run's config)."""
+  S = N**D
+  resources.check_int32(steps_field, steps, "the tau-leaping steps")
+  resources.check_int32("samples", samples * D * N, "the paths' array (samples x sites x values)")
+  what = f"the exact controller's table log phi_t ({steps} steps x {S} states, float64)"
+  resources.check_fits(2 * 8 * steps * S, steps_field, what)
+  what = f"{samples} paths of {D} sites x {N} values (and the trained controller's per step)"
+  resources.check_fits(16 * 4 * samples * D * N, "samples", what)
 
 
 def flag_spec(c) -> dasbs.Spec:
@@ -125,6 +139,44 @@ def restore_controller(workdir: pathlib.Path, spec: dasbs.Spec):
   finally:
     mngr.close()
   return ctrl.replace(target_params=restored["state"]["ctrl"]["target_params"]), int(step)
+
+
+def settings(spec, *, samples: int, seeds: int, seed: int, workdir=None, step=None) -> dict:
+  """What decides a result: recorded in the --out JSON, so a re-run knows it is the same one."""
+  tgt, sched = spec.target, spec.sched
+  return {
+    "L": tgt.L,
+    "beta": tgt.beta,
+    "gamma": sched.gamma,
+    "alpha": sched.alpha,
+    "steps": spec.sampling_steps,
+    "samples": samples,
+    "seeds": seeds,
+    "seed": seed,
+    "workdir": None if workdir is None else str(workdir),
+    "step": step,
+  }
+
+
+def previous_result(out, record: dict) -> dict | None:
+  """The result already in ``out`` for these ``settings`` (a re-run rewrites nothing), None when
+  ``out`` does not exist; ``ConfigError('out')`` when it holds anything else (never overwritten)."""
+  out = pathlib.Path(out)
+  if not out.exists():
+    return None
+  try:
+    old = json.loads(out.read_text())
+    recorded = old["settings"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    why = f"{type(e).__name__}: {e}"
+    raise ConfigError("out", f"{out} exists and is not a dasbs_exact result ({why})") from None
+  new = json.loads(json.dumps(record))
+  diff = [f"{k}: {recorded.get(k)} -> {v}" for k, v in new.items() if recorded.get(k) != v]
+  if diff:
+    raise ConfigError(
+      "out", f"{out} holds a result of other settings ({'; '.join(diff[:4])}); choose a new --out"
+    )
+  return old
 
 
 def tau_grid(steps: int) -> np.ndarray:
@@ -260,9 +312,13 @@ def run(
   program's lines and returns every number (the program's --out JSON)."""
   tgt, sched, steps = spec.target, spec.sched, spec.sampling_steps
   t_start = time.perf_counter()
+  check_sizes(tgt.D, tgt.N, steps, samples, "workdir" if ctrl is not None else "steps")
   key = jax.random.PRNGKey(seed)
+  S = tgt.N**tgt.D
+  log(f"[dasbs_exact] tabulating the exact controller on {steps} times x {S} states ...")
   u_exact = exact.ising_exact_observables(tgt.L, tgt.beta, tgt.J)["u_per_spin"]
   exact_fn, info = exact.constant_source_sb_log_phi(tgt, sched, tau_grid(steps))
+  log(f"[dasbs_exact] tau-leaping {seeds} seed(s) x {samples} paths x {steps} steps ...")
   floor = exact_floor(spec, exact_fn, jax.random.fold_in(key, 0), samples, seeds, u_exact)
   per_seed = ", ".join(f"{v:+.4f}" for v in floor["err_u_per_seed"])
   log(
@@ -279,6 +335,7 @@ def run(
   }
   if ctrl is None:
     return result
+  log(f"[dasbs_exact] the trained controller's {samples} paths x {steps} steps ...")
   cmp = compare_trained(
     spec, ctrl, exact_fn, info, floor["pairs"], jax.random.fold_in(key, 1), samples, u_exact
   )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import jax
 from absl import flags
 
-from jaxlab.core import experiment, runtime
+from jaxlab.core import experiment, runtime, workdir
 from jaxlab.rl import itc
 from jaxlab.rl.itc import dyna
 
@@ -54,6 +54,7 @@ def main(argv):
     variant=(preset(), c.decode),
     unused=("mesh",),
   )
+  workdir.check_writable(run.workdir)  # before the (slow) environment and agent are built
   key = jax.random.key_data(jax.random.key(run.seed))
   env, state = itc.create(c, cfg, jax.random.fold_in(key, 1))
   loop = run.loop(

@@ -404,6 +404,8 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
     ("ppo.minibatches", 3),
     ("ppo.gtrxl.num_heads", 3),
     ("bonus", "sometimes"),
+    ("ppo.gtrxl.head_hidden", (0,)),
+    ("llm_timeout_s", float("inf")),
   ],
 )
 def test_config_validation_names_the_field(field, value):
@@ -583,6 +585,29 @@ def test_sizes_that_cannot_fit_are_refused_before_allocation(field, value, messa
   with pytest.raises(ConfigError) as e:
     loop.validate_config(config, "dicode")
   assert e.value.field == f"config.{field}" and message in e.value.message
+
+
+def test_busy_workdir_is_refused_before_anything_runs(tmp_path):
+  import fcntl
+
+  wd, home = tmp_path / "run", tmp_path / "home"
+  wd.mkdir()
+  home.mkdir()
+  with open(wd / ".lock", "a+") as lock:  # another process's run holds the workdir
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock.write("12345")
+    lock.flush()
+    before = _snapshot(wd)
+    r = run_program(
+      "experiments.dicode",
+      ["--curriculum=none", f"--workdir={wd}"],
+      tmp_path,
+      env={"HOME": str(home)},
+      drop=("XDG_CACHE_HOME", "JAXLAB_COMPILE_CACHE"),
+      timeout=120,
+    )
+  _one_error(r, "workdir")
+  assert "in use" in r.stderr and _snapshot(wd) == before and not any(home.iterdir())
 
 
 def test_pool_that_cannot_fit_exits_2_before_writing(tmp_path):

@@ -338,6 +338,8 @@ def test_experiment_rejects_bad_decode(tmp_path):
     ("imag_minibatches", 3, "divide"),
     ("replay_size", 10**12, "overflows"),
     ("imag_batch", 10**7, "needs about"),
+    ("wm.max_blocks", 5000, "attention"),
+    ("env", "craftax-symbolic", "pixels"),
   ],
 )
 def test_validate_config_names_the_field_before_anything_is_built(field, value, message):
@@ -350,6 +352,8 @@ def test_validate_config_names_the_field_before_anything_is_built(field, value, 
   for p in parents:
     node = node[p]
   node[leaf] = value
+  if field == "wm.max_blocks":  # a valid context for the rest of the config: only memory fails
+    c.ppo.num_steps, c.replay_size = value + 1, c.ppo.num_envs * (value + 1)
   with pytest.raises(ConfigError) as e:
     itc.validate_config(c)
   assert e.value.field == f"config.{field}" and message in e.value.message, e.value
@@ -360,6 +364,7 @@ def test_validate_config_names_the_field_before_anything_is_built(field, value, 
   [
     ("experiments.itc", ["--config.policy.channels=(0,8,8)"], "config.policy.channels"),
     ("experiments.itc", ["--config.wm.dropout=nan"], "config.wm.dropout"),
+    ("experiments.itc", ["--config.env=craftax-symbolic"], "config.env"),
     ("experiments.itc", ["--config.replay_size=2000000000"], "config.replay_size"),
     ("benchmarks.itc", ["--batch=100000000"], "batch"),
   ],

@@ -166,6 +166,12 @@ def validate_config(config, curriculum: str) -> None:
   g = config.ppo.gtrxl
   for name in ("embed", "num_heads", "num_layers", "window", "ffn"):
     require(g[name] >= 1, f"config.ppo.gtrxl.{name}", f"must be >= 1, got {g[name]}")
+  hidden = tuple(g.head_hidden) if isinstance(g.head_hidden, (list, tuple)) else (g.head_hidden,)
+  require(
+    all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden),
+    "config.ppo.gtrxl.head_hidden",
+    f"must be positive layer widths, e.g. (32,), got {g.head_hidden!r}",
+  )
   require(
     g.embed % g.num_heads == 0,
     "config.ppo.gtrxl.num_heads",

@@ -222,11 +222,12 @@ def run(workdir, config, curriculum: str, proposer: dict, seed: int = 0, hooks=N
       print(f"[dicode] {workdir} holds this finished run; its record is unchanged")
       return summary
     check_resume(workdir, curriculum, config.sessions)
+  workdir_lib.check_writable(workdir, "workdir")
   # The endpoint is asked before anything runs JAX (which creates the compilation cache).
   made = make_proposer(proposer, config) if curriculum == "dicode" else None
-  sources = seeds.load_seed_tasks()
   with workdir_lib.session(workdir, recorded):
-    pass  # creates the workdir, refuses a resume with another config, records config.json
+    pass  # creates the workdir, refuses a busy one or another config, records config.json
+  sources = seeds.load_seed_tasks()
   archive = None
   if curriculum == "dicode":
     archive = loop_lib.open_archive(workdir / "archive", sources, config.num_slots)

@@ -131,7 +131,17 @@ def _sizes(field: str, value, example: str, n: int | None = None) -> tuple[int, 
 
 
 def check_shapes(config) -> None:
-  """The CNN, the frame grid and ITC's rows from the config alone (ConfigError naming a field)."""
+  """The game, the CNN, the frame grid and ITC's rows from the config alone (ConfigError naming
+  a field)."""
+  from jaxlab.envs import craftax
+
+  _, classic, pixels = craftax.resolve(config.env, "config.env")
+  require(
+    classic and pixels,
+    "config.env",
+    f"ITC's agent plays Craftax-Classic from 63 x 63 pixels (craftax-classic-pixels), got "
+    f"{config.env!r}",
+  )
   _sizes("config.policy.channels", config.policy.channels, "(8, 16, 16)")
   rows, cols = _sizes("config.tokenizer.grid", config.tokenizer.grid, "(9, 9)", 2)
   p, (h, w, ch) = config.tokenizer.patch, FRAME
@@ -163,15 +173,20 @@ def check_memory(config, devices: int = 1) -> None:
   frame = FRAME[0] * FRAME[1] * FRAME[2]
   patch = config.tokenizer.patch**2 * FRAME[2]
   imagined = config.imag_batch * (config.horizon + config.burn_in + 1)
+  tokens = config.tokenizer.grid[0] * config.tokenizer.grid[1] + 1  # a frame's tokens + action
   need = {
     "config.replay_size": (config.replay_size * frame, "the replay's uint8 frames"),
     "config.ppo.num_envs": (2 * n * t * frame * 4, "a real rollout's float32 frames"),
     "config.imag_batch": (imagined * frame * 4, "the imagined rollouts' float32 frames"),
     "config.tokenizer.codebook_size": (config.tokenizer.codebook_size * patch * 4, "the codebook"),
+    "config.wm.max_blocks": (
+      config.wm_batch * config.wm.heads * ((config.wm.max_blocks + 1) * tokens) ** 2 * 4,
+      "the world model's attention scores over its context",
+    ),
   }
   field = max(need, key=lambda k: need[k][0])
   total = sum(b for b, _ in need.values())
-  what = f"{need[field][1]} and the agent's other frame buffers"
+  what = f"{need[field][1]} and the run's other large arrays"
   resources.check_fits(total, field, what, devices=devices)
 
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 from absl import flags
 
 from jaxlab.core import experiment
+from jaxlab.core import workdir as workdir_lib
+from jaxlab.core.errors import require
 from jaxlab.rl.uhm import study
 
 flags.DEFINE_string(
@@ -86,13 +88,17 @@ def main(argv):
     config_file=experiment.config_path("uhm"),
   )
   all_runs = study.plan(sweep)
-  if not FLAGS.table:
-    path = study.write_commands(sweep, all_runs)
-    print(f"{len(all_runs)} runs -> {path}")
-    if FLAGS.run:
-      study.execute(sweep, all_runs)
-  if FLAGS.table or FLAGS.run:
-    study.write_tables(sweep, all_runs)
+  if FLAGS.table and not FLAGS.run:
+    require(run.workdir.is_dir(), "workdir", f"{run.workdir} holds no sweep to aggregate")
+  # the root: locked, and one sweep's (another setting exits 2 naming --workdir)
+  with workdir_lib.session(run.workdir, study.record(sweep)):
+    if not FLAGS.table:
+      path = study.write_commands(sweep, all_runs)
+      print(f"{len(all_runs)} runs -> {path}")
+      if FLAGS.run:
+        study.execute(sweep, all_runs)
+    if FLAGS.table or FLAGS.run:
+      study.write_tables(sweep, all_runs)
 
 
 if __name__ == "__main__":

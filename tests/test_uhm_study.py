@@ -96,5 +96,37 @@ def test_table_cells_are_t_intervals_over_finished_replicates(tmp_path):
   assert (tmp_path / "table.md").read_text() == md
   assert (tmp_path / "table_lowbudget.csv").exists()
   assert (tmp_path / "curves_lowbudget_steps.png").exists()
+  stamps = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir() if p.is_file()}
+  assert study.write_tables(sweep, runs) == md  # the same aggregate: no file rewritten
+  assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir() if p.is_file()} == stamps
   m, lo, hi = study.t_interval([1.0])
   assert m == 1.0 and np.isnan(lo) and np.isnan(hi)
+
+
+def test_program_root_is_one_sweep_and_reruns_rewrite_nothing(tmp_path):
+  """experiments.uhm_sweep: commands.sh under a locked root recording the sweep; the same flags
+  again leave every file byte-identical; other flags exit 2 naming --workdir; --table of a root
+  that does not exist, and bad lists, exit 2 creating nothing."""
+  from programs import run_program
+
+  root = tmp_path / "root"
+  args = [f"--workdir={root}", "--steps=10", "--seeds=0", "--data_seeds=0"]
+  r = run_program("experiments.uhm_sweep", args, tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  files = lambda: {p.name: p.read_bytes() for p in root.iterdir() if p.name != ".lock"}  # noqa: E731
+  before = files()
+  assert {"commands.sh", "config.json"} <= set(before)
+  assert run_program("experiments.uhm_sweep", args, tmp_path).returncode == 0
+  assert files() == before
+  for bad, flag in [
+    ([*args, "--seeds=0,1"], "--workdir"),
+    ([f"--workdir={tmp_path / 'none'}", "--table"], "--workdir"),
+    ([f"--workdir={tmp_path / 'none'}", "--agents="], "--agents"),
+    ([f"--workdir={tmp_path / 'none'}", "--seeds="], "--seeds"),
+    ([f"--workdir={tmp_path / 'none'}", "--steps=0"], "--steps"),
+  ]:
+    r = run_program("experiments.uhm_sweep", bad, tmp_path)
+    err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith(f"error: {flag}:"), r.stderr
+    assert "Traceback" not in r.stderr
+  assert files() == before and not (tmp_path / "none").exists()

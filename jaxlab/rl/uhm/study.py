@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import pathlib
 import shlex
 import subprocess
@@ -380,11 +381,33 @@ def plot_curves(path_stem: pathlib.Path, curves: dict) -> None:
   )
 
 
+def record(sweep: Sweep) -> dict:
+  """What defines a sweep (its root's config.json): a root holds one sweep's runs and table."""
+  out = dataclasses.asdict(sweep)
+  for k in ("root", "config_file"):  # where, not what
+    out.pop(k)
+  return out
+
+
+def _holds(path: pathlib.Path, text: str) -> bool:
+  return path.is_file() and path.read_bytes() == text.encode()
+
+
+def _write_text(path: pathlib.Path, text: str) -> bool:
+  """Writes ``text`` unless ``path`` holds it already (a re-run leaves the file as it is)."""
+  if _holds(path, text):
+    return False
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_bytes(text.encode())
+  tmp.replace(path)
+  return True
+
+
 def write_commands(sweep: Sweep, all_runs: list[Run]) -> pathlib.Path:
-  """``<root>/commands.sh``: one command line per run."""
+  """``<root>/commands.sh``: one command line per run (call inside ``workdir.session``)."""
   sweep.root.mkdir(parents=True, exist_ok=True)
   path = sweep.root / "commands.sh"
-  path.write_text("".join(shlex.join(r.argv) + "\n" for r in all_runs))
+  _write_text(path, "".join(shlex.join(r.argv) + "\n" for r in all_runs))
   return path
 
 
@@ -399,16 +422,28 @@ def execute(sweep: Sweep, all_runs: list[Run]) -> None:
 
 
 def write_tables(sweep: Sweep, all_runs: list[Run]) -> str:
-  """table.md, table_<suite>.csv and the curves of every suite; returns (and prints) table.md."""
+  """table.md, table_<suite>.csv and the curves of every suite; returns (and prints) table.md.
+
+  When table.md and every suite's files already hold this aggregate, nothing is rewritten."""
   sweep.root.mkdir(parents=True, exist_ok=True)
-  out = []
+  out, parts = [], []
   for s in sweep.suites:
     md, rows, curves = table(sweep, all_runs, s)
     out.append(f"### {s}\n\n{md}\n")
-    with open(sweep.root / f"table_{s}.csv", "w", newline="") as f:
-      csv.writer(f).writerows(rows)
-    if curves:
-      plot_curves(sweep.root / f"curves_{s}", curves)
-  (sweep.root / "table.md").write_text("\n".join(out))
-  print("\n".join(out))
-  return "\n".join(out)
+    buf = io.StringIO(newline="")
+    csv.writer(buf).writerows(rows)
+    parts.append((s, buf.getvalue(), curves))
+  text = "\n".join(out)
+  stem = lambda s: sweep.root / f"curves_{s}"  # noqa: E731
+  pngs = [f"{stem(s)}_{k}.png" for s, _, c in parts if c for k in ("steps", "wallclock")]
+  table_md = sweep.root / "table.md"
+  same = _holds(table_md, text) and all(pathlib.Path(p).exists() for p in pngs)
+  same = same and all(_holds(sweep.root / f"table_{s}.csv", rows) for s, rows, _ in parts)
+  if not same:
+    for s, rows, curves in parts:
+      _write_text(sweep.root / f"table_{s}.csv", rows)
+      if curves:
+        plot_curves(stem(s), curves)
+    _write_text(table_md, text)  # last: the record that the files above are this aggregate
+  print(text)
+  return text

@@ -140,11 +140,13 @@ def bench(name: str) -> None:
   )
 
 
-def main(argv):
-  del argv
+def check_flags() -> list[str]:
+  """Every flag, before anything is compiled or timed (ConfigError naming the flag)."""
   for name in UNUSED_FLAGS:
     experiment.require(not flags.FLAGS[name].present, name, "is not used by benchmarks.ppo")
-  names = list(_ENVS.value)
+  names = [n.strip() for n in _ENVS.value if n.strip()]
+  allowed = ", ".join(craftax_envs.ENVS)
+  experiment.require(bool(names), "envs", f"names no environment; allowed: {allowed}")
   for name in names:
     craftax_envs.resolve(name, field="envs")  # ConfigError on unknown names
   for v, f in (
@@ -154,6 +156,22 @@ def main(argv):
     (_REPEATS.value, "repeats"),
   ):
     experiment.require(v >= 1, f, f"must be >= 1, got {v}")
+  c = ppo.get_config()
+  c.num_envs, c.num_steps = _NUM_ENVS.value, _ROLLOUT.value
+  experiment.require(
+    c.num_steps % c.minibatches == 0,
+    "rollout",
+    f"PPO splits the rollout into {c.minibatches} minibatches; {c.num_steps} is not a multiple",
+  )
+  for name in names:  # the PPO iterations (c) hold the largest arrays
+    spec = craftax_envs.make(name, 1)
+    ppo.check_memory(c, spec.obs_shape, spec.action_dim, fields=("num_envs", "rollout"))
+  return names
+
+
+def main(argv):
+  del argv
+  names = check_flags()
   jnp.zeros(()).block_until_ready()
   for name in names:
     bench(name)

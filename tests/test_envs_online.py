@@ -128,7 +128,7 @@ def test_unknown_env_and_bad_sizes():
       gx.make("cartpole", bad)
   with pytest.raises(ConfigError) as e:
     cx.make("craftax-classic-symbolic", 4, reset_ratio=0)
-  assert e.value.field == "reset_ratio"
+  assert e.value.field == "config.reset_ratio"
 
 
 def test_versions():

@@ -431,6 +431,14 @@ def _run(*args, cwd, timeout=300):
     (["--policy=gru", "--config.minibatches=3"], "--config.minibatches"),
     ([f"--config={ROOT}/experiments/configs/ppo.py:big"], "--config"),
     (["--config.preset=craftax"], "--config.preset"),  # presets are config files only
+    (["--config.num_envs=0"], "--config.num_envs"),
+    (["--config.num_envs=-4"], "--config.num_envs"),
+    (["--config.num_steps=0"], "--config.num_steps"),
+    (["--config.mlp.hidden=(-5,)"], "--config.mlp.hidden"),
+    (["--policy=gru", "--config.gru.hidden=0"], "--config.gru.hidden"),
+    (["--config.num_envs=1000000000"], "--config.num_envs: needs about"),  # memory estimate
+    (["--config.num_steps=1000000000"], "--config.num_steps: needs about"),
+    (["--config.eval_envs=1000000000"], "--config.eval_envs: needs about"),
   ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
@@ -462,6 +470,40 @@ def test_experiment_end_to_end_small(tmp_path):
   config = json.loads((wd / "config.json").read_text())
   assert config["num_envs"] == 8 and config["lr"] == 1e-3  # the gymnax default under the flags
   assert (wd / "curves.png").exists() and "eval return" in r.stdout
+  # the last line: steady and whole-run env steps/s, the runtime's top-level summary keys
+  assert summary["env_steps_per_sec_average"] > 0 and "env_steps_per_sec" in summary
+  last = r.stdout.strip().splitlines()[-1]
+  assert "env steps/s steady" in last and "averaged over the run" in last, last
+  assert f"{summary['env_steps_per_sec_average']:,.0f} averaged over the run" in last, last
+
+
+def test_estimate_bytes_grows_with_the_rollout():
+  from jaxlab.core.errors import ConfigError
+
+  c = ppo.gymnax_config()
+  small = ppo.estimate_bytes(c, (4,))["rollout"]
+  c.num_envs *= 2
+  assert ppo.estimate_bytes(c, (4,))["rollout"] > 1.9 * small
+  c.num_envs = 10**9
+  with pytest.raises(ConfigError) as e:
+    ppo.check_memory(c, (4,))
+  assert e.value.field == "config.num_envs" and "needs about" in e.value.message
+
+
+@pytest.mark.parametrize(
+  "args, flag",
+  [
+    (["--envs="], "--envs"),
+    (["--rollout=60"], "--rollout"),  # not a multiple of PPO's 8 minibatches: before timing
+    (["--num_envs=1000000000"], "--num_envs: needs about"),
+  ],
+)
+def test_benchmark_bad_flags_exit_2_before_timing(tmp_path, args, flag):
+  r = run_program("benchmarks.ppo", args, tmp_path, timeout=300)
+  assert r.returncode == 2, r.stderr[-2000:]
+  err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+  assert len(err) == 1 and err[0].startswith(f"error: {flag}"), r.stderr[-2000:]
+  assert "Traceback" not in r.stderr and "env steps/s" not in r.stdout
 
 
 def test_train_run_from_python(tmp_path):

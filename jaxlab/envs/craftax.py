@@ -146,8 +146,8 @@ def make(
 ) -> vec.VecEnv:
   """A batch of `num_envs` Craftax environments with optimistic resets (see module docstring)."""
   env_id, classic, pixels = resolve(name, field)
-  _check_int("num_envs", num_envs)
-  _check_int("reset_ratio", reset_ratio)
+  _check_int("config.num_envs", num_envs)
+  _check_int("config.reset_ratio", reset_ratio)
   env = _craftax_env(env_id, classic, pixels)
   params = env.default_params
   pool = max(1, num_envs // reset_ratio)

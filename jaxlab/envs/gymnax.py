@@ -47,7 +47,7 @@ def make(name: str, num_envs: int, *, field: str = "env") -> vec.VecEnv:
   """A batch of `num_envs` gymnax environments (see `jaxlab.envs.vec` for the contract)."""
   env_id = resolve(name, field)
   if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
-    raise ConfigError("num_envs", f"must be a positive integer, got {num_envs!r}")
+    raise ConfigError("config.num_envs", f"must be a positive integer, got {num_envs!r}")
   import gymnax  # imported late: `import gymnax` is slow and needs the `six` package
 
   env, params = gymnax.make(env_id)

@@ -10,6 +10,8 @@ shared with R4 and DiCode), ``evaluation`` (held-out episodes, Crafter score). S
 
 from jaxlab.rl.ppo.agent import *  # noqa: F403
 from jaxlab.rl.ppo.config import (  # noqa: F401
+  check_memory,
+  estimate_bytes,
   get_config,
   gymnax_config,
   num_updates,
@@ -19,11 +21,13 @@ from jaxlab.rl.ppo.runner import (  # noqa: F401
   RunOutput,
   check,
   check_env,
+  check_fits,
   is_craftax,
   loop_options,
   make_env,
   make_policy,
   schedule,
+  throughput,
   train_run,
   write_report,
 )

@@ -134,3 +134,98 @@ def validate_config(config, policy: str = "mlp", prefix: str = "config") -> None
       f"{prefix}.gtrxl.num_heads",
       f"{g.num_heads} does not divide embed={g.embed}",
     )
+  _check_widths(config, policy, prefix)
+
+
+_WIDTHS = {
+  "mlp": ("hidden",),
+  "gru": ("embed", "hidden", "head_hidden"),
+  "gtrxl": ("head_hidden",),
+}
+
+
+def _check_widths(config, policy: str, prefix: str) -> None:
+  """Layer widths of the chosen policy: positive integers (a tuple may be empty: no layer)."""
+  for name in _WIDTHS.get(policy, ()):
+    v = config[policy][name]
+    field = f"{prefix}.{policy}.{name}"
+    widths = list(v) if isinstance(v, (list, tuple)) else [v]
+    for w in widths:
+      require(
+        isinstance(w, int) and not isinstance(w, bool) and w >= 1,
+        field,
+        f"layer widths must be integers >= 1, got {v!r}",
+      )
+
+
+def _policy_widths(config, policy: str) -> tuple[int, int]:
+  """``(sum of the layer widths of one step, the widest layer)`` of the chosen policy."""
+  p = config[policy]
+  if policy == "mlp":
+    ws = [*p.hidden, *p.hidden]  # actor and critic towers
+  elif policy == "gru":
+    ws = [p.embed, 3 * p.hidden, *p.head_hidden, *p.head_hidden]
+  else:
+    ws = [p.embed, p.ffn, p.embed * 4] * p.num_layers + [*p.head_hidden, *p.head_hidden]
+  ws = [int(w) for w in ws] or [1]
+  return sum(ws), max(ws)
+
+
+def estimate_bytes(config, obs_shape, action_dim: int = 0, policy: str = "mlp") -> dict:
+  """Bytes of the largest arrays of a PPO run, from the config and the observation shape alone:
+  ``{"rollout": ..., "eval": ...}``. The rollout is ``num_envs x num_steps`` transitions (the
+  observation, action, log-prob, value, reward, done, reset, advantage, target), the environments'
+  state and observations, and the minibatch's activations and their gradients; the evaluation is
+  ``eval_envs`` environments and one step's activations."""
+  obs = 1
+  for d in obs_shape:
+    obs *= int(d)
+  n, t, m = int(config.num_envs), int(config.num_steps), max(int(config.minibatches), 1)
+  width, _ = _policy_widths(config, policy)
+  per_env = 3 * obs * 4  # environment state (about an observation), current and next observation
+  transitions = n * t * (obs + 8 + int(action_dim)) * 4
+  activations = (n * t // m + 1) * (obs + width) * 4 * 2  # kept for the backward pass, gradients
+  carry = 0
+  if policy == "gtrxl":
+    g = config.gtrxl
+    carry = n * g.num_layers * g.window * g.embed * 4 * 2
+    activations += (n * t // m + 1) * g.num_heads * g.window * g.num_layers * 4 * 3
+  elif policy == "gru":
+    carry = n * config.gru.hidden * 4 * 2
+  rollout = transitions + n * per_env + activations + carry
+  e = int(config.eval_envs)
+  evaluation = e * (per_env + width * 4) + (carry // max(n, 1)) * e
+  return {"rollout": float(rollout), "eval": float(evaluation)}
+
+
+def check_memory(
+  config,
+  obs_shape,
+  action_dim: int = 0,
+  policy: str = "mlp",
+  *,
+  devices: int = 1,
+  prefix: str = "config",
+  fields: tuple[str, str] | None = None,
+) -> None:
+  """Refuses (ConfigError naming the field) a run whose rollout or evaluation cannot fit in one
+  device's memory (the environments split over ``devices``). ``fields``: the names of
+  ``num_envs, num_steps`` as typed (default ``<prefix>.num_envs``, ``<prefix>.num_steps``)."""
+  from jaxlab.core import resources
+
+  envs_field, steps_field = fields or (f"{prefix}.num_envs", f"{prefix}.num_steps")
+  n, t = int(config.num_envs), int(config.num_steps)
+  field = steps_field if t > n else envs_field
+  est = estimate_bytes(config, obs_shape, action_dim, policy)
+  resources.check_fits(
+    est["rollout"],
+    field,
+    f"the rollout of {n} environments x {t} steps (observations {tuple(obs_shape)}) and its "
+    "minibatch gradients",
+    devices=devices,
+  )
+  resources.check_fits(
+    est["eval"], f"{prefix}.eval_envs", f"the evaluation of {config.eval_envs} environments"
+  )
+  resources.check_int32(field, n * t, f"the rollout's {n} x {t} transitions")
+  resources.check_int32(f"{prefix}.eval_envs", int(config.eval_envs), "the evaluation batch")

@@ -13,7 +13,7 @@ import ml_collections
 from jaxlab.core import mesh as mesh_lib
 from jaxlab.core import sharding
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require
-from jaxlab.lm import attention, capacity, distill
+from jaxlab.lm import attention, capacity, distill, memory
 from jaxlab.lm.model import LMConfig
 
 MODES = ("train", "generate", "distill", "capacity")
@@ -161,6 +161,7 @@ def validate_config(config, mode: str, mesh=None) -> dict:
   widths = capacity.parse_widths("config.capacity.d_models", config.capacity.d_models)
   model = LMConfig.from_config(config)
   if mode == "capacity":
+    memory.check_capacity(config.capacity, widths)
     return {"widths": widths}
   model.check_mesh(mesh, config.seq_len)
   if mesh is not None:
@@ -174,4 +175,7 @@ def validate_config(config, mode: str, mesh=None) -> dict:
   out = {"model": model}
   if mode == "distill":
     out.update(teacher=teacher_config(config, mesh), losses=losses)
+  # Sizes that cannot fit are refused before anything is allocated (generate: on one device).
+  devices = 1 if mesh is None or mode == "generate" else mesh.size
+  memory.check_lm(config, model, mode, devices, out.get("teacher"))
   return out

@@ -24,10 +24,12 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
 
 from jaxlab.core import checkpoint, plots, runtime
 from jaxlab.core import workdir as workdir_lib
-from jaxlab.core.errors import require
+from jaxlab.core.errors import ConfigError, require
 from jaxlab.lm import capacity as capacity_lib
 from jaxlab.lm import config as config_lib
 from jaxlab.lm import data as lm_data
@@ -41,6 +43,11 @@ from jaxlab.lm.model import LMConfig, param_count
 def data_folder(config, workdir) -> pathlib.Path:
   """Where the tokenized shards live: ``config.data_dir``, else ``<workdir>/data``."""
   return pathlib.Path(config.data_dir) if config.data_dir else pathlib.Path(workdir) / "data"
+
+
+def data_field(config) -> str:
+  """The flag that names the data folder: ``config.data_dir``, else the workdir holding it."""
+  return "config.data_dir" if config.data_dir else "workdir"
 
 
 def recipe(config, fraction: float) -> dict:
@@ -62,18 +69,21 @@ def text_data(config, workdir, fraction: float, reuse: bool) -> dict:
   c = config
   folder = data_folder(c, workdir)
   want = recipe(c, fraction)
-  index = shards.read_index(folder) if reuse and folder.is_dir() else None
+  field = data_field(c)
+  index = shards.read_index(folder, field) if reuse else None
   built = None
   if index is not None:
     require(
       index["recipe"] == want,
-      "config.data_dir",
+      field,
       f"{folder} holds shards made with another recipe ({index['recipe']}); "
       "choose another --config.data_dir or --workdir",
     )
     vocab = index["vocab_size"]
     lengths = {s: sum(index["splits"][s]["tokens"]) for s in shards.SPLITS}
   else:
+    if reuse:  # train writes the shards there: refused now, not after tokenizing
+      workdir_lib.check_writable(folder, field)
     docs = shards.read_documents(c.text)
     built = shards.build(docs, c.tokenizer, c.vocab_size, fraction)
     vocab, lengths = built["tokenizer"].vocab_size, {s: len(built[s]) for s in shards.SPLITS}
@@ -112,12 +122,16 @@ def open_data(config, data: dict):
   folder = data["folder"]
   if data["built"] is not None:
     if jax.process_index() == 0:
-      shards.write(folder, data["built"], config.shard_tokens, recipe(config, config.val_fraction))
+      try:
+        rec = recipe(config, config.val_fraction)
+        shards.write(folder, data["built"], config.shard_tokens, rec)
+      except OSError as e:  # check_writable passed (root), yet the folder cannot be written
+        raise ConfigError(data_field(config), f"cannot write {folder}: {e.strerror or e}") from e
     if jax.process_count() > 1:
       from jax.experimental import multihost_utils
 
       multihost_utils.sync_global_devices("lm shards written")
-  index = shards.read_index(folder)
+  index = shards.read_index(folder, data_field(config))
   return index, shards.open_split(folder, "train", index), shards.open_split(folder, "val", index)
 
 
@@ -261,29 +275,100 @@ def train(config, workdir, loop, seed: int, mesh=None, setup=None):
 
 def generate(config, workdir, seed: int) -> str:
   """--mode=generate: restores the latest checkpoint of a train run in ``workdir`` (one device)
-  and returns (and prints) a sample."""
+  and returns (and prints) a sample. Read-only: it writes nothing, also on an error."""
   c, workdir, key = config, pathlib.Path(workdir), _key(seed)
   config_lib.validate_config(c, "generate")
-  folder = data_folder(c, workdir)
-  index = shards.read_index(folder) if folder.is_dir() else None
-  require(index is not None, "workdir", f"{folder} holds no tokenized data; train first")
+  ckpt = workdir.absolute() / checkpoint.CKPT_DIR
+  require(ckpt.is_dir(), "workdir", f"no checkpoint in {workdir}; train there first")
+  folder, field = data_folder(c, workdir), data_field(c)
+  index = shards.read_index(folder, field)
+  require(index is not None, field, f"{folder} holds no tokenized data; train first")
   tok = shards.load_tokenizer(folder, index)
   cfg = LMConfig.from_config(c, attention="dense")  # same parameters; sampling runs on one device
   tx = train_lib.make_optimizer(c.lr, c.warmup, c.steps, c.weight_decay)  # only its structure
   like = train_lib.create_state(cfg, tx, jax.random.fold_in(key, 1), c.seq_len)
-  restored = checkpoint.restore(workdir, like)
-  require(restored is not None, "workdir", f"{workdir} has no checkpoint; train first")
-  state, step = restored
+  state, step = restore_latest(ckpt, like)
   text = sample_text(c, state, tok, key)
   print(f"[lm] {workdir} at step {step}:\n{text}", flush=True)
   return text
 
 
+def restore_latest(ckpt: pathlib.Path, like):
+  """``(state, step)`` from the latest checkpoint in the folder ``ckpt``, opened read-only (no
+  folder or file created) and closed before any error propagates."""
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)  # orbax warns that a read-only manager does not save
+  try:
+    opts = ocp.CheckpointManagerOptions(
+      read_only=True, create=False, enable_async_checkpointing=False
+    )
+    mngr = ocp.CheckpointManager(ckpt, options=opts)
+  finally:
+    logging.set_verbosity(verbosity)
+  try:
+    step = mngr.latest_step()
+    require(step is not None, "workdir", f"no checkpoint in {ckpt.parent}; train there first")
+    check_shapes(ckpt / str(step) / "state", like)
+    return checkpoint.restore_with(mngr, like, step), int(step)
+  finally:
+    mngr.close()
+
+
+def _shapes(tree) -> dict[str, tuple]:
+  """``{"params/embed": shape}`` for every array leaf (attribute, dict and index keys alike)."""
+  name = lambda k: str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
+  leaves = jax.tree_util.tree_leaves_with_path(tree)
+  return {"/".join(map(name, p)): tuple(getattr(x, "shape", ())) for p, x in leaves}
+
+
+def check_shapes(path: pathlib.Path, like) -> None:
+  """Compares the checkpoint's array shapes with ``like``'s before restoring: a restore that
+  fails half-way leaves orbax's reader threads printing tracebacks, so a model of another shape
+  is refused here (``ConfigError('workdir')`` naming the first array that differs)."""
+  try:
+    handler = ocp.StandardCheckpointHandler()
+    try:
+      meta = handler.metadata(path)
+    finally:
+      handler.close()
+  except Exception:  # an unreadable checkpoint is reported by the restore itself
+    return
+  saved, want = _shapes(getattr(meta, "tree", meta)), _shapes(like)
+  odd = sorted(set(saved) ^ set(want))
+  if saved and odd:
+    where = "holds" if odd[0] in saved else "lacks"
+    raise ConfigError(
+      "workdir",
+      f"the checkpoint in {path.parent.parent} {where} {odd[0]}, unlike this config's model: "
+      "pass the model fields (--config.tie_embeddings, ...) it was trained with",
+    )
+  for k, shape in want.items():
+    if k in saved and saved[k] != shape:
+      raise ConfigError(
+        "workdir",
+        f"the checkpoint in {path.parent.parent} holds {k} of shape {saved[k]}, this config's "
+        f"model needs {shape}: pass the model fields (--config.d_model, ...) it was trained with",
+      )
+
+
 def distill(config, workdir, loop, seed: int, mesh=None, setup=None) -> dict:
   """--mode=distill: a wider, deeper teacher on the data (``config.distill.teacher_steps``), then
   one student per objective for ``loop.num_steps``, same data; returns the held-out scores."""
-  c, workdir, key = config, pathlib.Path(workdir), _key(seed)
+  c, workdir = config, pathlib.Path(workdir)
   setup = prepare(c, "distill", workdir, mesh) if setup is None else setup
+  with workdir_lib.session(workdir.absolute(), c.to_dict()) as wd:
+    done = workdir_lib.finished(wd)  # a finished run re-run: its record, nothing rewritten
+    return _recorded(wd, done) if done is not None else _distill(c, wd, loop, seed, mesh, setup)
+
+
+def _recorded(workdir: pathlib.Path, summary: dict) -> dict:
+  print(f"[lm] {workdir} holds a finished run (nothing rewritten); its record:", flush=True)
+  print(json.dumps({k: v for k, v in summary.items() if k != "provenance"}, indent=1))
+  return summary
+
+
+def _distill(c, workdir: pathlib.Path, loop, seed: int, mesh, setup) -> dict:
+  key = _key(seed)
   corpus, heldout = load_corpus(c, jax.random.fold_in(key, 7), setup)
   sample, data = window_sampler(c, mesh), {"corpus": jnp.asarray(corpus)}
   t_loop = dataclasses.replace(loop, num_steps=c.distill.teacher_steps)
@@ -333,8 +418,15 @@ def distill(config, workdir, loop, seed: int, mesh=None, setup=None) -> dict:
 def capacity(config, workdir, seed: int, setup=None) -> dict:
   """--mode=capacity: one in-memory, single-device probe per width of ``config.capacity``;
   writes ``summary.json`` and the plots to ``workdir`` and returns the summary."""
-  cc, workdir, key = config.capacity, pathlib.Path(workdir), _key(seed)
+  workdir = pathlib.Path(workdir)
   setup = prepare(config, "capacity", workdir) if setup is None else setup
+  with workdir_lib.session(workdir.absolute(), config.to_dict()) as wd:
+    done = workdir_lib.finished(wd)  # a finished run re-run: its record, nothing rewritten
+    return _recorded(wd, done) if done is not None else _capacity(config, wd, seed, setup)
+
+
+def _capacity(config, workdir: pathlib.Path, seed: int, setup) -> dict:
+  cc, key = config.capacity, _key(seed)
 
   def report(r):
     print(
@@ -348,7 +440,6 @@ def capacity(config, workdir, seed: int, setup=None) -> dict:
   )
   losses = {f"d_model={r['d_model']}": r.pop("losses") for r in rows}
   ref = capacity_lib.REFERENCE_BITS_PER_PARAM
-  workdir_lib.create(workdir)
   summary = {"probes": rows, "reference_bits_per_param": ref}
   runtime.write_summary(workdir, summary)
   params = [r["params"] for r in rows]

@@ -130,9 +130,58 @@ def write(folder, built: dict, shard_tokens: int, recipe: dict) -> dict:
   return index
 
 
-def read_index(folder) -> dict | None:
-  path = pathlib.Path(folder) / INDEX
-  return json.loads(path.read_text()) if path.exists() else None
+def read_index(folder, field: str = "config.data_dir") -> dict | None:
+  """The ``index.json`` of a data folder written by `write`, None when there is none; a folder
+  that is not a directory, or an index that is unreadable, not JSON or incomplete (its shards
+  included), is ``ConfigError(field)``."""
+  folder = pathlib.Path(folder)
+  if folder.exists() and not folder.is_dir():
+    raise ConfigError(field, f"{folder} is not a directory (a data folder of tokenized shards)")
+  path = folder / INDEX
+  if not path.exists():
+    return None
+  try:
+    index = json.loads(path.read_text())
+    problem = _index_problem(folder, index)
+  except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+    problem = f"{type(e).__name__}: {str(e)[:120]}"
+  if problem:
+    raise ConfigError(
+      field,
+      f"{path} is not a valid shard index ({problem}); delete that folder or choose another "
+      f"--{field}",
+    )
+  return index
+
+
+def _index_problem(folder: pathlib.Path, index) -> str | None:
+  """What is wrong with an ``index.json`` (None when it is complete and its shards exist)."""
+  if not isinstance(index, dict):
+    return f"a JSON {type(index).__name__}, not an object"
+  missing = [
+    k for k in ("recipe", "tokenizer", "vocab_size", "eot_id", "dtype", "splits") if k not in index
+  ]
+  if missing:
+    return f"missing {', '.join(missing)}"
+  if index["tokenizer"] not in ("bpe", "bytes") or index["dtype"] not in ("uint16", "uint32"):
+    return f"unknown tokenizer {index['tokenizer']!r} or dtype {index['dtype']!r}"
+  for k in ("vocab_size", "eot_id"):
+    v = index[k]
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**32:
+      return f"{k} {v!r} is not a token count"
+  for split in SPLITS:
+    s = index["splits"].get(split)
+    if not isinstance(s, dict) or not isinstance(s.get("shards"), list):
+      return f"no {split} split"
+    tokens = s.get("tokens")
+    if not isinstance(tokens, list) or len(tokens) != len(s["shards"]):
+      return f"the {split} split's token counts do not match its shards"
+    if not all(isinstance(n, int) and 0 <= n < 2**40 for n in tokens):
+      return f"the {split} split's token counts are not counts"
+    absent = [n for n in s["shards"] if not (folder / str(n)).is_file()]
+    if absent:
+      return f"shard {absent[0]} is missing"
+  return None
 
 
 def load_tokenizer(folder, index: dict):

@@ -1,0 +1,108 @@
+"""Memory of an LM run estimated from its config alone, refused before anything is allocated.
+
+The shapes of the largest arrays follow from the config: parameters and the optimizer's state
+(float32 params, gradients and two Adam moments: 16 bytes a parameter), the logits of a batch
+(``batch x seq_len x vocab``, float32, and their gradient), the activations one block keeps for the
+backward pass, and the synthetic corpus's ``vocab x vocab`` transition matrix. The estimates are
+lower bounds (XLA needs more), so a size refused here could never have run; each check names the
+field to change (`jaxlab.core.resources.check_fits`). Counts that overflow int32 are refused too
+(`jaxlab.core.resources.check_int32`).
+"""
+
+from __future__ import annotations
+
+from jaxlab.core import resources
+
+STATE_BYTES = 16  # float32 param + gradient + two Adam moments
+F32 = 4
+
+
+def param_count(cfg) -> int:
+  """Parameters of an `jaxlab.lm.model.LMConfig` (embeddings, attention, SwiGLU, norms)."""
+  d, hd = cfg.d_model, cfg.head_dim
+  attn = d * hd * (2 * cfg.n_heads + 2 * cfg.n_kv_heads)
+  block = attn + 3 * d * cfg.mlp_dim + 2 * d
+  embed = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+  return embed + cfg.n_layers * block + d
+
+
+def _larger(a: tuple[str, int, int], b: tuple[str, int, int]) -> str:
+  """The field of ``(field, value, default)`` pairs that is furthest above its default."""
+  return a[0] if a[1] / a[2] >= b[1] / b[2] else b[0]
+
+
+def activation_bytes(cfg, batch: int, seq_len: int) -> int:
+  """Logits (and their gradient) plus what the blocks keep for the backward pass."""
+  tokens = batch * seq_len
+  itemsize = 2 if cfg.dtype == "bfloat16" else 4
+  logits = 2 * tokens * cfg.vocab_size * F32
+  per_block = cfg.d_model if cfg.remat != "none" else 4 * cfg.d_model + 2 * cfg.mlp_dim
+  scores = cfg.n_heads * min(seq_len, cfg.attention_block)  # one block of blockwise attention
+  return logits + tokens * (per_block * cfg.n_layers + scores) * itemsize
+
+
+def check_model(cfg, devices: int = 1, prefix: str = "config", note: str = "") -> int:
+  """The parameters and optimizer state of ``cfg`` must fit; returns their bytes."""
+  for f in ("vocab_size", "d_model", "mlp_dim", "n_heads", "head_dim"):
+    resources.check_int32(note or f"{prefix}.{f}", getattr(cfg, f))
+  embed = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
+  total = param_count(cfg)
+  field = f"{prefix}.vocab_size" if embed >= total - embed else f"{prefix}.d_model"
+  if note:  # a teacher: its width is the field to change
+    field = note
+  nbytes = STATE_BYTES * total
+  what = (
+    f"{total:,} parameters{' of the teacher' if note else ''} with their optimizer state "
+    f"(embedding/logits of vocab_size {cfg.vocab_size} x d_model {cfg.d_model})"
+  )
+  resources.check_fits(nbytes, field, what, devices=devices)
+  return nbytes
+
+
+def check_lm(config, cfg, mode: str, devices: int = 1, teacher=None) -> None:
+  """Everything ``mode`` (train, distill, generate) allocates for the model ``cfg``."""
+  c = config
+  resources.check_int32("config.seq_len", c.seq_len)
+  field = _larger(("config.batch_size", c.batch_size, 16), ("config.seq_len", c.seq_len, 64))
+  resources.check_int32(field, c.batch_size * (c.seq_len + 1), "the tokens of a batch")
+  prompt = len(c.generate.prompt.encode("utf-8"))  # tokens <= bytes
+  resources.check_int32("config.generate.tokens", c.generate.tokens + prompt + 1)
+  state = check_model(cfg, devices)
+  if teacher is not None:
+    state += check_model(teacher, devices, note="config.distill.teacher_d_model")
+  if mode == "generate":  # one sequence, re-run over the whole buffer at every step
+    buf = c.generate.tokens + prompt + 1
+    act = activation_bytes(cfg, 1, buf)
+    what = f"logits of {buf} tokens x vocab_size {cfg.vocab_size} while sampling"
+    resources.check_fits(state + act, "config.generate.tokens", what, devices=devices)
+    return
+  act = max(activation_bytes(m, c.batch_size, c.seq_len) for m in (cfg, teacher) if m is not None)
+  what = (
+    f"activations of a batch of batch_size {c.batch_size} x seq_len {c.seq_len} tokens (logits: "
+    f"batch x seq_len x vocab_size {cfg.vocab_size}) plus the model's state"
+  )
+  resources.check_fits(state + act, field, what, devices=devices)
+  if c.text == "synthetic":
+    resources.check_int32("config.corpus_tokens", c.corpus_tokens)
+    v = c.vocab_size
+    what = f"the synthetic chain's vocab_size x vocab_size ({v} x {v}) transition matrices"
+    resources.check_fits(3 * 8 * v * v, "config.vocab_size", what)
+    what = f"a synthetic corpus of {c.corpus_tokens:,} tokens (int32 ids, float64 draws)"
+    resources.check_fits(16 * c.corpus_tokens, "config.corpus_tokens", what)
+
+
+def check_capacity(cc, widths) -> None:
+  """The capacity probe: its bitstrings and one forward pass over all of them (scoring)."""
+  n, length, w = cc.num_strings, cc.length, max(widths)
+  resources.check_int32("config.capacity.length", length + 1)
+  resources.check_int32("config.capacity.d_models", 4 * w)
+  field = _larger(("config.capacity.num_strings", n, 128), ("config.capacity.length", length, 32))
+  resources.check_int32(field, n * (length + 1), "the tokens of the bitstrings")
+  params = 2 * 3 * w + w * w * 4 + 12 * w * w + 3 * w  # embeddings, attention, SwiGLU, norms
+  what = f"a model of d_model {w} ({params:,} parameters) with its optimizer state"
+  resources.check_fits(STATE_BYTES * params, "config.capacity.d_models", what)
+  heads = max(1, w // 16)
+  per_token = 3 * 4 * w + 3 + heads * min(length, 512)  # SwiGLU hidden, logits, scores
+  nbytes = n * (length + 1) * 8 + n * length * per_token * F32
+  what = f"{n:,} bitstrings of {length} bits and one forward pass over them (width {w})"
+  resources.check_fits(nbytes, field, what)

@@ -364,6 +364,14 @@ def test_killed_loop_resumes_with_its_archive_intact(dicode_run):
   assert state_file["session"] == 2
 
 
+def test_resume_checks_accept_a_real_run(dicode_run):
+  from jaxlab.rl.dicode import runner
+
+  workdir = dicode_run["workdir"]
+  assert (workdir / "archive" / "tasks").is_dir() and dicode_run["state"]["session"] == 2
+  runner.check_resume(workdir, "dicode", 2)  # the loop's own files pass: no false alarm
+
+
 def test_dicode_plan_mixes_candidates_replay_and_the_original_game(dicode_run):
   cur = dicode_run["second"].curriculum
   cur.candidates = [r["id"] for r in cur.archive.records() if r["status"] == "rejected"][:1]
@@ -518,7 +526,9 @@ def _seed_source() -> str:
   return next(v for k, v in sorted(seeds.load_seed_tasks().items()) if k != "original")
 
 
-@pytest.mark.parametrize("case", ["state_not_json", "state_lacks_session", "meta", "rejected"])
+@pytest.mark.parametrize(
+  "case", ["state_not_json", "state_lacks_session", "no_agent", "meta", "rejected"]
+)
 def test_resume_of_a_damaged_workdir_exits_2_and_changes_nothing(tmp_path, case):
   """Each file a resume relies on is read and checked before anything runs or is written."""
   from jaxlab.rl.dicode import runner
@@ -529,6 +539,8 @@ def test_resume_of_a_damaged_workdir_exits_2_and_changes_nothing(tmp_path, case)
   state.update(evolution=[], curriculum={})
   if case == "state_not_json":
     (wd / "loop_state.json").write_text("{ truncated")
+  elif case == "no_agent":
+    (wd / "loop_state.json").write_text(json.dumps({**state, "session": 2}))
   elif case == "state_lacks_session":
     (wd / "loop_state.json").write_text(
       json.dumps({k: v for k, v in state.items() if k != "session"})

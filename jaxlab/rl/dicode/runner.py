@@ -99,6 +99,7 @@ def check_resume(workdir: pathlib.Path, curriculum: str, sessions: int) -> None:
   """Reads (never writes) what a resume of ``workdir`` relies on: loop_state.json, and for
   ``dicode`` every archived task's meta.json and, for the tasks still in use, its program
   (the sandbox's checks, without running it). ConfigError("workdir") naming the file."""
+  from jaxlab.core import checkpoint
   from jaxlab.rl.dicode import archive as archive_lib
   from jaxlab.rl.dicode import sandbox
   from jaxlab.rl.dicode import task as task_lib
@@ -113,10 +114,11 @@ def check_resume(workdir: pathlib.Path, curriculum: str, sessions: int) -> None:
       "workdir",
       f"{state_path}: session {session!r} is not a session of this run (0-{sessions}){bad}",
     )
+    agent = workdir / loop_lib.AGENT_DIR / checkpoint.CKPT_DIR / str(session)  # orbax's step dir
     require(
-      session == 0 or (workdir / loop_lib.AGENT_DIR).is_dir(),
+      session == 0 or agent.is_dir(),
       "workdir",
-      f"{state_path} records session {session} but {workdir / loop_lib.AGENT_DIR} is missing{bad}",
+      f"{state_path} records session {session} but its agent checkpoint {agent} is missing{bad}",
     )
     require(
       isinstance(state.get("curriculum", {}), dict),

@@ -340,6 +340,7 @@ def test_experiment_rejects_bad_decode(tmp_path):
     ("imag_batch", 10**7, "needs about"),
     ("wm.max_blocks", 5000, "attention"),
     ("env", "craftax-symbolic", "pixels"),
+    ("decode", "bogus", "allowed"),
   ],
 )
 def test_validate_config_names_the_field_before_anything_is_built(field, value, message):

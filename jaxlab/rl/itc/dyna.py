@@ -94,7 +94,7 @@ class DynaConfig:
     )
 
   def validate(self, prefix: str = "config") -> DynaConfig:
-    check_choice("decode", self.decode, decode_lib.METHODS)
+    check_choice(f"{prefix}.decode", self.decode, decode_lib.METHODS)
     self.wm.validate(f"{prefix}.wm")
     self.tokenizer.validate(f"{prefix}.tokenizer")
     self.itc.validate(f"{prefix}.itc")

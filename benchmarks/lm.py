@@ -25,10 +25,11 @@ import jax.numpy as jnp
 from absl import flags
 
 from experiments.configs.lm import get_config as lm_preset
-from jaxlab.core import experiment
+from jaxlab.core import experiment, resources
 from jaxlab.core.errors import ConfigError, require
 from jaxlab.core.mesh import make_mesh
 from jaxlab.lm import attention, flops, train
+from jaxlab.lm import memory as lm_memory
 from jaxlab.lm.model import LMConfig, param_count
 
 flags.DEFINE_enum("part", "all", ["all", "throughput", "memory"], "Which benchmark to run.")
@@ -62,6 +63,7 @@ def validate() -> int:
   require(h % kh == 0, "kv_heads", f"{kh} must divide heads={h}")
   require(h % p == 0, "heads", f"{h} must be divisible by context={p} (Ulysses)")
   require(FLAGS.seq % p == 0, "seq", f"{FLAGS.seq} must be divisible by context={p}")
+  resources.check_int32("seq", 2 * FLAGS.seq, "the context length 2L")
   return steps
 
 
@@ -93,10 +95,30 @@ def _model(name: str, accelerator: bool) -> tuple[LMConfig, int, int]:
   return cfg, FLAGS.batch or c.batch_size, c.seq_len
 
 
-def throughput(steps: int) -> None:
+def check_fits(name: str, cfg: LMConfig, batch: int, seq: int) -> None:
+  """The preset's state and one batch's activations must fit (before anything is allocated)."""
+  field = "batch" if FLAGS.batch else "model"
+  resources.check_int32(field, batch * (seq + 1), "the tokens of a batch")
+  n = lm_memory.param_count(cfg)
+  need = lm_memory.STATE_BYTES * n + lm_memory.activation_bytes(cfg, batch, seq)
+  what = (
+    f"model={name} ({n / 1e6:.1f}M params and optimizer state) and a batch of {batch} x {seq} "
+    f"tokens (logits: batch x seq x vocab {cfg.vocab_size})"
+  )
+  resources.check_fits(need, field, what)
+
+
+def plan() -> tuple[str, LMConfig, int, int]:
+  """The throughput part's preset, model, batch and sequence length, checked to fit."""
   accelerator = jax.default_backend() != "cpu"
   name = FLAGS.model if FLAGS.model != "auto" else ("small" if accelerator else "tiny")
   cfg, batch, seq = _model(name, accelerator)
+  check_fits(name, cfg, batch, seq)
+  return name, cfg, batch, seq
+
+
+def throughput(steps: int, name: str, cfg: LMConfig, batch: int, seq: int) -> None:
+  accelerator = jax.default_backend() != "cpu"
   tx = train.make_optimizer(3e-4, 10, 1000, 0.0)
   state = train.create_state(cfg, tx, jax.random.key(0), seq)
   n = param_count(state.params)
@@ -204,12 +226,13 @@ def main(argv) -> None:
   steps = validate()
   if FLAGS.part in ("all", "memory"):
     _simulate_cpu_devices(FLAGS.context)
+  planned = plan() if FLAGS.part in ("all", "throughput") else None  # refused before any output
   print(
     f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} devices",
     file=sys.stderr,
   )
   if FLAGS.part in ("all", "throughput"):
-    throughput(steps)
+    throughput(steps, *planned)
   if FLAGS.part in ("all", "memory"):
     memory()
 

@@ -369,7 +369,7 @@ def test_resume_checks_accept_a_real_run(dicode_run):
 
   workdir = dicode_run["workdir"]
   assert (workdir / "archive" / "tasks").is_dir() and dicode_run["state"]["session"] == 2
-  runner.check_resume(workdir, "dicode", 2)  # the loop's own files pass: no false alarm
+  runner.check_resume(workdir, "dicode", 2, NUM_SLOTS)  # the loop's own files pass: no false alarm
 
 
 def test_dicode_plan_mixes_candidates_replay_and_the_original_game(dicode_run):
@@ -527,7 +527,7 @@ def _seed_source() -> str:
 
 
 @pytest.mark.parametrize(
-  "case", ["state_not_json", "state_lacks_session", "no_agent", "meta", "rejected"]
+  "case", ["state_not_json", "state_lacks_session", "no_agent", "meta", "slot", "rejected"]
 )
 def test_resume_of_a_damaged_workdir_exits_2_and_changes_nothing(tmp_path, case):
   """Each file a resume relies on is read and checked before anything runs or is written."""
@@ -554,13 +554,17 @@ def test_resume_of_a_damaged_workdir_exits_2_and_changes_nothing(tmp_path, case)
     meta.write_text(
       json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "status"})
     )
+  elif case == "slot":
+    _archived(wd, source, slot=10**30)
   elif case == "rejected":
     _archived(wd, "import os\n" + source)
   before = _snapshot(wd)
   with pytest.raises(runner.ConfigError) as e:  # in-process: the check itself
-    runner.check_resume(wd, "dicode", 3)
+    runner.check_resume(wd, "dicode", 3, NUM_SLOTS)
   assert e.value.field == "workdir"
-  name = {"meta": "meta.json", "rejected": "task.py"}.get(case, "loop_state.json")
+  name = {"meta": "meta.json", "slot": "meta.json", "rejected": "task.py"}.get(
+    case, "loop_state.json"
+  )
   assert name in e.value.message
   if case == "rejected":  # and through the program: one line, nothing changed
     r = run_program("experiments.dicode", [f"--workdir={wd}"], tmp_path, timeout=120)

@@ -95,7 +95,7 @@ META_KEYS = ("id", "name", "dir", "parent", "generation", "status", "reason", "i
 META_KEYS += ("score", "scores")
 
 
-def check_resume(workdir: pathlib.Path, curriculum: str, sessions: int) -> None:
+def check_resume(workdir: pathlib.Path, curriculum: str, sessions: int, num_slots: int) -> None:
   """Reads (never writes) what a resume of ``workdir`` relies on: loop_state.json, and for
   ``dicode`` every archived task's meta.json and, for the tasks still in use, its program
   (the sandbox's checks, without running it). ConfigError("workdir") naming the file."""
@@ -134,6 +134,18 @@ def check_resume(workdir: pathlib.Path, curriculum: str, sessions: int) -> None:
       meta["status"] in archive_lib.STATUSES and isinstance(meta["id"], int),
       "workdir",
       f"{meta_path}: status {meta['status']!r} / id {meta['id']!r} is not an archive task's{bad}",
+    )
+    slot, score, slots = meta["slot"], meta["score"], num_slots - 1
+    require(
+      slot is None or (isinstance(slot, int) and 0 <= slot < slots),
+      "workdir",
+      f"{meta_path}: slot {slot!r} is not one of the run's {slots} task slots{bad}",
+    )
+    number = isinstance(score, (int, float)) and not isinstance(score, bool)
+    require(
+      score is None or (number and math.isfinite(score)),
+      "workdir",
+      f"{meta_path}: score {score!r} is not a finite number{bad}",
     )
     program = meta_path.parent / "task.py"
     if meta["status"] in ("admitted", "validated") and program.exists():
@@ -223,7 +235,7 @@ def run(workdir, config, curriculum: str, proposer: dict, seed: int = 0, hooks=N
     if summary is not None:  # a finished run re-run: its record, and not one byte written
       print(f"[dicode] {workdir} holds this finished run; its record is unchanged")
       return summary
-    check_resume(workdir, curriculum, config.sessions)
+    check_resume(workdir, curriculum, config.sessions, config.num_slots)
   workdir_lib.check_writable(workdir, "workdir")
   # The endpoint is asked before anything runs JAX (which creates the compilation cache).
   made = make_proposer(proposer, config) if curriculum == "dicode" else None

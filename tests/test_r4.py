@@ -280,14 +280,56 @@ def test_experiment_bad_input_exits_2(tmp_path):
 
   bad = tmp_path / "bad.csv"
   bad.write_text("trajectory_id,rating\n0,1\n0,2\n")
+  big = tmp_path / "big.csv"
+  big.write_text("trajectory_id,rating\n0," + "1" * 30 + "\n1,2\n")
+  small = ["--config.pool=32", "--config.heldout=16", "--config.traj_len=20"]
   for args, flag in [
     (["--method=dpo"], "--method"),
     ([f"--ratings={bad}"], "--ratings"),
+    ([f"--ratings={big}"], "--ratings"),  # a 30-digit rating: one line, no OverflowError
+    ([*small, "--config.bins=(1000.0,)"], "--config.bins"),  # every return in one class
+    (["--config.bins=(5.0,1.0)"], "--config.bins"),
+    (["--config.pool=1000000000"], "--config.pool: needs about"),
+    (["--config.reward.ood_samples=1000000000"], "--config.reward.ood_samples: needs about"),
+    (["--config.ppo.num_envs=-4"], "--config.ppo.num_envs"),
+    (["--config.ppo.mlp.hidden=(-5,)"], "--config.ppo.mlp.hidden"),
   ]:
     r = run_program("experiments.r4", [f"--workdir={tmp_path / 'run'}", *args], tmp_path)
     _exit_2(r, flag)
+    assert "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()
-  assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv", "big.csv"]
+
+
+def _files(wd):
+  """Every file's bytes but the lock's (it holds the pid of its last holder)."""
+  return {p.name: p.read_bytes() for p in sorted(wd.iterdir()) if p.name != ".lock"}
+
+
+def test_experiment_rerun_is_safe(tmp_path):
+  """A finished run re-run: its record, every file byte-identical; another seed: exit 2."""
+  import json
+
+  from programs import run_program
+
+  wd = tmp_path / "run"
+  args = [f"--workdir={wd}", "--config.pool=32", "--config.heldout=16", "--config.traj_len=20"]
+  args += ["--config.reward.steps=20", "--config.reward.ood_samples=16", "--steps=2"]
+  args += ["--config.eval_points=1", "--config.ppo.num_envs=4", "--config.ppo.num_steps=8"]
+  args += ["--config.ppo.minibatches=1", "--config.ppo.eval_envs=4", "--config.ppo.eval_steps=20"]
+  r = run_program("experiments.r4", args, tmp_path, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  before = _files(wd)
+  assert {"summary.json", "config.json", "trajectories.npz", "agent.png"} <= set(before)
+  recorded = json.loads(before["config.json"])
+  assert recorded["seed"] == 0 and recorded["method"] == "r4" and recorded["steps"] == 2
+  r = run_program("experiments.r4", args, tmp_path, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "nothing rewritten" in r.stdout and "held-out Kendall tau" in r.stdout
+  assert _files(wd) == before
+  r = run_program("experiments.r4", [*args, "--seed=1"], tmp_path, timeout=600)
+  _exit_2(r, "--workdir")
+  assert "seed" in r.stderr and _files(wd) == before
 
 
 @pytest.mark.slow

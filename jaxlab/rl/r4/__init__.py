@@ -8,6 +8,7 @@ files), ``protocol`` (offline and online protocols with PPO: ``protocol.run``). 
 
 from jaxlab.rl.r4.config import (  # noqa: E402,F401
   PROTOCOLS,
+  check_memory,
   get_config,
   ppo_config,
   ppo_updates,

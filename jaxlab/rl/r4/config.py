@@ -10,6 +10,7 @@ that are flags of the program (``--env --method --ratings --protocol``) are argu
 from __future__ import annotations
 
 import ml_collections
+import numpy as np
 
 from jaxlab.core.errors import check_choice, check_config, require
 from jaxlab.rl import ppo
@@ -90,11 +91,20 @@ def validate_config(config, *, method: str, ratings: str, protocol: str, updates
       "ppo.eval_steps": "positive",
     },
   )
+  bins = list(config.bins)
   require(
-    list(config.bins) == sorted(config.bins), "config.bins", f"must be increasing: {config.bins}"
+    all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bins),
+    "config.bins",
+    f"must be a tuple of numbers (increasing return edges), got {config.bins!r}",
+  )
+  require(
+    bins == sorted(bins) and len(set(bins)) == len(bins),
+    "config.bins",
+    f"must be strictly increasing, got {config.bins}",
   )
   rc = reward_config(config, method)
   validate(rc, prefix="config.reward")
+  ppo.validate_config(config.ppo, "mlp", prefix="config.ppo")
   pc = ppo_config(config, updates)
   ppo.validate(pc, recurrent=False, prefix="config.ppo")
   rounds = config.online_rounds if protocol == "online" else config.eval_points
@@ -103,3 +113,44 @@ def validate_config(config, *, method: str, ratings: str, protocol: str, updates
     require(protocol == "offline", "protocol", "a ratings file goes with --protocol=offline")
     r4_data.read_ratings(ratings, config.pool)
   return rc, pc
+
+
+def check_memory(config, env: str, method: str = "r4") -> None:
+  """Refuses (ConfigError naming the field) sizes whose arrays cannot fit, before any is built:
+  the ``pool + heldout`` (and online ``online_per_round``) trajectories of ``traj_len`` steps,
+  the reward fit's batch and PPO's rollout and evaluation (``ppo.check_memory``)."""
+  from jaxlab.core import resources
+  from jaxlab.envs import gymnax
+
+  spec = gymnax.make(env, 1)  # static facts only: nothing is allocated
+  obs = int(np.prod(spec.obs_shape))
+  step = (obs + max(spec.action_dim, 1) + 2) * 4  # observation, action, reward, mask (float32)
+  total = int(config.pool) + int(config.heldout)
+  field = "config.traj_len" if config.traj_len > total else "config.pool"
+  features = (obs + max(spec.num_actions, spec.action_dim, 1)) * 4
+  resources.check_fits(
+    total * config.traj_len * (3 * step + features),  # rollout outputs, host copies, features
+    field,
+    f"{total} trajectories of {config.traj_len} steps (observations {spec.obs_shape})",
+  )
+  resources.check_int32(field, total * int(config.traj_len), "the trajectories' steps")
+  rw = config.reward
+  width = features + 4 * sum(int(h) for h in rw.hidden)  # bytes of one step's activations
+  per_set = {"r4": int(config.num_classes), "bt": 2}.get(method, 1)  # trajectories per example
+  field = "config.reward.ensemble" if rw.ensemble > rw.batch else "config.reward.batch"
+  resources.check_fits(
+    2.0 * rw.ensemble * rw.batch * per_set * config.traj_len * width,
+    field,
+    f"a reward-fit step of {rw.ensemble} members x {rw.batch} examples of {config.traj_len} steps",
+  )
+  resources.check_fits(
+    2.0 * rw.ensemble * rw.ood_samples * width,
+    "config.reward.ood_samples",
+    f"{rw.ood_samples} OOD draws per step for {rw.ensemble} members",
+  )
+  resources.check_fits(
+    config.online_per_round * config.traj_len * (3 * step + features),
+    "config.online_per_round",
+    f"{config.online_per_round} new trajectories per round",
+  )
+  ppo.check_memory(config.ppo, spec.obs_shape, spec.action_dim, "mlp", prefix="config.ppo")

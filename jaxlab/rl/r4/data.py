@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core.errors import ConfigError, require
+from jaxlab.core.resources import INT32_MAX
 
 Array = jax.Array
 
@@ -171,6 +172,12 @@ def read_ratings(path: str | pathlib.Path, num_trajectories: int, field: str = "
       tid, rating = int(parts[0]), int(parts[1])
     except ValueError:
       raise ConfigError(field, f"{where}: id and rating must be integers, got {line!r}") from None
+    require(
+      abs(rating) <= INT32_MAX and abs(tid) <= INT32_MAX,
+      field,
+      f"{where}: id and rating must be integers of at most 10 digits (<= {INT32_MAX}), "
+      f"got {line.strip()[:60]!r}",
+    )
     require(
       0 <= tid < num_trajectories,
       field,

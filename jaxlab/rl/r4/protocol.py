@@ -26,7 +26,7 @@ from flax import struct
 
 from jaxlab.core import plots, runtime
 from jaxlab.core import workdir as workdir_lib
-from jaxlab.core.errors import require
+from jaxlab.core.errors import ConfigError
 from jaxlab.envs import gymnax, vec
 from jaxlab.rl import ppo, r4
 from jaxlab.rl.ppo import evaluation as ppo_eval
@@ -169,12 +169,16 @@ def run(
   ``protocol``: offline | online; ``updates``: PPO updates (the program's default:
   :func:`r4.ppo_updates`). Everything is validated (ConfigError naming the field) before
   ``workdir`` is created; there it writes trajectories.npz, alignment.png, agent.png and
-  summary.json (``workdir=None``: nothing is written).
+  summary.json (``workdir=None``: nothing is written). The workdir goes through
+  ``jaxlab.core.workdir.session`` (locked; a different recorded config, e.g. another seed, is
+  refused naming ``--workdir``); a finished run's record is returned with every file unchanged,
+  and trajectories.npz (the pool a ratings CSV refers to) is never overwritten.
   """
   gymnax.resolve(env)
   rc, pc = r4.validate_config(
     config, method=method, ratings=ratings, protocol=protocol, updates=updates
   )
+  r4.check_memory(config, env, method)
   rounds = config.online_rounds if protocol == "online" else config.eval_points
   key = jax.random.key(seed)
   k_pool, k_rate, k_fit, k_ppo, k_eval, k_online = jax.random.split(key, 6)
@@ -183,15 +187,82 @@ def run(
   trajs = r4_data.collect(gymnax.make(env, total), config.traj_len, k_pool)
   pool, heldout = trajs.take(np.arange(config.pool)), trajs.take(np.arange(config.pool, total))
   ids, rated, edges = rate(pool, config, k_rate, ratings)
-  require(
-    len(np.unique(rated)) >= 2, "ratings", "the rated trajectories fall in fewer than 2 classes"
-  )
-  if workdir is not None:
-    workdir = pathlib.Path(workdir)
-    workdir_lib.create(workdir)
-    arrays = dict(obs=pool.obs, action=pool.action, mask=pool.mask, true_return=pool.true_return)
-    np.savez_compressed(workdir / "trajectories.npz", **arrays)
+  if len(np.unique(rated)) < 2:
+    g = pool.true_return
+    if ratings != "simulated":
+      field, why = "ratings", "the rated trajectories fall"
+    else:
+      field = "config.bins" if len(config.bins) else "config.num_classes"
+      why = f"the pool's returns ({g.min():.4g} to {g.max():.4g}) fall"
+      why += f" with edges {tuple(config.bins)}" if len(config.bins) else ""
+    raise ConfigError(field, f"{why} in fewer than 2 rating classes")
+  recorded = {
+    **config.to_dict(),
+    "env": env,
+    "method": method,
+    "ratings": ratings,
+    "ratings_sha256": None if ratings == "simulated" else _sha256(ratings),
+    "protocol": protocol,
+    "seed": seed,
+    "steps": updates,
+  }
+  with workdir_lib.session(None if workdir is None else pathlib.Path(workdir), recorded) as wd:
+    record = workdir_lib.finished(wd)
+    if record is not None:  # a finished run: its record, every file left as it is
+      print(f"{wd} holds this finished run; its record (nothing rewritten):", flush=True)
+      return record
+    if wd is not None and not (wd / "trajectories.npz").exists():  # the rated pool stays
+      arrays = dict(obs=pool.obs, action=pool.action, mask=pool.mask, true_return=pool.true_return)
+      tmp = wd / "trajectories.tmp.npz"
+      np.savez_compressed(tmp, **arrays)
+      tmp.replace(wd / "trajectories.npz")
+    return _train(
+      config,
+      rc,
+      pc,
+      env=env,
+      method=method,
+      protocol=protocol,
+      updates=updates,
+      seed=seed,
+      workdir=wd,
+      pool=pool,
+      heldout=heldout,
+      ids=ids,
+      rated=rated,
+      edges=edges,
+      rounds=rounds,
+      keys=(k_fit, k_ppo, k_eval, k_online),
+    )
 
+
+def _sha256(path) -> str:
+  import hashlib
+
+  return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+def _train(
+  config,
+  rc,
+  pc,
+  *,
+  env,
+  method,
+  protocol,
+  updates,
+  seed,
+  workdir,
+  pool,
+  heldout,
+  ids,
+  rated,
+  edges,
+  rounds,
+  keys,
+) -> dict:
+  """The reward fit, PPO phases and outputs of :func:`run` (inside its workdir session)."""
+  k_fit, k_ppo, k_eval, k_online = keys
   venv = gymnax.make(env, pc.num_envs)
   hidden, activation = tuple(config.ppo.mlp.hidden), config.ppo.mlp.activation
   policy = policies.make(

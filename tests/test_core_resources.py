@@ -44,3 +44,14 @@ def test_check_writable_creates_nothing(tmp_path):
   with pytest.raises(ConfigError) as e:
     workdir.check_writable(tmp_path / "file" / "sub", "out")
   assert e.value.field == "out"
+
+
+def test_check_free_sees_a_busy_workdir_and_writes_nothing(tmp_path):
+  workdir.check_free(tmp_path / "new")  # no workdir yet: free, and nothing created
+  assert not (tmp_path / "new").exists()
+  with workdir.session(tmp_path / "run"):
+    with pytest.raises(ConfigError, match="in use by pid") as e:
+      workdir.check_free(tmp_path / "run")
+    assert e.value.field == "workdir"
+  workdir.check_free(tmp_path / "run")  # released
+  assert (tmp_path / "run" / workdir.LOCK).read_bytes() == b""  # no pid left: re-runs identical

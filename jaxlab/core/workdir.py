@@ -63,17 +63,38 @@ def check_config(path: pathlib.Path, config: Any) -> None:
     )
 
 
+def _busy(path: pathlib.Path, f) -> ConfigError:
+  f.seek(0)
+  owner = f.read().strip() or "another process"
+  f.close()
+  return ConfigError(
+    "workdir", f"{path} is in use by pid {owner}; wait for it, or choose another --workdir"
+  )
+
+
+def check_free(path: str | os.PathLike | None) -> None:
+  """``ConfigError('workdir')`` if another process holds ``path`` now; writes nothing.
+
+  For programs that build for a while before ``session`` takes the lock (environments,
+  compilation): a busy workdir is then refused first.
+  """
+  if path is None or not (pathlib.Path(path) / LOCK).exists():
+    return
+  f = open(pathlib.Path(path) / LOCK)
+  try:
+    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+  except OSError:
+    raise _busy(pathlib.Path(path), f) from None
+  fcntl.flock(f, fcntl.LOCK_UN)
+  f.close()
+
+
 def _lock(path: pathlib.Path):
   f = open(path / LOCK, "a+")
   try:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError:
-    f.seek(0)
-    owner = f.read().strip() or "another process"
-    f.close()
-    raise ConfigError(
-      "workdir", f"{path} is in use by pid {owner}; wait for it, or choose another --workdir"
-    ) from None
+    raise _busy(path, f) from None
   f.seek(0)
   f.truncate()
   f.write(str(os.getpid()))
@@ -106,6 +127,8 @@ def session(path: pathlib.Path | None, config: Any = None) -> Iterator[pathlib.P
     yield path
   finally:
     if lock is not None:
+      lock.seek(0)
+      lock.truncate()  # no pid left behind: a re-run of a finished run changes no byte
       fcntl.flock(lock, fcntl.LOCK_UN)
       lock.close()
 

@@ -105,6 +105,10 @@ def main(argv):
   where = FLAGS.trained_workdir
   if where is not None:
     experiment.require(os.path.isdir(where), "trained_workdir", f"no such directory: {where}")
+    ckpts = os.path.join(where, checkpoint.CKPT_DIR)  # read only: never create checkpoints/
+    experiment.require(os.path.isdir(ckpts), "trained_workdir", f"{where} has no checkpoints/")
+  dasbs.check_memory(spec, FLAGS.num_samples)
+  evaluation.check_memory(spec, ev)
   key = jax.random.key_data(jax.random.key(run.seed))
   train_sps, untrained = _train_steps_per_sec(spec, key)
   t = spec.target

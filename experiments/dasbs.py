@@ -65,6 +65,7 @@ def main(argv):
   )
   ev = eval_settings()
   run.check_batch("config.batch_size", spec.batch_size)
+  evaluation.check_memory(spec, ev, devices=1 if run.mesh is None else run.mesh.size)
   print(
     f"[dasbs] {tgt} noise={spec.sched} source={spec.source} ctrl={spec.ctrl_loss} "
     f"corr={spec.corr_loss} steps={run.steps} (schedule {spec.total_steps})",

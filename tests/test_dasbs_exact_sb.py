@@ -108,7 +108,7 @@ def test_program_floor_and_flag_errors(tmp_path):
   [
     (["--steps=100000000"], "--steps", "this machine has"),
     (["--steps=10000000000"], "--steps", "overflows"),
-    (["--samples=1000000000"], "--samples", "overflows"),
+    (["--samples=3000000000"], "--samples", "overflows"),
     (["--samples=60000000"], "--samples", "this machine has"),
     (["--beta=nan"], "--beta", "finite"),
     (["--seeds=0"], "--seeds", "> 0"),

@@ -123,6 +123,19 @@ def _run(module, args, cwd):
     (["--config.target=potts", "--config.h=0.5"], "--config.h"),
     ([f"--config={CONFIG_FILE}:ising_hot"], "--config"),
     (["--mcmc_thin=0"], "--mcmc_thin"),
+    # sizes that cannot fit, refused before anything is built (CPU preset otherwise)
+    ([f"--config={CONFIG_FILE}:ising_critical_cpu", "--config.hidden=1000000"], "--config.hidden"),
+    ([f"--config={CONFIG_FILE}:ising_critical_cpu", "--config.L=1000"], "--config.L"),
+    ([f"--config={CONFIG_FILE}:ising_critical_cpu", "--eval_samples=100000000"], "--eval_samples"),
+    ([f"--config={CONFIG_FILE}:ising_critical_cpu", "--mcmc_chains=100000000"], "--mcmc_chains"),
+    (
+      [
+        f"--config={CONFIG_FILE}:ising_critical_cpu",
+        "--config.batch_size=1000000",
+        "--config.buffer_size=1000000",
+      ],
+      "--config.batch_size",
+    ),
   ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, args, flag):
@@ -186,6 +199,21 @@ def test_benchmark_rejects_unused_shared_flags(tmp_path):
   r = _run("benchmarks.dasbs", [f"--trained_workdir={missing}"], tmp_path)
   assert r.returncode == 2 and "error: --trained_workdir: no such directory" in r.stderr
   assert not missing.exists()
+  # a folder without checkpoints is read, never given a checkpoints/ folder; sizes that cannot
+  # fit and zero sizes are refused before any timing
+  cpu = f"--config={CONFIG_FILE}:ising_critical_cpu"
+  (tmp_path / "empty").mkdir()
+  for args, flag in [
+    ([f"--trained_workdir={tmp_path / 'empty'}"], "--trained_workdir"),
+    (["--num_samples=1000000000"], "--num_samples"),
+    (["--num_samples=0"], "--num_samples"),
+    (["--mcmc_chains=100000000"], "--mcmc_chains"),
+  ]:
+    r = _run("benchmarks.dasbs", [cpu, *args], tmp_path)
+    err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith(f"error: {flag}:"), r.stderr
+    assert "Traceback" not in r.stderr and not r.stdout
+  assert list((tmp_path / "empty").iterdir()) == []
 
 
 def test_printed_result_puts_unweighted_errors_and_target_ess_first():

@@ -45,7 +45,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from jaxlab.core import runtime
+from jaxlab.core import resources, runtime
 from jaxlab.core import sharding as shd
 from jaxlab.core.errors import check_config, require
 from jaxlab.core.train_state import TrainState
@@ -272,6 +272,36 @@ def make_spec(config) -> Spec:
   defaults = get_config()
   fields = {f.name for f in dataclasses.fields(Spec)} - {"target", "sched"}
   return Spec(target=target, sched=sched, **{k: type(defaults[k])(c[k]) for k in fields})
+
+
+def check_memory(spec: Spec, num_samples: int = 0, samples_field: str = "num_samples", devices=1):
+  """Refuses a spec whose arrays cannot fit, before anything is built (`resources.check_fits`):
+  the model's activations for one training batch (batch_size x num_repl paths of D sites; the
+  attention is D x D per head) or ``num_samples`` simulated paths, and the replay buffer."""
+  t = spec.target
+  for field in ("batch_size", "num_repl", "buffer_size", "hidden", "sampling_steps"):
+    resources.check_int32(f"config.{field}", getattr(spec, field))
+  resources.check_int32("config.L", t.D, "the number of sites")
+  if spec.model == "tabular":
+    per_row = sample_row = 4 * t.D * t.N * 8
+    params = 4 * 4 * spec.knots * t.D * t.N
+  else:  # a layer's activations per path: the MLP and attention's D x D logits per head
+    layer = 4 * t.D * (spec.hidden * (4 + spec.mlp_ratio) + spec.heads * t.D)
+    per_row = spec.depth * layer + 4 * t.D * t.N * 8  # training keeps every layer's
+    sample_row = layer + 4 * t.D * t.N * 8  # sampling: one layer at a time
+    params = 4 * 4 * spec.depth * spec.hidden**2 * (4 + 2 * spec.mlp_ratio) * 2
+  resources.check_fits(params, "config.hidden", "the parameters and optimiser state")
+  field = "config.L" if spec.model != "tabular" else "config.knots"
+  what = f"the model on one path of {t.D} sites"
+  resources.check_fits(params + per_row, field, what, devices=devices)
+  rows = spec.batch_size * spec.num_repl
+  what = f"the model's activations on {rows} paths of {t.D} sites"
+  resources.check_fits(params + rows * per_row, "config.batch_size", what, devices=devices)
+  if num_samples:
+    what = f"the model's activations on {num_samples} sampled paths of {t.D} sites"
+    resources.check_fits(params + num_samples * sample_row, samples_field, what, devices=devices)
+  what = f"the replay buffer of {spec.buffer_size} pairs of {t.D} sites"
+  resources.check_fits(2 * 4 * spec.buffer_size * t.D, "config.buffer_size", what)
 
 
 def make_models(spec: Spec):

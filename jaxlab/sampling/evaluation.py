@@ -23,7 +23,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from jaxlab.core import plots, runtime
+from jaxlab.core import plots, resources, runtime
 from jaxlab.core.errors import check_config
 from jaxlab.sampling import dasbs, exact, mcmc, metrics
 
@@ -48,6 +48,20 @@ def validate_config(ev) -> ml_collections.ConfigDict:
   table = {k: "positive" for k in positive} | {"stage_eval_samples": "nonneg"}
   check_config(ev, table | {"mcmc_burn_in": "nonneg"}, prefix="")
   return ev
+
+
+def check_memory(spec, ev, devices=1) -> None:
+  """Training and evaluation sizes that cannot fit are refused before anything is built: the
+  model (`dasbs.check_memory`) on --eval_samples / --stage_eval_samples paths, and the MCMC
+  reference's kept samples (chains x samples x sites)."""
+  dasbs.check_memory(spec, ev.eval_samples, "eval_samples", devices=devices)
+  dasbs.check_memory(spec, ev.stage_eval_samples, "stage_eval_samples", devices=devices)
+  for field in ("mcmc_chains", "mcmc_samples"):
+    resources.check_int32(field, ev[field])
+  D = spec.target.D
+  what = f"{ev.mcmc_chains} MCMC chains x {ev.mcmc_samples} kept samples of {D} sites"
+  field = "mcmc_samples" if ev.mcmc_samples > ev.mcmc_chains else "mcmc_chains"
+  resources.check_fits(4 * 4 * ev.mcmc_chains * (ev.mcmc_samples + 2) * D, field, what)
 
 
 def mcmc_method(target) -> str:

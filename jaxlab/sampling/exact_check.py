@@ -63,7 +63,7 @@ def check_sizes(D: int, N: int, steps: int, samples: int, steps_field: str = "st
   where the steps come from (the flag, or the --workdir run's config)."""
   S = N**D
   resources.check_int32(steps_field, steps, "the tau-leaping steps")
-  resources.check_int32("samples", samples * D * N, "the paths' array (samples x sites x values)")
+  resources.check_int32("samples", samples, "the number of paths")
   what = f"the exact controller's table log phi_t ({steps} steps x {S} states, float64)"
   resources.check_fits(2 * 8 * steps * S, steps_field, what)
   what = f"{samples} paths of {D} sites x {N} values (and the trained controller's per step)"

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, resources
 from jaxlab.optim.goma import problems, vi
 
 _INSTANCES = flags.DEFINE_integer("instances", 1024, "Random bilinear games solved in one vmap.")
@@ -67,11 +67,24 @@ def _solve_jax(games, z0s, lips, method, iters):
 
 def main(argv):
   del argv
+  steps = flags.FLAGS.steps
+  experiment.require(steps is None or steps >= 1, "steps", f"must be >= 1, got {steps}")
   run = experiment.common("vi_benchmark", default_steps=1000, unused=UNUSED_FLAGS)
   method = experiment.check_choice("method", _METHOD.value, ("goma", "eg"))
   experiment.require(_INSTANCES.value >= 1, "instances", f"must be >= 1, got {_INSTANCES.value}")
   experiment.require(_N.value >= 1, "n", f"must be >= 1, got {_N.value}")
   instances, n, iters = _INSTANCES.value, _N.value, run.steps
+  # before anything is built: the games (JAX and NumPy copies) and both residual histories
+  for name, value in (("instances", instances), ("n", 2 * n), ("steps", iters + 1)):
+    resources.check_int32(name, value)
+  what = f"{instances} games of size {2 * n} (JAX and NumPy copies)"
+  resources.check_fits(
+    4 * 4 * instances * 4 * n * n, "n" if n * n > instances else "instances", what
+  )
+  what = f"{instances} x {iters + 1} residuals (JAX and NumPy)"
+  resources.check_fits(
+    4 * 4 * instances * (iters + 1), "steps" if iters > instances else "instances", what
+  )
 
   k_games, k_starts = jax.random.split(jax.random.PRNGKey(run.seed))
   games = jax.vmap(lambda k: problems.bilinear(k, n, 0.1, 1.0, "uniform"))(

@@ -88,14 +88,14 @@ def check_sizes(config, steps: int | None = None) -> None:
   """Refuses sizes whose arrays cannot fit, before any graph or data set is built: the n x n
   mixing matrices, the least-squares data (n x rows x dim) and the per-step curves."""
   n = config.n
-  resources.check_int32("config.n", n * n, "the n x n mixing matrix")
+  for field in ("n", "rows", "dim", "batch_size", "sgd_batch"):
+    resources.check_int32(f"config.{field}", config[field])
   resources.check_fits(4 * 8 * n * n, "config.n", f"the {n} x {n} mixing matrices")
   data = 4 * 4 * n * config.rows * (config.dim + 1)
   resources.check_fits(data, "config.rows", f"{n} nodes x {config.rows} rows x {config.dim} dims")
   resources.check_fits(4 * 4 * n * config.dim * 4, "config.dim", f"{n} iterates of {config.dim}")
   for field in ("batch_size", "sgd_batch"):  # minibatches are drawn with replacement
     b = config[field]
-    resources.check_int32(f"config.{field}", n * b, "the minibatch indices of all nodes")
     resources.check_fits(4 * 4 * n * b * (config.dim + 1), f"config.{field}", f"{n} minibatches")
   if steps is not None:
     resources.check_int32("steps", steps, "the step count")

@@ -61,6 +61,9 @@ def _files(root: pathlib.Path) -> dict[str, str]:
     ("train", {"batch_size": 10**9}, "config.batch_size"),
     ("train", {"batch_size": 10**6}, "config.batch_size"),  # int32-safe, but 600 GiB
     ("train", {"seq_len": 10**9}, "config.seq_len"),
+    ("train", {"mlp_dim": 10**9}, "config.mlp_dim"),
+    ("train", {"val_batches": 10**9}, "config.val_batches"),
+    ("distill", {"distill__eval_batches": 10**9}, "config.distill.eval_batches"),
     ("train", {"text": "synthetic", "vocab_size": 300_000}, "config.vocab_size"),
     ("train", {"text": "synthetic", "corpus_tokens": 10**11}, "config.corpus_tokens"),
     ("distill", {"distill__teacher_d_model": 10**6}, "config.distill.teacher_d_model"),
@@ -190,7 +193,7 @@ def test_generate_is_read_only_and_refuses_another_model_shape(tmp_path):
   files = _files(wd)
   text = modes.generate(c, wd, seed=0)
   assert isinstance(text, str) and _files(wd) == files
-  for field, value in (("d_model", 16), ("n_layers", 2), ("tie_embeddings", True)):
+  for field, value in (("d_model", 16), ("tie_embeddings", True)):
     other = _set(_tiny_bytes(), **{field: value})
     with pytest.raises(ConfigError) as e:
       modes.generate(other, wd, seed=0)

@@ -26,6 +26,15 @@ def param_count(cfg) -> int:
   return embed + cfg.n_layers * block + d
 
 
+MODEL_DEFAULTS = dict(vocab_size=512, d_model=64, n_layers=2, n_heads=4, head_dim=16, mlp_dim=192)
+
+
+def _furthest(cfg, prefix: str) -> str:
+  """The model field furthest above the library default (the one to make smaller)."""
+  ratio = {f: getattr(cfg, f) / d for f, d in MODEL_DEFAULTS.items()}
+  return f"{prefix}.{max(ratio, key=ratio.get)}"
+
+
 def _larger(a: tuple[str, int, int], b: tuple[str, int, int]) -> str:
   """The field of ``(field, value, default)`` pairs that is furthest above its default."""
   return a[0] if a[1] / a[2] >= b[1] / b[2] else b[0]
@@ -45,15 +54,13 @@ def check_model(cfg, devices: int = 1, prefix: str = "config", note: str = "") -
   """The parameters and optimizer state of ``cfg`` must fit; returns their bytes."""
   for f in ("vocab_size", "d_model", "mlp_dim", "n_heads", "head_dim"):
     resources.check_int32(note or f"{prefix}.{f}", getattr(cfg, f))
-  embed = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
   total = param_count(cfg)
-  field = f"{prefix}.vocab_size" if embed >= total - embed else f"{prefix}.d_model"
-  if note:  # a teacher: its width is the field to change
-    field = note
+  field = note or _furthest(cfg, prefix)  # a teacher: its width is the field to change
   nbytes = STATE_BYTES * total
   what = (
     f"{total:,} parameters{' of the teacher' if note else ''} with their optimizer state "
-    f"(embedding/logits of vocab_size {cfg.vocab_size} x d_model {cfg.d_model})"
+    f"(embedding/logits of vocab_size {cfg.vocab_size} x d_model {cfg.d_model}, {cfg.n_layers} "
+    f"blocks of mlp_dim {cfg.mlp_dim})"
   )
   resources.check_fits(nbytes, field, what, devices=devices)
   return nbytes
@@ -82,6 +89,14 @@ def check_lm(config, cfg, mode: str, devices: int = 1, teacher=None) -> None:
     f"batch x seq_len x vocab_size {cfg.vocab_size}) plus the model's state"
   )
   resources.check_fits(state + act, field, what, devices=devices)
+  n, name = (
+    (c.distill.eval_batches, "config.distill.eval_batches")
+    if mode == "distill"
+    else (c.val_batches, "config.val_batches")
+  )
+  held = n * c.batch_size * (c.seq_len + 1) * F32  # held-out batches kept on the device
+  what = f"{n:,} held-out batches of {c.batch_size} x {c.seq_len + 1} tokens"
+  resources.check_fits(state + act + held, name, what, devices=devices)
   if c.text == "synthetic":
     resources.check_int32("config.corpus_tokens", c.corpus_tokens)
     v = c.vocab_size

@@ -184,12 +184,47 @@ def test_experiment_bad_input_exits_2(tmp_path):
   for args, flag in [
     (["--env=acrobot"], "--env"),
     (["--config.mode=statevector", "--set_size=131072"], "--set_size"),
+    (["--config.trials=100000000"], "--config.trials: needs about"),  # memory estimate
+    (["--set_size=1000000000"], "--set_size: needs about"),
+    (["--set_size=3000000000"], "--set_size: 3000000000 overflows"),  # int32
+    (["--config.episodes=1000000000"], "--config.episodes: needs about"),
+    (["--config.ppo.mlp.hidden=(-5,)"], "--config.ppo.mlp.hidden"),
   ]:
     r = run_program("experiments.qrim", [f"--workdir={tmp_path / 'run'}", *args], tmp_path)
-    assert r.returncode == 2, r.stderr[-2000:]
-    err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
-    assert len(err) == 1 and flag in err[0], r.stderr[-2000:]
+    _exit_2(r, flag)
   assert list(tmp_path.iterdir()) == []
+
+
+def _exit_2(r, flag):
+  assert r.returncode == 2, r.stderr[-2000:]
+  err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+  assert len(err) == 1 and err[0].startswith(f"error: {flag}"), r.stderr[-2000:]
+  assert "Traceback" not in r.stderr
+
+
+def test_experiment_rerun_is_safe(tmp_path):
+  """A finished run re-run: its record, every file byte-identical; another seed: exit 2."""
+  import json
+
+  from programs import run_program
+
+  wd = tmp_path / "run"
+  args = [f"--workdir={wd}", "--set_size=16", "--config.max_log2=5", "--config.trials=4"]
+  args += ["--config.robust_ppo=False", "--config.sweeps=3", "--config.states=4"]
+  r = run_program("experiments.qrim", args, tmp_path, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  files = lambda: {p.name: p.read_bytes() for p in sorted(wd.iterdir()) if p.name != ".lock"}
+  before = files()
+  assert {"summary.json", "config.json", "queries.png"} <= set(before)
+  recorded = json.loads(before["config.json"])
+  assert recorded["seed"] == 0 and recorded["set_size"] == 16 and recorded["env"] == "cartpole"
+  r = run_program("experiments.qrim", args, tmp_path, timeout=600)
+  assert r.returncode == 0 and "nothing rewritten" in r.stdout, r.stderr[-3000:]
+  assert files() == before
+  for extra in ("--seed=1", "--config.trials=8"):
+    r = run_program("experiments.qrim", [*args, extra], tmp_path, timeout=600)
+    _exit_2(r, "--workdir")
+    assert files() == before
 
 
 @pytest.mark.slow

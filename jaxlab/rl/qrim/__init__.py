@@ -7,6 +7,7 @@ parts of ``python -m experiments.qrim`` (``query_scaling``, ``tabular``, ``run``
 """
 
 from jaxlab.rl.qrim.config import (  # noqa: F401
+  check_memory,
   get_config,
   ppo_config,
   ppo_updates,

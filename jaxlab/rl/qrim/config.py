@@ -79,4 +79,43 @@ def validate_config(config, set_size: int) -> tuple[SearchConfig, ppo.PPOConfig]
     require(config.max_log2 <= 16, "config.max_log2", "statevector mode allows |U| <= 2^16")
   pc = ppo_config(config, 1)
   ppo.validate(pc, recurrent=False, prefix="config.ppo")
+  ppo.validate_config(config.ppo, "mlp", prefix="config.ppo")
   return search, pc
+
+
+def check_memory(config, env: str, set_size: int) -> None:
+  """Refuses (ConfigError naming the field) sizes whose arrays cannot fit, before any is built:
+  part 1's ``trials x 2^max_log2`` sets, part 2's robust MDP ``P[|U|, S, A, S]`` and its per-sweep
+  values, part 3's evaluation of ``|U| x episodes`` environments and PPO's rollout."""
+  from jaxlab.core import resources
+  from jaxlab.envs import gymnax
+
+  resources.check_int32("set_size", set_size, "the index of an uncertainty-set element")
+  length = 2**config.max_log2
+  per = 8 * 4 if config.mode == "statevector" else 6 * 4  # amplitudes / masks, keys, padding
+  field = "config.trials" if config.trials >= length else "config.max_log2"
+  resources.check_fits(
+    float(config.trials) * length * per,
+    field,
+    f"part 1's {config.trials} sets of up to {length} elements",
+  )
+  s, a = int(config.states), int(config.actions)
+  field = "set_size" if set_size >= s * s * a else "config.states"
+  resources.check_fits(
+    4.0 * 3 * set_size * s * a * s,  # P, its random draws and normalisation
+    field,
+    f"part 2's robust MDP P[|U|={set_size}, {s}, {a}, {s}] (float32)",
+  )
+  resources.check_int32(field, set_size * s * a, "the (s, a, u) values of a sweep")
+  if config.robust_ppo:
+    spec = gymnax.make(env, 1)  # static facts only: nothing is allocated
+    obs = 1
+    for d in spec.obs_shape:
+      obs *= int(d)
+    envs = set_size * int(config.episodes)
+    resources.check_fits(
+      4.0 * envs * (3 * obs + 4 * sum(config.ppo.mlp.hidden)),
+      "config.episodes" if config.episodes > set_size else "set_size",
+      f"part 3's evaluation of {set_size} parameters x {config.episodes} episodes",
+    )
+    ppo.check_memory(config.ppo, spec.obs_shape, spec.action_dim, "mlp", prefix="config.ppo")

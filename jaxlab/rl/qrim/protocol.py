@@ -103,11 +103,31 @@ def run(
 
   ``config``: :func:`jaxlab.rl.qrim.get_config`; ``env``: cartpole | pendulum; ``set_size``: |U|;
   ``updates``: PPO updates of part 3 (the program's default: :func:`jaxlab.rl.qrim.ppo_updates`;
-  ``config.robust_ppo=False`` or 0 skips part 3). Validated first (ConfigError naming the field);
-  writes summary.json and queries.png to ``workdir`` (``None``: nothing is written)."""
+  ``config.robust_ppo=False`` or 0 skips part 3). Validated first (ConfigError naming the field;
+  sizes that cannot fit: :func:`jaxlab.rl.qrim.config.check_memory`); writes summary.json and
+  queries.png to ``workdir`` (``None``: nothing is written) through
+  ``jaxlab.core.workdir.session`` (locked; another recorded config is refused naming
+  ``--workdir``; a finished run's record is returned with every file unchanged)."""
   robust.check_env(env)
   search, _ = qrim_config.validate_config(config, set_size)
+  qrim_config.check_memory(config, env, set_size)
   updates = updates if config.robust_ppo else 0
+  recorded = {**config.to_dict(), "env": env, "set_size": set_size, "seed": seed, "steps": updates}
+  with workdir_lib.session(None if workdir is None else pathlib.Path(workdir), recorded) as wd:
+    record = workdir_lib.finished(wd)
+    if record is not None:  # a finished run: its record, every file left as it is
+      print(f"{wd} holds this finished run; its record (nothing rewritten)", flush=True)
+      return record
+    summary, rows = _parts(search, config, env=env, set_size=set_size, updates=updates, seed=seed)
+    if wd is not None:
+      title = f"{search.mode} simulation, 95% CI over {config.trials} sets"
+      query_plot(wd / "queries.png", rows, title)
+      runtime.write_summary(wd, summary)
+  return summary
+
+
+def _parts(search, config, *, env: str, set_size: int, updates: int, seed: int):
+  """The three parts of :func:`run` -> ``(summary, query-scaling rows)``."""
   key = jax.random.key(seed)
   rows = query_scaling(search, config, jax.random.fold_in(key, 0))
   slope, slope_total = query_slopes(rows)
@@ -133,10 +153,4 @@ def run(
     "robust_ppo": rl,
     "ppo_updates": updates,
   }
-  if workdir is not None:
-    workdir = pathlib.Path(workdir)
-    workdir_lib.create(workdir)
-    title = f"{search.mode} simulation, 95% CI over {config.trials} sets"
-    query_plot(workdir / "queries.png", rows, title)
-    runtime.write_summary(workdir, summary)
-  return summary
+  return summary, rows

@@ -244,6 +244,9 @@ def common(
   require(
     not workdir.exists() or workdir.is_dir(), "workdir", f"{workdir} exists and is not a directory"
   )
+  # A busy or read-only workdir is refused now, before the program builds or compiles anything.
+  workdir_lib.check_free(workdir)
+  workdir_lib.check_writable(workdir, "workdir")
   return Common(
     name=name,
     workdir=workdir,

@@ -87,13 +87,24 @@ def time_agent(agent: str, data, steps: int, num_seeds: int = 1) -> float:
   return 1e3 * time_chunk(chunk, state, jax.random.key(1)) / steps
 
 
+# The benchmark writes nothing and runs one device: these shared flags would be ignored.
+UNUSED_FLAGS = ("workdir", "seed", "mesh", "log_every", "ckpt_every", "keep", "profile")
+
+
 def main(argv):
   del argv
   steps = FLAGS.steps if FLAGS.steps is not None else 100
   require(steps >= 1, "steps", f"must be >= 1, got {steps}")
-  batch_size = uhm.validate_config(_CONFIG.value).batch_size
+  for name in UNUSED_FLAGS:
+    require(not FLAGS[name].present, name, "is not used by benchmarks.uhm; remove it")
+  cfg = uhm.validate_config(_CONFIG.value)
+  batch_size = cfg.batch_size
   require(FLAGS.num_seeds >= 0, "num_seeds", f"must be >= 0, got {FLAGS.num_seeds}")
   agents = experiment.check_list("agents", FLAGS.agents, uhm.AGENTS)
+  for agent in agents:  # every agent's networks and batch, before the first is timed
+    c = cfg.as_configdict()
+    c.agent = agent
+    uhm.check_memory(uhm.validate_config(c), 28, 5, num_seeds=max(1, FLAGS.num_seeds))
   raw, source = _dataset()
   data = offline_data.make_offline_data(raw)
   print(

@@ -106,6 +106,8 @@ def main(argv):
   eval_every = uhm.resolve_eval_every(FLAGS.eval_every, run.steps, run.log_every)
   cfg, sources = uhm.resolve_task_config(config, FLAGS.env_name)
   run.check_batch("config.batch_size", cfg.batch_size)
+  devices = 1 if run.mesh is None else run.mesh.size
+  uhm.check_memory(cfg, num_seeds=FLAGS.num_seeds, devices=devices)  # before any data is read
   task = uhm.load_task(
     cfg,
     FLAGS.env_name,

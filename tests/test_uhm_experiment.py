@@ -106,6 +106,10 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
     (["--eval_episodes=0"], "--eval_episodes"),
     (["--num_seeds=0"], "--num_seeds"),
     (["--data_seed=-1"], "--data_seed"),
+    # sizes that cannot fit: refused before any data is read
+    (["--config.batch_size=100000000"], "--config.batch_size"),
+    (["--config.value_hidden_dims=(1000000,)"], "--config.value_hidden_dims"),
+    (["--num_seeds=1000000"], "--num_seeds"),
   ],
 )
 def test_bad_input_exits_2(tmp_path, args, flag):
@@ -275,3 +279,20 @@ def test_uhm_eval_never_creates_what_it_reads(tmp_path):
   r = run_program("experiments.uhm_eval", [f"--workdir={tmp_path / 'none'}"], tmp_path)
   _assert_exit_2(r, "--workdir")
   assert not (tmp_path / "none").exists() and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+  "args, flag",
+  [
+    (["--config.batch_size=1000000000"], "--config.batch_size"),
+    (["--num_seeds=1000000"], "--num_seeds"),
+    (["--agents="], "--agents"),
+    (["--agents=uhm,sac"], "--agents"),
+    (["--num_seeds=-1"], "--num_seeds"),
+    (["--workdir=x"], "--workdir"),
+  ],
+)
+def test_benchmark_refuses_bad_sizes_before_timing(tmp_path, args, flag):
+  r = run_program("benchmarks.uhm", args, tmp_path, drop=("XLA_FLAGS",))
+  _assert_exit_2(r, flag)
+  assert "Traceback" not in r.stderr and not r.stdout and list(tmp_path.iterdir()) == []

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from jaxlab.core import checkpoint, metrics, plots, runtime, sharding
+from jaxlab.core import checkpoint, metrics, plots, resources, runtime, sharding
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, require
 from jaxlab.rl.uhm import agent, offline_data
@@ -40,6 +40,7 @@ __all__ = [
   "ACTION_CLIP_EPS",
   "EVAL_SEED",
   "Task",
+  "check_memory",
   "check_options",
   "evaluate_checkpoint",
   "evaluate_seeds",
@@ -70,6 +71,36 @@ def check_options(
     "num_seeds",
     "vmapped seeds run on one device; drop --mesh (or train one seed per process with --mesh)",
   )
+
+
+def check_memory(config, obs_dim: int = 1, act_dim: int = 1, num_seeds: int = 1, devices=1) -> None:
+  """Refuses a config whose arrays cannot fit, before anything is built: the train states of
+  ``num_seeds`` seeds (shapes by `jax.eval_shape`, nothing allocated), a batch of windows and the
+  activations of one update. Before the data set is loaded its dimensions may be left at 1 (the
+  networks' widths and the batch dominate)."""
+  c = config
+  resources.check_int32("config.batch_size", c.batch_size)
+  dims = {f: max(c[f], default=1) for f in ("actor_hidden_dims", "value_hidden_dims")}
+  dims |= {f: max(c[f], default=1) for f in ("model_hidden_dims", "reward_hidden_dims")}
+  widest = max(dims, key=dims.get)
+  width = dims[widest]
+  depth = sum(len(c[f]) for f in dims) + 4
+  resources.check_int32(f"config.{widest}", width)
+  one = 4 * 4 * (width + obs_dim + act_dim) ** 2 * depth * (1 + c.num_critics)
+  resources.check_fits(one, f"config.{widest}", "the networks of one seed")
+  resources.check_fits(num_seeds * one, "num_seeds", f"the networks of {num_seeds} seeds")
+  state = jax.eval_shape(
+    lambda: agent.create_seeds(jax.random.key(0), num_seeds, obs_dim, act_dim, c)
+  )
+  nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+  field = "num_seeds" if num_seeds > 1 else f"config.{widest}"
+  what = f"the train state of {num_seeds} seed(s)"
+  resources.check_fits(2 * nbytes, field, what, devices=devices)
+  rows = num_seeds * c.batch_size
+  batch = 4 * rows * c.k_max * (2 * obs_dim + act_dim + 4)
+  act = 4 * rows * width * depth * (c.k_max + c.flow_steps + c.num_critics) * 4
+  what = f"a batch of {c.batch_size} x {c.k_max} windows and its activations"
+  resources.check_fits(batch + act, "config.batch_size", what, devices=devices)
 
 
 def resolve_task_config(config, env_name: str, verbose: bool = True):

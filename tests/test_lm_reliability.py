@@ -82,6 +82,13 @@ def test_sizes_that_cannot_fit_are_refused_before_allocation(mode, kw, field):
   assert "needs about" in e.value.message or "overflows" in e.value.message
 
 
+def test_frame_shape_must_be_a_pair():
+  c = _set(lm_config.get_config(), frame_shape=(1, 2, 3))
+  with pytest.raises(ConfigError) as e:
+    lm_config.validate_config(c, "train")
+  assert e.value.field == "config.frame_shape"
+
+
 def test_valid_sizes_pass():
   for mode in lm_config.MODES:
     lm_config.validate_config(lm_config.get_config(), mode)

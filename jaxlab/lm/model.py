@@ -126,6 +126,11 @@ class LMConfig:
 
   def _validate_world_model_options(self, name) -> None:
     check_choice(name("rope_mode"), self.rope_mode, ROPE_MODES)
+    require(
+      len(self.frame_shape) == 2,
+      name("frame_shape"),
+      f"must be (rows, cols), got {self.frame_shape}",
+    )
     require(self.block_size >= 0, name("block_size"), f"must be >= 0, got {self.block_size}")
     require(
       math.isfinite(self.dropout) and 0 <= self.dropout < 1,

@@ -14,6 +14,7 @@
 * `shards`: document-level train/validation split, uint16 shards on disk, memory-mapped stream.
 * `data`: synthetic Markov corpus, held-out split, the streaming loader (position checkpointed).
 * `generate`: autoregressive sampling (greedy or temperature) from a trained state.
+* `memory`: the bytes a config needs, refused before allocation when they cannot fit.
 * `flops`: training FLOPs per token, device peaks, tokens/s + MFU meter.
 * `distill`: HPD loss (exact port), the forward/reverse-KL family, the student update.
 * `capacity`: memorisation-capacity probe (bits/parameter on random bitstrings).

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, resources
 from jaxlab.core.mesh import make_mesh
 from jaxlab.optim import decentralized as dec
 
@@ -45,10 +45,20 @@ def _ensure_devices(n: int) -> None:
 
 def main(argv):
   del argv
+  steps = flags.FLAGS.steps
+  experiment.require(steps is None or steps >= 1, "steps", f"must be >= 1, got {steps}")
   run = experiment.common("decentralized_benchmark", default_steps=2000, unused=UNUSED_FLAGS)
-  n, steps = _NODES.value, run.steps
+  n, steps, dim = _NODES.value, run.steps, _DIM.value
   experiment.require(n >= 2, "nodes", f"must be >= 2, got {n}")
-  experiment.require(_DIM.value >= 1, "dim", f"must be >= 1, got {_DIM.value}")
+  experiment.require(dim >= 1, "dim", f"must be >= 1, got {dim}")
+  experiment.check_choice("topology", _TOPOLOGY.value, dec.TOPOLOGIES)
+  for name, value in (("nodes", n), ("dim", dim), ("steps", steps)):
+    resources.check_int32(name, value)
+  # before the graph, the data and the simulated devices: n x n mixing matrices, each node's
+  # 32 x dim least-squares block and iterates (dense and two shard_map runs)
+  resources.check_fits(4 * 8 * n * n, "nodes", f"the {n} x {n} mixing matrices")
+  what = f"{n} nodes x 32 rows x {dim} dims (three runs)"
+  resources.check_fits(3 * 4 * 4 * n * 33 * dim, "dim" if dim > n else "nodes", what)
   msg = dec.topology_error(_TOPOLOGY.value, n, p=0.4, seed=run.seed)
   experiment.require(msg is None, "topology", msg)
   _ensure_devices(n)

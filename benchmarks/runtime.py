@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from absl import flags
 
-from jaxlab.core import experiment, runtime
+from jaxlab.core import experiment, resources, runtime
 from jaxlab.core.errors import require
 from jaxlab.core.train_state import TrainState
 
@@ -77,6 +77,8 @@ def runtime_loop(state, batch, key, loop: runtime.Loop, workdir: str | None, rep
 
 def main(argv):
   del argv
+  steps = flags.FLAGS.steps
+  require(steps is None or steps >= 1, "steps", f"must be >= 1, got {steps}")
   run = experiment.common(
     "runtime_benchmark",
     default_steps=2000,
@@ -84,6 +86,10 @@ def main(argv):
     unused=("workdir", "mesh", "keep", "ckpt_every", "profile"),
   )
   require(_DIM.value >= 1, "dim", f"must be >= 1, got {_DIM.value}")
+  dim = _DIM.value
+  resources.check_int32("dim", dim)
+  # the weights, Adam's two moments, the gradients and the copies a checkpoint restore holds
+  resources.check_fits(8 * 4 * dim * dim, "dim", f"a {dim} x {dim} weight matrix and its state")
   require(
     run.steps >= 2 * run.log_every,
     "steps",

@@ -468,3 +468,21 @@ def test_experiment_rerun_is_byte_identical_and_another_setting_is_refused(tmp_p
   other = _cli([*args, "--lam=uniform"], wd)
   assert other.returncode == 2 and other.stderr.startswith("error: --workdir:"), other.stderr
   assert other.stderr.count("\n") == 1 and files() == before
+
+
+@pytest.mark.parametrize(
+  "args, flag",
+  [
+    (["--nodes=1000000"], "--nodes"),
+    (["--dim=1000000000"], "--dim"),
+    (["--topology=moebius"], "--topology"),
+    (["--nodes=1"], "--nodes"),
+  ],
+)
+def test_benchmark_refuses_bad_sizes_before_starting_devices(tmp_path, args, flag):
+  from programs import run_program
+
+  r = run_program("benchmarks.decentralized", args, tmp_path, drop=("XLA_FLAGS",), timeout=120)
+  err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+  assert r.returncode == 2 and len(err) == 1 and err[0].startswith(f"error: {flag}:"), r.stderr
+  assert "Traceback" not in r.stderr and not r.stdout and list(tmp_path.iterdir()) == []

@@ -457,3 +457,24 @@ def test_experiment_rerun_is_byte_identical_and_another_setting_is_refused(tmp_p
 def _files(wd):
   """Every file's bytes but the lock's (the pid of the last process that held the workdir)."""
   return {p.name: p.read_bytes() for p in wd.iterdir() if p.name != ".lock"}
+
+
+@pytest.mark.parametrize(
+  "module, args, flag",
+  [
+    ("benchmarks.goma", ["--instances=1000000000"], "--instances"),
+    ("benchmarks.goma", ["--n=100000"], "--n"),
+    ("benchmarks.goma", ["--steps=100000000"], "--steps"),
+    ("benchmarks.goma", ["--method=adam"], "--method"),
+    ("benchmarks.runtime", ["--dim=1000000"], "--dim"),
+    ("benchmarks.runtime", ["--dim=0"], "--dim"),
+  ],
+)
+def test_benchmarks_refuse_sizes_that_cannot_fit_before_timing(tmp_path, module, args, flag):
+  """(benchmarks.goma, and benchmarks.runtime, which has no test file of its own here.)"""
+  from programs import run_program
+
+  r = run_program(module, args, tmp_path, drop=("XLA_FLAGS",), timeout=120)
+  err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+  assert r.returncode == 2 and len(err) == 1 and err[0].startswith(f"error: {flag}:"), r.stderr
+  assert "Traceback" not in r.stderr and not r.stdout and list(tmp_path.iterdir()) == []

@@ -452,17 +452,9 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
 
 def test_experiment_end_to_end_small(tmp_path):
   wd = tmp_path / "wd"
-  r = _run(
-    "--env=cartpole",
-    "--steps=4",
-    "--config.num_envs=8",
-    "--config.num_steps=16",
-    "--config.eval_envs=4",
-    "--config.eval_steps=50",
-    "--mesh=data:-1",
-    f"--workdir={wd}",
-    cwd=tmp_path,
-  )
+  args = ["--env=cartpole", "--steps=4", "--config.num_envs=8", "--config.num_steps=16"]
+  args += ["--config.eval_envs=4", "--config.eval_steps=50", "--mesh=data:-1", f"--workdir={wd}"]
+  r = _run(*args, cwd=tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
   summary = json.loads((wd / "summary.json").read_text())
   assert summary["versions"]["gymnax"] and summary["env"] == "CartPole-v1"
@@ -475,6 +467,9 @@ def test_experiment_end_to_end_small(tmp_path):
   last = r.stdout.strip().splitlines()[-1]
   assert "env steps/s steady" in last and "averaged over the run" in last, last
   assert f"{summary['env_steps_per_sec_average']:,.0f} averaged over the run" in last, last
+  assert config["seed"] == 0
+  r = _run(*args, "--seed=1", cwd=tmp_path)  # another seed: refused, the run left as it is
+  assert r.returncode == 2 and "error: --workdir" in r.stderr and "seed: 0 -> 1" in r.stderr
 
 
 def test_estimate_bytes_grows_with_the_rollout():

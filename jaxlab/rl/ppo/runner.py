@@ -138,7 +138,13 @@ def train_run(
     rates.update(per_ach)
     return scalars
 
-  recorded = {**config.to_dict(), "env": env_name, "policy": policy_name, "steps": loop.num_steps}
+  recorded = {
+    **config.to_dict(),
+    "env": env_name,
+    "policy": policy_name,
+    "steps": loop.num_steps,
+    "seed": seed,  # another seed in the same workdir is refused, not mixed into the run
+  }
   shardings = None if mesh is None else agent.state_sharding(state, mesh, config.num_envs)
   state, result = runtime.train(
     state,

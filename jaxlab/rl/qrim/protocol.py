@@ -111,6 +111,8 @@ def run(
   robust.check_env(env)
   search, _ = qrim_config.validate_config(config, set_size)
   qrim_config.check_memory(config, env, set_size)
+  if workdir is not None:  # before computing: a read-only folder fails now, not after the run
+    workdir_lib.check_writable(workdir, "workdir")
   updates = updates if config.robust_ppo else 0
   recorded = {**config.to_dict(), "env": env, "set_size": set_size, "seed": seed, "steps": updates}
   with workdir_lib.session(None if workdir is None else pathlib.Path(workdir), recorded) as wd:

@@ -179,6 +179,8 @@ def run(
     config, method=method, ratings=ratings, protocol=protocol, updates=updates
   )
   r4.check_memory(config, env, method)
+  if workdir is not None:  # before computing: a read-only folder fails now, not after the run
+    workdir_lib.check_writable(workdir, "workdir")
   rounds = config.online_rounds if protocol == "online" else config.eval_points
   key = jax.random.key(seed)
   k_pool, k_rate, k_fit, k_ppo, k_eval, k_online = jax.random.split(key, 6)

@@ -374,7 +374,8 @@ def train(
       if loop.progress and jax.process_index() == 0:
         print(provenance.describe(mesh), flush=True)
       state, start = _resume(state, mngr, wd, loop)
-      host = _Host(loop, wd, start)
+      # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
+      host = _Host(loop, wd if start < loop.num_steps else None, start)
       ctx = dict(host=host, mngr=mngr, eval_fn=eval_fn, workdir=wd, data=data, key=key)
       t0 = time.perf_counter()
       with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():

@@ -30,6 +30,7 @@ import re
 import sys
 import textwrap
 import threading
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
@@ -110,6 +111,10 @@ def enable_compile_cache(flag_value: str | None = None) -> pathlib.Path | None:
     # A size bound turns on JAX's LRU eviction and, with it, a file lock around reads and
     # writes, so two runs started side by side never read each other's half-written entries.
     jax.config.update("jax_compilation_cache_max_size", _CACHE_MAX_BYTES)
+    # The cache is best effort: an entry another process evicted while this one wrote or read it
+    # only costs a compilation, not a warning on the user's console.
+    for verb in ("writing", "reading"):
+      warnings.filterwarnings("ignore", f"Error {verb} persistent compilation cache entry")
   return path
 
 

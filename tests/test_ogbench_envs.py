@@ -243,6 +243,9 @@ def _generator(args, cwd):
     ([f"--env_name={CUBE}", "--episodes=0"], "--episodes: must be >= 1"),
     ([f"--env_name={CUBE}", "--steps=5"], "--steps: is not used"),
     (["--episodes=2"], "--env_name: give the data set"),
+    ([f"--env_name={CUBE}", "--episodes=1000000000"], "--episodes: needs about"),
+    ([f"--env_name={CUBE}", "--max_episode_steps=1000000000"], "--max_episode_steps: needs about"),
+    ([f"--env_name={CUBE}", "--seed=-1"], "--seed: must be in [0, 2**32 - 1]"),
   ],
 )
 def test_generator_command_line_exits_2(tmp_path, args, needle):
@@ -250,6 +253,15 @@ def test_generator_command_line_exits_2(tmp_path, args, needle):
   err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
   assert r.returncode == 2 and len(err) == 1 and needle in err[0], r.stderr[-2000:]
   assert list(tmp_path.iterdir()) == []  # no folder made, nothing written to the cwd
+
+
+def test_generator_refuses_a_dataset_dir_it_cannot_write_before_generating(tmp_path):
+  (tmp_path / "a_file").write_text("x")
+  r = _generator([f"--env_name={CUBE}", f"--dataset_dir={tmp_path / 'a_file' / 'd'}"], tmp_path)
+  err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+  assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
+  assert err[0].startswith("error: --dataset_dir:") and "not a directory" in err[0]
+  assert "generating" not in r.stderr + r.stdout
 
 
 def test_evaluate_trivial_and_oracle_policies():

@@ -39,6 +39,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from jaxlab.core import resources, workdir
 from jaxlab.core.errors import ConfigError, require
 
 DEFAULT_DATASET_DIR = "~/.ogbench/data"  # OGBench's own default (ogbench.utils.DEFAULT_DATASET_DIR)
@@ -487,7 +488,15 @@ def generate(
   require(
     not bad_drop, "drop_keys", f"may only hold 'qvel' (the loader needs the rest): {bad_drop}"
   )
+  require(0 <= int(seed) < 2**32, "seed", f"must be in [0, 2**32 - 1], got {seed}")
+  # Episodes are kept in memory until written (lists, then arrays): about a KiB per step for the
+  # largest observation spaces, twice.
+  total = spec.num_episodes + n_val
+  field = "episodes" if total > spec.max_episode_steps else "max_episode_steps"
+  what = f"{total} episodes x {spec.max_episode_steps} steps held before writing"
+  resources.check_fits(2 * 1024 * total * spec.max_episode_steps, field, what)
   train_path, val_path = dataset_paths(spec.dataset_name, dataset_dir)
+  workdir.check_writable(os.path.dirname(train_path), "dataset_dir")
   for p in (train_path, val_path):
     if os.path.exists(p):
       raise FileExistsError(

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxlab.core import experiment, runtime, sharding
+from jaxlab.core import experiment, resources, runtime, sharding
 from jaxlab.core.train_state import TrainState
 
 
@@ -73,6 +73,11 @@ def main(argv):
     },
   )
   run.check_batch("config.batch_size", config.batch_size)
+  # sizes that cannot fit are refused before anything is allocated: X and y, then a batch
+  d, n = config.dim, config.num_examples
+  field = "config.dim" if d > n else "config.num_examples"
+  resources.check_fits(4 * 2 * n * (d + 1), field, f"the {n} x {d} data set")
+  resources.check_fits(4 * 4 * config.batch_size * (d + 1), "config.batch_size", "a batch")
 
   key = jax.random.key_data(jax.random.key(run.seed))
   data, w_true = make_problem(config, jax.random.fold_in(key, 1))

@@ -468,10 +468,14 @@ def _files(wd):
     ("benchmarks.goma", ["--method=adam"], "--method"),
     ("benchmarks.runtime", ["--dim=1000000"], "--dim"),
     ("benchmarks.runtime", ["--dim=0"], "--dim"),
+    ("experiments.example", ["--config.num_examples=10000000000"], "--config.num_examples"),
+    ("experiments.example", ["--config.dim=10000000000"], "--config.dim"),
+    ("experiments.example", ["--config.batch_size=100000000000"], "--config.batch_size"),
   ],
 )
 def test_benchmarks_refuse_sizes_that_cannot_fit_before_timing(tmp_path, module, args, flag):
-  """(benchmarks.goma, and benchmarks.runtime, which has no test file of its own here.)"""
+  """(benchmarks.goma, and benchmarks.runtime and experiments.example, which have no test file of
+  their own here.) Nothing is written: no workdir, nothing in the current directory."""
   from programs import run_program
 
   r = run_program(module, args, tmp_path, drop=("XLA_FLAGS",), timeout=120)

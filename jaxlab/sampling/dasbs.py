@@ -297,9 +297,14 @@ def check_memory(spec: Spec, num_samples: int = 0, samples_field: str = "num_sam
   rows = spec.batch_size * spec.num_repl
   what = f"the model's activations on {rows} paths of {t.D} sites"
   resources.check_fits(params + rows * per_row, "config.batch_size", what, devices=devices)
-  if num_samples:
-    what = f"the model's activations on {num_samples} sampled paths of {t.D} sites"
-    resources.check_fits(params + num_samples * sample_row, samples_field, what, devices=devices)
+  if num_samples:  # sample_paths simulates in batches of the training batch; outputs stay small
+    at_once = min(num_samples, spec.batch_size * spec.num_repl)
+    what = (
+      f"the model's activations on {at_once} sampled paths at a time and {num_samples} paths "
+      f"of {t.D} sites kept"
+    )
+    nbytes = params + at_once * sample_row + num_samples * t.D * 4 * 8
+    resources.check_fits(nbytes, samples_field, what, devices=devices)
   what = f"the replay buffer of {spec.buffer_size} pairs of {t.D} sites"
   resources.check_fits(2 * 4 * spec.buffer_size * t.D, "config.buffer_size", what)
 

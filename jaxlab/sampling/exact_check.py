@@ -120,7 +120,7 @@ def restore_controller(workdir: pathlib.Path, spec: dasbs.Spec):
   )
   ctrl = dasbs.init_state(spec, jax.random.PRNGKey(0)).ctrl
   item = {"ctrl": {"target_params": jax.tree.map(ocp.utils.to_shape_dtype_struct, ctrl.params)}}
-  mngr = checkpoint.manager(workdir, keep=1_000_000)  # reading must never prune
+  mngr = checkpoint.manager(workdir, read_only=True)  # reads: creates, prunes, saves nothing
   try:
     step = mngr.latest_step()
     require(step is not None, "workdir", f"{workdir} has no checkpoint")

@@ -6,7 +6,6 @@ need a finer instrument live next to the code they test and are named in the REA
 """
 
 import json
-import os
 import subprocess
 
 import numpy as np

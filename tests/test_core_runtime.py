@@ -351,7 +351,8 @@ def test_write_table_round_trips(tmp_path):
 
 def test_units_per_step_adds_a_throughput_metric(tmp_path, data):
   _, s = _train(tmp_path, data, 20, units_per_step=7, units_name="env_steps_per_sec")
-  assert s["train/env_steps_per_sec"] == pytest.approx(7 * s["steps_per_sec"])
+  assert s["env_steps_per_sec"] == pytest.approx(7 * s["steps_per_sec"])  # steady, whole run
+  assert s["env_steps_per_sec_average"] == pytest.approx(7 * s["steps_per_sec_average"])
   cols = runtime.read_csv(tmp_path / "metrics.csv")
   np.testing.assert_allclose(cols["env_steps_per_sec"], 7 * cols["steps_per_sec"], rtol=1e-6)
 

@@ -101,7 +101,7 @@ def main(argv):
   )
   s = result.summary
   print(
-    f"final loss {s['train/loss']:.4g}, |w - w*| {s['eval/w_err']:.4g} "
+    f"final loss {s['train/loss']:.4g}, |w - w*| {s.get('eval/w_err', float('nan')):.4g} "
     f"-> {run.workdir}/summary.json"
   )
 

@@ -127,29 +127,38 @@ def test_bad_config_file_flags_exit_2(tmp_path, args, flag):
   assert not (tmp_path / "run").exists()
 
 
+def _compile_log(path):
+  """Counts of each event of a ``$JAXLAB_COMPILE_LOG`` file (``jaxlab.core.runtime``)."""
+  counts = {}
+  for line in path.read_text().splitlines():
+    counts[line.split()[0]] = counts.get(line.split()[0], 0) + 1
+  return counts
+
+
 def test_compile_cache_is_on_by_default_and_serves_the_second_run(tmp_path):
   """Every program keeps its compiled programs (the folder is in the start-up line); the second
-  run of a command reads them back and computes the same numbers; ``off`` keeps none."""
+  run of a command compiles nothing: every compilation is a persistent-cache hit, one for each
+  entry the first run wrote, and it computes the same numbers; ``off`` reads and keeps none."""
   cache = tmp_path / "xla"
-  env = {"JAXLAB_COMPILE_CACHE": str(cache)}
-  runs = [
-    run_program(
-      "experiments.example", [f"--workdir={tmp_path / w}", "--steps=40"], tmp_path, env=env
-    )
-    for w in ("a", "b")
-  ]
-  for r in runs:
-    assert r.returncode == 0, r.stderr[-2000:]
+  runs, logs = [], []
+  for w in ("a", "b", "c"):
+    logs.append(tmp_path / f"{w}.log")
+    env = {"JAXLAB_COMPILE_CACHE": str(cache), "JAXLAB_COMPILE_LOG": str(logs[-1])}
+    off = ["--compile_cache=off"] if w == "c" else []
+    args = [f"--workdir={tmp_path / w}", "--steps=40", *off]
+    runs.append(run_program("experiments.example", args, tmp_path, env=env))
+    assert runs[-1].returncode == 0, runs[-1].stderr[-2000:]
+    if w == "a":
+      entries = sorted(p.name for p in cache.iterdir())
+  for r in runs[:2]:
     assert f"compile cache {cache}" in r.stdout + r.stderr
-  entries = sorted(p.name for p in cache.iterdir())
-  assert entries, "nothing cached"
+  assert "compile cache off" in runs[2].stdout + runs[2].stderr
+  cold, warm, off = (_compile_log(p) for p in logs)
+  assert cold["write"] == cold["compile"] > 0 and "hit" not in cold, cold
+  assert warm["hit"] == warm["compile"] == cold["write"] and "write" not in warm, (cold, warm)
+  assert off["compile"] == cold["compile"] and "hit" not in off and "write" not in off, off
+  assert cold["first_step"] == warm["first_step"] == 1
+  assert len([e for e in entries if e.endswith("-cache")]) == cold["write"]
+  assert sorted(p.name for p in cache.iterdir()) == entries
   rows = [json.loads((tmp_path / w / "summary.json").read_text()) for w in ("a", "b")]
   assert rows[0]["train/loss"] == rows[1]["train/loss"]
-  off = run_program(
-    "experiments.example",
-    [f"--workdir={tmp_path / 'c'}", "--steps=40", "--compile_cache=off"],
-    tmp_path,
-    env=env,
-  )
-  assert off.returncode == 0 and "compile cache off" in off.stdout + off.stderr, off.stderr
-  assert sorted(p.name for p in cache.iterdir()) == entries

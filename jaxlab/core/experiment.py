@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 from absl import app, flags
 
 from jaxlab.core import mesh as mesh_lib
-from jaxlab.core import sharding
+from jaxlab.core import runtime, sharding
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require  # noqa: F401
 from jaxlab.core.runtime import Loop, NonFiniteError
@@ -101,6 +101,7 @@ def compile_cache_dir(flag_value: str | None = None) -> pathlib.Path | None:
 def enable_compile_cache(flag_value: str | None = None) -> pathlib.Path | None:
   """Turns on JAX's persistent compilation cache (every program does; a notebook may call it)."""
   path = compile_cache_dir(flag_value)
+  runtime.watch_compiles()  # only with $JAXLAB_COMPILE_LOG (benchmarks/compile.py)
   if path is not None:
     import jax
 

@@ -103,6 +103,50 @@ class Result:
   history: dict[str, np.ndarray] | None = None
 
 
+COMPILE_LOG_ENV = "JAXLAB_COMPILE_LOG"
+# jax.monitoring events -> the words of the compile log (a backend compile is timed around the
+# persistent-cache lookup too, so fresh compilations = compiles - hits).
+_COMPILE_EVENTS = {
+  "/jax/compilation_cache/cache_hits": "hit",
+  "/jax/compilation_cache/cache_misses": "write",
+  "/jax/core/compile/backend_compile_duration": "compile",
+  "/jax/core/compile/jaxpr_trace_duration": "trace",
+  "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+}
+_compile_log: dict = {"file": None, "first_step": False}
+
+
+def watch_compiles() -> str | None:
+  """With ``$JAXLAB_COMPILE_LOG`` set, appends one line per compilation event to that file.
+
+  ``hit``/``write`` (persistent-cache reads and writes), ``compile|trace|lower <seconds>``, and
+  ``first_step <unix time>`` when the process's first chunk has run. Each line is written as it
+  happens, so a run killed by a timeout still reports what it did (``benchmarks/compile.py``).
+  """
+  path = os.environ.get(COMPILE_LOG_ENV)
+  if not path or _compile_log["file"] is not None:
+    return path
+  _compile_log["file"] = open(path, "a", buffering=1)  # noqa: SIM115  (open for the process)
+
+  def on_event(event, **_):
+    if event in _COMPILE_EVENTS:
+      _compile_log["file"].write(f"{_COMPILE_EVENTS[event]} 0\n")
+
+  def on_duration(event, seconds, **_):
+    if event in _COMPILE_EVENTS:
+      _compile_log["file"].write(f"{_COMPILE_EVENTS[event]} {seconds:.6f}\n")
+
+  jax.monitoring.register_event_listener(on_event)
+  jax.monitoring.register_event_duration_secs_listener(on_duration)
+  return path
+
+
+def _note_first_step() -> None:
+  if _compile_log["file"] is not None and not _compile_log["first_step"]:
+    _compile_log["first_step"] = True
+    _compile_log["file"].write(f"first_step {time.time():.6f}\n")
+
+
 _CHUNK_FNS: dict = {}
 _CHUNK_FNS_KEPT = 8  # the newest few: closures may hold large arrays (data sets, environments)
 
@@ -234,6 +278,7 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       with _profiled(loop, ctx["workdir"], i):
         state, per_step = chunk_fn(state, ctx["data"], ctx["key"], jnp.int32(step), end - step)
         per_step = jax.device_get(per_step)  # blocks: the chunk is done
+      _note_first_step()
       seconds = time.perf_counter() - t0
       if compiled is not None and _cache_size(chunk_fn) == compiled:  # no compilation inside
         steady_steps, steady_s = steady_steps + end - step, steady_s + seconds

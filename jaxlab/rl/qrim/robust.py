@@ -120,13 +120,32 @@ def returns_per_param(evaluate, params, key, set_size: int, episodes: int) -> np
   return np.asarray(out["return"]).reshape(set_size, episodes).mean(1)
 
 
+ARMS = ("nominal", "random", "robust")  # train on: the nominal u | a uniform u | the worst u
+
+
 def robust_ppo(env_name: str, search, config, set_size: int, updates: int, key: Array) -> dict:
   """Robust PPO (trained at the worst case over the ``set_size`` grid, found by the simulated
   minimiser every ``updates / config.phases`` updates) and nominal PPO, both evaluated on the
-  held-out cell midpoints -> ``{"nominal": {...}, "robust": {...}}``.
+  held-out cell midpoints -> ``{"nominal": {...}, "robust": {...}}`` (:func:`train_arm` each).
 
   ``search``: a :class:`jaxlab.rl.qrim.SearchConfig`; ``config``: :func:`jaxlab.rl.qrim.get_config`
   (``phases``, ``episodes``, ``ppo``)."""
+  return {
+    arm: train_arm(env_name, search, config, set_size, updates, key, arm)
+    for arm in ("nominal", "robust")
+  }
+
+
+def train_arm(
+  env_name: str, search, config, set_size: int, updates: int, key: Array, arm: str
+) -> dict:
+  """One arm of the comparison: ``updates`` PPO updates in ``config.phases`` phases, each phase
+  on one parameter: the nominal one (``"nominal"``), a uniform draw from the grid U
+  (``"random"``: the control with robust's schedule but no worst-case selection) or the
+  minimiser's argmin of ``J(pi, u)`` over U (``"robust"``); then ``J`` on the held-out cell
+  midpoints. Every arm starts from the same initial policy and PPO keys for one ``key``."""
+  if arm not in ARMS:
+    raise ConfigError("arm", f"must be one of {', '.join(ARMS)}, got {arm!r}")
   pc = ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
   grid_u = grid(env_name, set_size)
   held = grid(env_name, set_size, held_out=True)
@@ -139,37 +158,45 @@ def robust_ppo(env_name: str, search, config, set_size: int, updates: int, key: 
     ev = ppo_eval.make_evaluate(env, policy, config.ppo.eval_steps, greedy=config.ppo.eval_greedy)
     return lambda params, k: returns_per_param(ev, params, k, len(thetas), episodes)
 
-  out, per_phase = {}, max(1, updates // config.phases)
-  for name in ("nominal", "robust"):
-    env = make(env_name, np.repeat(nominal, pc.num_envs, 0))
-    policy = policies.make("mlp", env.num_actions, env.action_dim, **mlp)
-    state = ppo.init(env, policy, pc, key)
-    update = jax.jit(ppo.make_update(env, policy, pc))
-    on_grid = evaluator(policy, grid_u, config.episodes)
-    on_held = evaluator(policy, held, config.episodes)
-    queries, done, phase = [], 0, 0
-    while done < updates:
-      if name == "robust":
-        j = on_grid(state.train.params, jax.random.fold_in(key, 100 + phase))
-        u, info = mini(jnp.asarray(j, jnp.float32), jax.random.fold_in(key, 200 + phase))
-        queries.append((int(info["queries"]), int(info["measurements"])))
-        state = state.replace(env_state=set_theta(state.env_state, grid_u[int(u)]))
-      n = min(per_phase, updates - done)
-      loop = runtime.Loop(
-        n, log_every=n, ckpt_every=0, progress=False, tensorboard=False, plot=False
-      )
-      state, _ = runtime.train(state, update, loop, key=jax.random.fold_in(key, 300 + phase))
-      done, phase = done + n, phase + 1
-    ret = on_held(state.train.params, jax.random.fold_in(key, 999))
-    out[name] = {
-      "heldout_mean_return": float(ret.mean()),
-      "heldout_worst_return": float(ret.min()),
-      "heldout_returns": ret.tolist(),
-    }
-    if name == "robust":
-      q = np.asarray(queries, float)
-      out[name]["inner_oracle_queries"] = float(q[:, 0].mean())
-      out[name]["inner_classical_checks"] = float(q[:, 1].mean())
-      out[name]["inner_queries_exhaustive"] = set_size
-    print(f"{name} PPO: held-out mean {ret.mean():.4g}, worst {ret.min():.4g}", flush=True)
+  per_phase = max(1, updates // config.phases)
+  env = make(env_name, np.repeat(nominal, pc.num_envs, 0))
+  policy = policies.make("mlp", env.num_actions, env.action_dim, **mlp)
+  state = ppo.init(env, policy, pc, key)
+  update = jax.jit(ppo.make_update(env, policy, pc))
+  on_grid = evaluator(policy, grid_u, config.episodes)
+  on_held = evaluator(policy, held, config.episodes)
+  queries, chosen, exact, done, phase = [], [], [], 0, 0
+  while done < updates:
+    if arm == "robust":
+      j = on_grid(state.train.params, jax.random.fold_in(key, 100 + phase))
+      u, info = mini(jnp.asarray(j, jnp.float32), jax.random.fold_in(key, 200 + phase))
+      u = int(u)
+      queries.append((int(info["queries"]), int(info["measurements"])))
+      exact.append(bool(j[u] <= j.min()))  # a tie with the minimum is as good as the argmin
+    elif arm == "random":
+      u = int(jax.random.randint(jax.random.fold_in(key, 200 + phase), (), 0, set_size))
+    if arm != "nominal":
+      chosen.append(u)
+      state = state.replace(env_state=set_theta(state.env_state, grid_u[u]))
+    n = min(per_phase, updates - done)
+    loop = runtime.Loop(n, log_every=n, ckpt_every=0, progress=False, tensorboard=False, plot=False)
+    state, _ = runtime.train(state, update, loop, key=jax.random.fold_in(key, 300 + phase))
+    done, phase = done + n, phase + 1
+  ret = on_held(state.train.params, jax.random.fold_in(key, 999))
+  out = {
+    "heldout_mean_return": float(ret.mean()),
+    "heldout_worst_return": float(ret.min()),
+    "heldout_returns": ret.tolist(),
+    "train_env_steps": updates * pc.num_envs * pc.num_steps,
+    "phase_parameters": [grid_u[u].tolist() for u in chosen],
+  }
+  if arm == "robust":
+    q = np.asarray(queries, float)
+    out["inner_oracle_queries"] = float(q[:, 0].mean())
+    out["inner_classical_checks"] = float(q[:, 1].mean())
+    out["inner_queries_exhaustive"] = set_size
+    out["inner_exact_fraction"] = float(np.mean(exact))  # u* as bad as the exhaustive argmin
+    out["selections"] = len(queries)
+    out["selection_rollouts"] = len(queries) * set_size * config.episodes  # J(pi, u) estimates
+  print(f"{arm} PPO: held-out mean {ret.mean():.4g}, worst {ret.min():.4g}", flush=True)
   return out

@@ -1,52 +1,119 @@
 #!/usr/bin/env bash
-# Every GPU check of jaxlab in one prepared run, sized for the device tool's budget (~8 min).
+# Every GPU check of jaxlab in one device call of at most 9 minutes, most valuable first.
 #
-# Here (CPU machine), once:   bash benchmarks/device_check.sh --prepare
+# Here (CPU machine, with internet), once:  bash benchmarks/device_check.sh --prepare
 #   downloads into .wheels/ the pure-Python packages the GPU image lacks (it has jax 0.11, flax,
-#   optax, orbax, chex; not ml_collections or tensorboardX).
-# Then, with the device tool:  run(command="bash benchmarks/device_check.sh", carry=[".wheels"],
-#                                  timeout_s=560)
-# Results come back under $OUT: nvidia_smi.txt, lm.txt, uhm.txt, vi.txt, ppo.txt, dasbs.txt, summary.txt.
+#   optax, orbax, chex, absl, tqdm, matplotlib; not ml_collections, tensorboardX, gymnax,
+#   gymnasium, craftax, ott-jax, jaxopt), for Python 3.12, without their dependencies.
+# Then with the device tool:  run(command="bash benchmarks/device_check.sh", carry=[".wheels"],
+#                                 timeout_s=590)
+# CPU dry run of the same commands at small shapes (no install; the current python):
+#                             bash benchmarks/device_check.sh --cpu
+#
+# The whole run, install included, stops by $BUDGET seconds (default 540 on the GPU): each check
+# gets its own timeout, cut to what is left of the budget, and a check that no longer fits is
+# skipped and says so. Each check writes its own file under $OUT as it runs, and summary.txt gets
+# its last lines when it ends, so a run cut short still returns every figure measured so far.
+# Files (at most 8 come back from the device tool): summary.txt (GPU, versions, each check's
+# command, exit status, seconds and last lines), lm1b.txt, uhm.txt, ppo.txt, attention.txt,
+# dasbs.txt, itc.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "${1:-}" = "--prepare" ]; then
-  mkdir -p .wheels
-  python3 -m pip download -q --no-deps -d .wheels ml-collections tensorboardX
-  ls .wheels
-  exit 0
+MODE=gpu
+case "${1:-}" in
+  --prepare)
+    mkdir -p .wheels
+    # Pinned to the versions this repository is tested with; --no-deps: each missing one is named.
+    python3 -m pip download -q --no-deps --python-version 3.12 --only-binary=:all: -d .wheels \
+      ml-collections==1.1.0 tensorboardX==2.6.5 gymnax==1.0.1 gymnasium==1.3.0 \
+      farama-notifications==0.0.6 craftax==1.6.1 ott-jax==0.6.0 jaxopt==0.8.5 || exit 1
+    ls -l .wheels
+    exit 0
+    ;;
+  --cpu) MODE=cpu ;;
+  "") ;;
+  *)
+    echo "usage: bash benchmarks/device_check.sh [--prepare | --cpu]" >&2
+    exit 2
+    ;;
+esac
+
+START=$SECONDS
+if [ "$MODE" = gpu ]; then
+  BUDGET=${BUDGET:-540}
+  OUT="${OUT:-/tmp/jaxlab_device}"
+else
+  BUDGET=${BUDGET:-3000}  # 2 shared cores: each check compiles a few programs from scratch
+  OUT="${OUT:-/tmp/jaxlab_device_cpu}"
+  export JAX_PLATFORMS=cpu
 fi
-
-OUT="${OUT:-/tmp/jaxlab_device}"
 mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-PY=python3
-$PY -m pip install -q --no-index --find-links .wheels ml-collections tensorboardX 2>&1 | tail -2
-$PY -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
-nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
-$PY -c "import jax; print(jax.__version__, jax.devices())" | tee "$OUT/summary.txt"
+PY=${PY:-python3}
 
-run() {  # name, seconds, command...
-  local name=$1 secs=$2; shift 2
-  echo "== $name ($*)" | tee -a "$OUT/summary.txt"
-  timeout "$secs" "$@" > "$OUT/$name.txt" 2>&1
-  echo "   exit $?" | tee -a "$OUT/summary.txt"
-  grep -vE "^(I|W)[0-9]{4}" "$OUT/$name.txt" | tail -12 | tee -a "$OUT/summary.txt"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+say "device_check ($MODE) $(date -u +%FT%TZ), budget ${BUDGET} s, commit $(git rev-parse --short HEAD 2>/dev/null)"
+if [ "$MODE" = gpu ]; then
+  if ls .wheels/*.whl > /dev/null 2>&1; then
+    timeout 60 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/jaxlab_site .wheels/*.whl 2>&1 | tail -2 | tee -a "$SUMMARY"
+    export PYTHONPATH="/tmp/jaxlab_site:$PWD"
+  else
+    say "no .wheels/ (run --prepare here and carry .wheels): checks needing ml_collections fail"
+    export PYTHONPATH="$PWD"
+  fi
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 \
+    | tee -a "$SUMMARY"
+fi
+timeout 60 $PY -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tail -1 \
+  | tee -a "$SUMMARY"
+say "load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; setup took $((SECONDS - START)) s"
+
+# check NAME SECONDS ARGS...: python -m ARGS into $OUT/NAME.txt, within SECONDS and the budget.
+check() {
+  local name=$1 secs=$2
+  shift 2
+  local left=$((BUDGET - (SECONDS - START) - 5))
+  [ "$secs" -gt "$left" ] && secs=$left
+  if [ "$secs" -lt 20 ]; then
+    say "== $name: skipped, $left s of the budget left"
+    return
+  fi
+  say "== $name (timeout ${secs} s): python -m $*"
+  local t0=$SECONDS
+  timeout -k 5 "$secs" $PY -m "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  say "   exit $rc$([ $rc = 124 ] && echo ' (timed out)') after $((SECONDS - t0)) s"
+  grep -vE "^(I|W)[0-9]{4}|^\s*$" "$OUT/$name.txt" | tail -12 | sed 's/^/   /' | tee -a "$SUMMARY"
 }
-# LM: ~126M-parameter `small` preset tokens/s + MFU, then per-variant attention memory.
-run lm 240 $PY -m benchmarks.lm --model=small --steps=10
-# UHM vs ReBRAC update cost at paper scale (4x512), random data (no ogbench on the GPU image).
-run uhm 150 $PY -m benchmarks.uhm --paper_scale --agents=rebrac,ghm,uhm --steps=200
-# GOMA: 1024 vmapped instances vs the NumPy loop.
-run vi 60 $PY -m benchmarks.goma
-# DASBS: training/sampling throughput vs MCMC effective samples/s at L=24, beta_c.
-# PPO on Craftax: env-only builtin reset (a), optimistic resets (b), PPO MLP (c), at 1024 envs.
-run ppo 420 $PY -m benchmarks.ppo --envs=craftax-classic-symbolic,craftax-symbolic --num_envs=1024 --rollout=64 --iterations=4
-run dasbs 60 $PY -m benchmarks.dasbs  # default preset: L = 24 at beta_c
-# ITC (paper shapes): imagined tokens/s, world-model steps/s, decode cost of ITC / ITC-Hungarian vs
-# sampling. The Sinkhorn figures need ott-jax (+ jaxopt lineax equinox jaxtyping wadler-lindig) in
-# .wheels; without it benchmarks.itc skips them and prints why.
-$PY -m pip install -q --no-index --find-links .wheels ott-jax 2>&1 | tail -1
-run itc 300 $PY -m benchmarks.itc --scale=paper
-# LM: the ~1B preset's training tokens/s + MFU.
-run lm1b 420 $PY -m benchmarks.lm --part=throughput --model=1b --steps=10
+
+# pick GPU CPU: the GPU value, or the CPU one for the dry run.
+pick() { if [ "$MODE" = gpu ]; then echo "$1"; else echo "$2"; fi; }
+
+# 1. LM: training tokens/s and MFU of the ~1B preset (bf16, dense attention, one H200).
+# shellcheck disable=SC2046  # the picked flags are meant to split into words
+check lm1b $(pick 150 900) benchmarks.lm --part=throughput \
+  $(pick "--model=1b --steps=10" "--model=tiny --steps=2")
+# 2. UHM vs ReBRAC update cost at FQL's 4x512 networks (batch 256), random data on the GPU image.
+check uhm $(pick 90 900) benchmarks.uhm --config=experiments/configs/uhm.py:paper \
+  --agents=rebrac,uhm $(pick "--steps=200" "--steps=3 --config.batch_size=16")
+# 3. PPO on Craftax-Classic-Symbolic: jaxlab's PPO vs the PureJaxRL-style reference, same process.
+check ppo $(pick 130 1500) benchmarks.ppo --env=craftax-classic-symbolic --seeds=1 \
+  $(pick "--num_envs=1024 --rollout=64 --steps=524288" "--num_envs=8 --rollout=4 --steps=64")
+# 4. Attention memory per variant (compile only). One GPU: context 1, so the figures are the head
+#    chunking of UPipe against Ulysses on the GPU compiler; the CPU run simulates 2 devices.
+check attention $(pick 60 600) benchmarks.lm --part=memory \
+  $(pick "--context=1" "--seq=256 --heads=8 --kv_heads=2 --head_dim=16 --d_model=64 --context=2 --block=64")
+# 5. DASBS at L = 24, beta_c: training steps/s, sampling samples/s, MCMC effective samples/s. The
+#    schedule is cut to 60 steps, so the throughputs hold, the ESS is an untrained model's.
+check dasbs $(pick 50 600) benchmarks.dasbs \
+  $(pick "--config=experiments/configs/dasbs.py:ising_critical --config.num_stages=1 --config.ctrl_steps=40 --config.corr_steps=20" \
+    "--config=experiments/configs/dasbs.py:ising_critical_cpu --config.num_stages=1 --config.ctrl_steps=4 --config.corr_steps=2 --config.sampling_steps=8 --timed_steps=2 --num_samples=16 --mcmc_chains=4 --mcmc_samples=20 --mcmc_burn_in=5")
+# 6. ITC at the paper's shapes: imagined tokens/s per decoding, world-model steps/s, decode cost.
+check itc $(pick 60 900) benchmarks.itc $(pick "--scale=paper --repeats=3" "--repeats=1")
+
+say "done in $((SECONDS - START)) s of ${BUDGET}; load $(cut -d' ' -f1-3 /proc/loadavg)"

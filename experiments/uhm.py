@@ -138,12 +138,7 @@ def main(argv):
     mesh=run.mesh,
   )
   s = uhm.write_report(run.workdir, task, result, seeds)
-  print(
-    f"[uhm] {cfg.agent} on {FLAGS.env_name}: success rate "
-    f"{100 * s.get('eval/success', float('nan')):.1f}% over {FLAGS.eval_episodes} episodes "
-    f"x {len(seeds)} seed(s) after {s.get('step')} steps -> {run.workdir}/summary.json",
-    flush=True,
-  )
+  print(uhm.final_line(s, task, FLAGS.eval_episodes, run.workdir), flush=True)
 
 
 if __name__ == "__main__":

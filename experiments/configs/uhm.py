@@ -9,6 +9,8 @@ Presets:
           4x512 is `paper`), everything else the library's.
   paper   the library config unchanged: FQL's ReBRAC sizes (4x512 networks), for a GPU.
   cpu     a smoke-test size (2x64 networks, batch 64, 2 flow steps): seconds per 100 updates.
+  pilot   the CPU pilot of docs/uhm.md (2x128 networks, batch 128, 3 flow steps): sized so that
+          UHM and ReBRAC with 3 vmapped seeds each fit in about an hour of a shared 2-core CPU.
 
 Commands (from the repository root):
   python -m experiments.uhm --env=ogbench
@@ -22,7 +24,7 @@ import ml_collections
 
 from jaxlab.rl import uhm
 
-PRESETS = ("paper", "cpu")
+PRESETS = ("paper", "cpu", "pilot")
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
@@ -32,6 +34,11 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   c = uhm.get_config()
   if not preset:
     c.actor_hidden_dims = c.value_hidden_dims = c.model_hidden_dims = (256, 256, 256)
+  elif preset == "pilot":
+    c.actor_hidden_dims = c.value_hidden_dims = c.model_hidden_dims = (128, 128)
+    c.reward_hidden_dims = (128,)
+    c.batch_size = 128
+    c.flow_steps = 3
   elif preset == "cpu":
     c.actor_hidden_dims = c.value_hidden_dims = c.model_hidden_dims = (64, 64)
     c.reward_hidden_dims = (64,)

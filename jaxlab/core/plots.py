@@ -191,3 +191,62 @@ def learning_curves(
         (f"{name}/{k}", cols["step"], v) for k, v in cols.items() if k != "step" and k not in skip
       ]
   return panels(workdir / out, series)
+
+
+def profiles(
+  path: str | pathlib.Path,
+  solid: Mapping[str, tuple],
+  dashed: Mapping[str, tuple],
+  xlabel: str,
+  ylabel: str,
+  title: str = "",
+) -> pathlib.Path:
+  """``{label: (xs, ys)}`` as solid lines shaded light to dark in the given order (e.g. one per
+  evaluation step), and reference curves ``dashed`` in black/gray (e.g. baselines)."""
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(6.4, 4.2))
+  cmap = plt.get_cmap("viridis")
+  n = max(1, len(solid) - 1)
+  for i, (label, (xs, ys)) in enumerate(solid.items()):
+    ax.plot(
+      np.asarray(xs), np.asarray(ys, float), color=cmap(0.85 * i / n), marker=".", label=label
+    )
+  grays = ("black", "dimgray", "darkgray")
+  for i, (label, (xs, ys)) in enumerate(dashed.items()):
+    ax.plot(np.asarray(xs), np.asarray(ys, float), "--", color=grays[i % 3], lw=1.5, label=label)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  if title:
+    ax.set_title(title, fontsize=9)
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=7)
+  return _save(fig, path)
+
+
+def scatter(
+  path: str | pathlib.Path,
+  points: Mapping[str, tuple],
+  xlabel: str,
+  ylabel: str,
+  title: str = "",
+  diagonal: bool = True,
+) -> pathlib.Path:
+  """``{label: (xs, ys)}`` as point clouds; ``diagonal`` draws y = x (prediction = truth)."""
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(5.2, 4.8))
+  allv = []
+  for label, (xs, ys) in points.items():
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    ax.scatter(xs, ys, s=9, alpha=0.6, label=label)
+    allv += [xs[np.isfinite(xs)], ys[np.isfinite(ys)]]
+  allv = np.concatenate(allv) if allv else np.zeros(0)
+  if diagonal and allv.size:
+    lo, hi = float(allv.min()), float(allv.max())
+    ax.plot([lo, hi], [lo, hi], "--", color="gray", lw=1, label="y = x")
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  if title:
+    ax.set_title(title, fontsize=9)
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=7)
+  return _save(fig, path)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import pathlib
 import shlex
 import subprocess
@@ -62,9 +63,12 @@ SUITES = {
     "humanoidmaze-giant-navigate",
   ],
   "lowbudget": ["cube-single-play", "puzzle-3x3-play"],
+  # The CPU pilot (docs/uhm.md): one cube-single task; `cube`: its five tasks (the GPU study).
+  "pilot": ["cube-single-play"],
+  "cube": ["cube-single-play"],
 }
 # Tasks of an environment in a suite when --tasks is not given (lowbudget: one puzzle task).
-SUITE_TASKS = {("lowbudget", "puzzle-3x3-play"): [4]}
+SUITE_TASKS = {("lowbudget", "puzzle-3x3-play"): [4], ("pilot", "cube-single-play"): [2]}
 AGENT_COLUMNS = {
   "rebrac": "ReBRAC†",
   "mbtd": "MBTD(λ)",
@@ -79,8 +83,9 @@ PAPER_AVERAGE = {
   "long": {"rebrac": 5, "mbtd": 5, "dtd": 13, "ghm": 16, "uhm": 22},
 }
 # --net: the experiments.uhm config each run uses: cpu = its default (3x256 networks), paper = its
-# `paper` preset (FQL's 4x512); sizes live in experiments/configs/uhm.py only.
-NET_PRESETS = {"cpu": None, "paper": "paper"}
+# `paper` preset (FQL's 4x512), pilot = its `pilot` preset (2x128, batch 128; the CPU pilot);
+# sizes live in experiments/configs/uhm.py only.
+NET_PRESETS = {"cpu": None, "paper": "paper", "pilot": "pilot"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,6 +366,112 @@ def _cell(xs) -> str:
   return f"{m:.0f} [{lo:.0f}, {hi:.0f}] ({len(xs)})" if np.isfinite(lo) else f"{m:.0f} (1)"
 
 
+# Held-out diagnostics (jaxlab.rl.uhm.diagnostics) in the table: (column, key, horizon index)
+DIAGNOSTIC_COLUMNS = (
+  ("model RMSE n=1", "model_err", 0),
+  ("model RMSE n=4", "model_err", 3),
+  ("current-state baseline n=4", "model_err_state", 3),
+  ("mean-displacement baseline n=4", "model_err_mean", 3),
+  ("critic mean abs(Q - G)", "q_mae", None),
+  ("constant-G baseline", "q_base_mae", None),
+  ("corr(Q, G)", "q_corr", None),
+)
+
+
+def diagnostic_replicates(run: Run) -> dict:
+  """{seed: {step: {column: value}}} of a run's diagnostics.jsonl ({} without one)."""
+  path = run.workdir / "diagnostics.jsonl"
+  if not path.exists():
+    return {}
+  out = {}
+  for line in path.read_text().splitlines():
+    if not line.strip():
+      continue
+    rec = json.loads(line)
+    for seed, d in rec["seeds"].items():
+      row = {}
+      for col, key, i in DIAGNOSTIC_COLUMNS:
+        if key in d:
+          row[col] = float(d[key][i] if i is not None else d[key])
+      out.setdefault(int(seed), {})[int(rec["step"])] = row
+  return out
+
+
+def diagnostic_table(sweep: Sweep, all_runs: list[Run], suite: str) -> tuple[str, dict]:
+  """Markdown: one row per column (agent) of the sweep, success and the held-out diagnostics at
+  the last step, each `mean [lo, hi] (n)` over replicates (a replicate's value: its mean over the
+  tasks; only replicates whose every task finished). Also returns the curves of two diagnostics
+  (model RMSE at n=4, critic error) per agent: {diagnostic: {agent: {replicate: {step: v}}}}."""
+  cols = [label for label, _ in _columns(sweep)]
+  n_tasks = {
+    env: len(sweep.tasks or SUITE_TASKS.get((suite, env), [1, 2, 3, 4, 5])) for env in SUITES[suite]
+  }
+  per = {c: {} for c in cols}  # agent -> replicate -> list of per-task {column: value}
+  curves = {"model RMSE n=4": {}, "critic mean abs(Q - G)": {}}
+  for r in all_runs:
+    if r.suite != suite:
+      continue
+    diag = diagnostic_replicates(r)
+    success = {rep["seed"]: rep for rep in replicates(r)}
+    for seed, by_step in diag.items():
+      if sweep.steps not in by_step or seed not in success:
+        continue
+      row = dict(by_step[sweep.steps], success=float(success[seed]["success"][-1]))
+      per[r.agent].setdefault((r.env, r.data_seed, seed), []).append(row)
+      for name, c in curves.items():
+        c.setdefault(r.agent, {}).setdefault((r.data_seed, seed), []).append(
+          {s: v[name] for s, v in by_step.items() if name in v}
+        )
+  names = ["success (%)"] + [c for c, _, _ in DIAGNOSTIC_COLUMNS]
+  md = ["| agent | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 1)]
+  for c in cols:
+    pooled = {}
+    for (env, d, seed), rows in per[c].items():
+      if len(rows) == n_tasks[env]:
+        pooled.setdefault((d, seed), []).append({k: np.mean([x[k] for x in rows]) for k in rows[0]})
+    reps = [{k: np.mean([x[k] for x in v]) for k in v[0]} for v in pooled.values()]
+    cells = []
+    for name in ["success"] + [n for n, _, _ in DIAGNOSTIC_COLUMNS]:
+      xs = [rep[name] for rep in reps if name in rep]
+      cells.append(_cell_precise(xs, 0 if name == "success" else 3))
+    md.append(f"| {AGENT_COLUMNS.get(c, c)} | " + " | ".join(cells) + " |")
+  return "\n".join(md), curves
+
+
+def _cell_precise(xs, digits: int) -> str:
+  if not xs:
+    return "–"
+  m, lo, hi = t_interval(xs)
+  f = lambda v: f"{v:.{digits}g}" if digits else f"{v:.0f}"  # noqa: E731
+  return f"{f(m)} [{f(lo)}, {f(hi)}] ({len(xs)})" if np.isfinite(lo) else f"{f(m)} (1)"
+
+
+def plot_diagnostic_curves(path_stem: pathlib.Path, curves: dict) -> list[str]:
+  """<stem>_model.png and <stem>_critic.png: mean and 95 % band over replicates per agent."""
+  written = []
+  for name, by_agent in curves.items():
+    lines = {}
+    for agent, reps in by_agent.items():
+      # a replicate's curve: mean over its tasks at the steps they share
+      per = []
+      for tasks in reps.values():
+        steps = sorted(set.intersection(*(set(t) for t in tasks)))
+        per.append({s: np.mean([t[s] for t in tasks]) for s in steps})
+      steps = sorted(set.intersection(*(set(p) for p in per)))
+      if not steps:
+        continue
+      stats_ = [t_interval([p[s] for p in per]) for s in steps]
+      m, lo, hi = (np.array(z) for z in zip(*stats_))
+      lo, hi = np.where(np.isfinite(lo), lo, m), np.where(np.isfinite(hi), hi, m)
+      lines[f"{AGENT_COLUMNS.get(agent, agent)} (n={len(per)})"] = (steps, m, lo, hi)
+    if lines:
+      tag = "model" if name.startswith("model") else "critic"
+      path = f"{path_stem}_{tag}.png"
+      plots.lines(path, lines, "update step", f"held-out {name}")
+      written.append(path)
+  return written
+
+
 def plot_curves(path_stem: pathlib.Path, curves: dict) -> None:
   """Success vs updates and vs wall-clock seconds: mean and 95 % band over replicates."""
   by_step, by_time = {}, {}
@@ -426,10 +537,14 @@ def write_tables(sweep: Sweep, all_runs: list[Run]) -> str:
 
   When table.md and every suite's files already hold this aggregate, nothing is rewritten."""
   sweep.root.mkdir(parents=True, exist_ok=True)
-  out, parts = [], []
+  out, parts, diag_curves = [], [], {}
   for s in sweep.suites:
     md, rows, curves = table(sweep, all_runs, s)
     out.append(f"### {s}\n\n{md}\n")
+    dmd, dcurves = diagnostic_table(sweep, all_runs, s)
+    if any(dcurves.values()):
+      out.append(f"#### {s}: success and held-out diagnostics at step {sweep.steps}\n\n{dmd}\n")
+      diag_curves[s] = dcurves
     buf = io.StringIO(newline="")
     csv.writer(buf).writerows(rows)
     parts.append((s, buf.getvalue(), curves))
@@ -444,6 +559,8 @@ def write_tables(sweep: Sweep, all_runs: list[Run]) -> str:
       _write_text(sweep.root / f"table_{s}.csv", rows)
       if curves:
         plot_curves(stem(s), curves)
+      if s in diag_curves:
+        plot_diagnostic_curves(stem(s), diag_curves[s])
     _write_text(table_md, text)  # last: the record that the files above are this aggregate
   print(text)
   return text

@@ -3,7 +3,13 @@
     task = load_task(config, env_name)         # data set, task discount / alphas, clipped actions
     state, result = train(task, loop, seed=0, eval_episodes=10)  # create + runtime.train + eval
     r = evaluate_seeds(state, task.env_name, num_episodes=50, env=task.env)
-    summary = write_report(workdir, task, result)   # learning_curve.png + summary.json
+    summary = write_report(workdir, task, result, [0])  # the figures + summary.json
+    print(final_line(summary, task, 10, workdir))  # names the diagnostic figure that moved
+
+Held-out diagnostics (`jaxlab.rl.uhm.diagnostics`): on the data set's validation episodes (never
+trained on) the horizon model's n-step error against two baselines and the critic's Q against the
+Monte-Carlo return are measured at step 0 and at every evaluation, into eval.csv and
+diagnostics.jsonl (per seed), and drawn in horizon_model.png and critic.png.
 
 Task values: a config field discount / alpha_actor / alpha_critic left unset (None, as
 `get_config()` leaves them) takes the task's value from `task_defaults(env_name)`, or
@@ -31,7 +37,7 @@ import numpy as np
 from jaxlab.core import checkpoint, metrics, plots, resources, runtime, sharding
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, require
-from jaxlab.rl.uhm import agent, offline_data
+from jaxlab.rl.uhm import agent, diagnostics, offline_data
 
 ACTION_CLIP_EPS = 1e-5  # dataset actions clipped to +-(1 - eps) [FQL envs/env_utils.py]
 EVAL_SEED = 10_000  # episode i of every evaluation resets with seed EVAL_SEED + i
@@ -44,6 +50,7 @@ __all__ = [
   "check_options",
   "evaluate_checkpoint",
   "evaluate_seeds",
+  "final_line",
   "load_task",
   "make_eval_fn",
   "make_task",
@@ -143,6 +150,7 @@ class Task:
   data: offline_data.OfflineData  # the train split, actions clipped
   env: object  # the evaluation env (None: made on first evaluation)
   record: dict  # what summary.json records about the data and task values
+  heldout: diagnostics.HeldOut | None = None  # fixed diagnostic batch from held-out episodes
 
   @property
   def obs_dim(self) -> int:
@@ -153,11 +161,14 @@ class Task:
     return int(self.data.actions.shape[1])
 
 
-def make_task(config, env_name: str, train_data: dict, *, env=None, sources=None, **record):
+def make_task(
+  config, env_name: str, train_data: dict, *, env=None, sources=None, heldout_data=None, **record
+):
   """A Task from numpy arrays (the OGBench layout); `load_task` reads them from a data set.
 
   config: unresolved (its unset task values are filled here) or, with `sources`, the output of
-  `resolve_task_config`. record: extra entries for summary.json (data source, path, seed).
+  `resolve_task_config`. heldout_data: episodes never trained on (OGBench's validation split) for
+  the diagnostics; None: no diagnostics. record: extra entries for summary.json.
   """
   if sources is None:
     cfg, sources = resolve_task_config(config, env_name)
@@ -165,7 +176,19 @@ def make_task(config, env_name: str, train_data: dict, *, env=None, sources=None
     cfg = agent.validate_config(config)
   data = offline_data.make_offline_data(train_data, action_clip_eps=ACTION_CLIP_EPS)
   rec = {"env_name": env_name, **record, "transitions": data.size, "task_values_from": sources}
-  return Task(env_name, cfg, sources, data, env, rec)
+  held = None
+  if heldout_data is not None:
+    held = diagnostics.make_heldout(
+      heldout_data,
+      train_data,
+      k_max=cfg.k_max,
+      discount=cfg.discount,
+      action_clip_eps=ACTION_CLIP_EPS,
+    )
+    rec["heldout"] = dict(
+      episodes=held.episodes, states=len(held.mc_return), mc_horizon=held.mc_horizon
+    )
+  return Task(env_name, cfg, sources, data, env, rec, held)
 
 
 def load_task(
@@ -196,6 +219,8 @@ def load_task(
   # gymnasium/glfw warn about float64 bounds and a missing X display; both are harmless here.
   warnings.filterwarnings("ignore", message=".*precision lowered.*")
   warnings.filterwarnings("ignore", message=".*DISPLAY.*")
+  if verbose:
+    print(f"[uhm] loading the {env_name} data set (and building MuJoCo) ...", flush=True)
   loaded = og.load(
     env_name,
     dataset_dir=dataset_dir,
@@ -211,6 +236,7 @@ def load_task(
     loaded.train,
     env=loaded.env,
     sources=sources,
+    heldout_data=loaded.val,
     data=loaded.source,
     data_path=loaded.path,
     data_seed=data_seed,
@@ -256,19 +282,56 @@ def evaluate_seeds(
   return out
 
 
-def make_eval_fn(task: Task, num_episodes: int, num_seeds: int = 1, first_seed: int = 0):
-  """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len (means over seeds)
-  and, with several seeds, ``success_seed<first_seed + i>``."""
+def make_eval_fn(
+  task: Task, num_episodes: int, num_seeds: int = 1, first_seed: int = 0, workdir=None, diag=None
+):
+  """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len (means over seeds),
+  with several seeds ``success_seed<first_seed + i>``, and the held-out diagnostics (eval.csv
+  columns from `diagnostics.summarize`; per seed in ``<workdir>/diagnostics.jsonl``).
+
+  diag: (diagnostics_fn, record of step 0) from `train`; None: no diagnostics."""
+  from tqdm.auto import tqdm
 
   def eval_fn(state, step):
-    del step
+    row = {}
+    if diag is not None:
+      fn, step0 = diag
+      out = fn(state, jax.random.key(diagnostics.DIAG_SEED))
+      row = diagnostics.summarize(out)
+      if workdir is not None and jax.process_index() == 0:
+        _append_diagnostics(workdir, step0, first_seed)
+        _append_diagnostics(workdir, (step, out), first_seed)
+    tqdm.write(
+      f"[uhm] step {step}: evaluating {num_episodes} episode(s) x {num_seeds} seed(s) in MuJoCo "
+      "(no output until done) ...",
+    )
     r = evaluate_seeds(state, task.env_name, num_episodes, num_seeds=num_seeds, env=task.env)
     out = {k: r[k] for k in ("success", "return", "episode_len")}
     if num_seeds > 1:
       out.update({f"success_seed{first_seed + i}": s for i, s in enumerate(r["success_per_seed"])})
-    return out
+    return {**out, **row}
 
   return eval_fn
+
+
+def _append_diagnostics(workdir, step_out, first_seed: int) -> None:
+  """One line per evaluation step (a step already recorded, e.g. by a resumed run, is skipped)."""
+  import json
+
+  step, out = step_out
+  if step in diagnostics.read_diagnostics(workdir):
+    return
+  seeds = diagnostics.per_seed(out)
+  line = dict(step=int(step), seeds={str(first_seed + i): d for i, d in enumerate(seeds)})
+  with open(pathlib.Path(workdir) / diagnostics.DIAGNOSTICS_FILE, "a") as f:
+    f.write(json.dumps(line) + "\n")
+
+
+def _mean_row(seeds: dict) -> dict:
+  """eval.csv-style means over seeds of one step's per-seed diagnostics."""
+  return diagnostics.summarize(
+    {k: np.asarray([d[k] for d in seeds.values()]) for k in next(iter(seeds.values()))}
+  )
 
 
 def resolve_eval_every(eval_every: int | None, steps: int, log_every: int) -> int:
@@ -309,6 +372,22 @@ def train(
   sample_fn = sharding.data_parallel(sample_fn, mesh)
   replicated = None if mesh is None else sharding.replicated(mesh)
   record = {**task.record, "training_seeds": list(range(seed, seed + num_seeds))}
+  diag = None
+  if task.heldout is not None:
+    print(
+      f"[uhm] held-out diagnostics: {len(task.heldout.mc_return)} states of "
+      f"{task.heldout.episodes} validation episodes, horizons 1..{task.heldout.k_max} "
+      "(compiling, then step 0) ...",
+      flush=True,
+    )
+    fn = diagnostics.make_diagnostics_fn(cfg, task.heldout, num_seeds)
+    diag = fn, (0, jax.device_get(fn(state, jax.random.key(diagnostics.DIAG_SEED))))
+  print(
+    f"[uhm] compiling the update; the first {loop.log_every} steps include the compile "
+    "(about a minute on a loaded CPU) ...",
+    flush=True,
+  )
+  eval_fn = make_eval_fn(task, eval_episodes, num_seeds, seed, workdir=workdir, diag=diag)
   return runtime.train(
     state,
     update_fn,
@@ -317,7 +396,7 @@ def train(
     workdir=workdir,
     data=task.data,
     sample_fn=sample_fn,
-    eval_fn=make_eval_fn(task, eval_episodes, num_seeds, seed),
+    eval_fn=eval_fn,
     mesh=mesh,
     state_sharding=replicated,
     data_sharding=replicated,
@@ -325,20 +404,29 @@ def train(
   )
 
 
+EXPECTED_ZERO_BELOW = 100_000  # updates: below this, 0 % success is what a CPU run shows
+
+
 def write_report(workdir, task: Task, result, training_seeds) -> dict:
-  """learning_curve.png and summary.json completed with the task record and OGBench's timing."""
+  """learning_curve.png, horizon_model.png and critic.png (held-out diagnostics), and summary.json
+  completed with the task record, OGBench's timing and what the diagnostics did
+  (``diagnostics``: first and last step, the figures that moved)."""
   from jaxlab.envs import ogbench as og
 
   workdir = pathlib.Path(workdir)
   agent_name = task.config.agent
+  step = int(result.summary.get("step", 0) or 0)
   if result.evals:
     steps = sorted(result.evals)
+    note = "see horizon_model.png and critic.png for what is learning"
+    if step < EXPECTED_ZERO_BELOW:
+      note = f"0 % is expected at {step} updates; " + note
     plots.lines(
       workdir / "learning_curve.png",
       {agent_name: (steps, [result.evals[s]["success"] for s in steps])},
       "update step",
       "success rate",
-      title=f"{agent_name} on {task.env_name}",
+      title=f"{agent_name} on {task.env_name}\n({note})",
     )
   summary = {
     **result.summary,
@@ -346,8 +434,78 @@ def write_report(workdir, task: Task, result, training_seeds) -> dict:
     "training_seeds": list(training_seeds),
     "ogbench": og.timing_record(),
   }
+  diag = diagnostics.read_diagnostics(workdir)
+  if diag:
+    summary["diagnostics"] = _plot_diagnostics(workdir, task, diag)
   runtime.write_summary(workdir, summary)
   return summary
+
+
+def _plot_diagnostics(workdir: pathlib.Path, task: Task, diag: dict) -> dict:
+  steps = sorted(diag)
+  rows = {s: _mean_row(diag[s]) for s in steps}
+  first, last = rows[steps[0]], rows[steps[-1]]
+  name = f"{task.config.agent} on {task.env_name}"
+  k = task.config.k_max
+  horizons = list(range(1, k + 1))
+  figures = []
+  if "model_err_n1" in last:
+    col = lambda r, p: [r[f"{p}_n{n}"] for n in horizons]  # noqa: E731
+    plots.profiles(
+      workdir / "horizon_model.png",
+      {f"step {s}": (horizons, col(rows[s], "model_err")) for s in steps},
+      {
+        "baseline: current state": (horizons, col(last, "model_err_state")),
+        "baseline: mean displacement": (horizons, col(last, "model_err_mean")),
+      },
+      "horizon n",
+      "RMSE of sampled future vs true state (std units)",
+      title=f"{name}: horizon model on held-out episodes",
+    )
+    figures.append("horizon_model.png")
+  seed0 = next(iter(diag[steps[-1]]))
+  G = task.heldout.mc_return
+  pts = {f"step {s}": (G, diag[s][seed0]["q_pred"]) for s in dict.fromkeys([steps[0], steps[-1]])}
+  plots.scatter(
+    workdir / "critic.png",
+    pts,
+    f"discounted Monte-Carlo return of the data (gamma {task.config.discount})",
+    "critic Q(s, a)",
+    title=f"{name}: critic on held-out episodes (seed {seed0})",
+  )
+  figures.append("critic.png")
+  moved = diagnostics.moved(first, last, n=min(4, k))
+  return dict(
+    first_step=steps[0],
+    last_step=steps[-1],
+    first=first,
+    last=last,
+    figures=figures,
+    moved={f: list(v) for f, v in moved.items()},
+  )
+
+
+def final_line(summary: dict, task: Task, eval_episodes: int, workdir=None) -> str:
+  """The run's last line: success, and which diagnostic figure moved (or that none did)."""
+  seeds = summary.get("training_seeds", [0])
+  line = (
+    f"[uhm] {task.config.agent} on {task.env_name}: success rate "
+    f"{100 * summary.get('eval/success', float('nan')):.1f}% over {eval_episodes} episodes "
+    f"x {len(seeds)} seed(s) after {summary.get('step')} steps"
+  )
+  d = summary.get("diagnostics")
+  if d:
+    moved = d["moved"]
+    parts = [
+      f"{label} {a:.3g} -> {b:.3g} (baseline {base:.3g}) [{fig}]"
+      for fig, (label, a, b, base) in moved.items()
+    ]
+    still = [f for f in d["figures"] if f not in moved]
+    line += f"; held-out, step {d['first_step']} -> {d['last_step']}: "
+    line += "; ".join(parts) if parts else "no diagnostic moved by 10 %"
+    if still:
+      line += f"; flat: {', '.join(still)}"
+  return line + (f" -> {workdir}/summary.json" if workdir else "")
 
 
 # ------------------------------------------------------------------------------- re-evaluation

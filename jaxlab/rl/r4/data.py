@@ -127,12 +127,20 @@ def quantile_edges(returns: np.ndarray, num_classes: int) -> np.ndarray:
   return np.quantile(np.asarray(returns, float), q, method="inverted_cdf")
 
 
-def simulate_ratings(returns, edges, key: Array, noise: float) -> np.ndarray:
-  """Class of each return (``searchsorted`` on ``edges``) after Gaussian noise of ``noise`` x the
-  returns' standard deviation (0: none)."""
+def perceived_returns(returns, key: Array, noise: float) -> np.ndarray:
+  """What a noisy rater perceives: the returns plus Gaussian noise of ``noise`` x their standard
+  deviation (0: the returns). The same draw feeds the ratings and Bradley-Terry's teacher, so at
+  a given noise level both see the same corrupted returns."""
   g = np.asarray(returns, np.float64)
   if noise > 0:
     g = g + noise * (np.std(g) + 1e-8) * np.asarray(jax.random.normal(key, g.shape))
+  return g
+
+
+def simulate_ratings(returns, edges, key: Array, noise: float) -> np.ndarray:
+  """Class of each return (``searchsorted`` on ``edges``) after Gaussian noise of ``noise`` x the
+  returns' standard deviation (0: none; :func:`perceived_returns`)."""
+  g = perceived_returns(returns, key, noise)
   return np.searchsorted(np.asarray(edges, np.float64), g, side="right").astype(np.int32)
 
 

@@ -106,21 +106,24 @@ def policy_actor(policy, params):
 
 
 def rate(traj: r4_data.Trajectories, config, key: Array, ratings: str, edges=None):
-  """``(ids, ratings of traj[ids], edges)``: simulated ratings (``config.num_classes`` quantile
-  classes of the returns, or ``config.bins`` / the given ``edges``; noise, imbalance) or the
-  ratings file ``ratings`` (a ``trajectory_id,rating`` CSV, classes made dense)."""
+  """``(ids, ratings of traj[ids], edges, perceived returns of traj[ids])``: simulated ratings
+  (``config.num_classes`` quantile classes of the returns, or ``config.bins`` / the given
+  ``edges``; noise, imbalance) or the ratings file ``ratings`` (a ``trajectory_id,rating`` CSV,
+  classes made dense). The perceived returns (the noisy returns the simulated rater binned; the
+  true returns for a file) are what Bradley-Terry's teacher compares."""
   g = traj.true_return
   if ratings != "simulated":
     ids, given = r4_data.read_ratings(ratings, len(g))
-    return ids, r4_data.dense_classes(given), edges
+    return ids, r4_data.dense_classes(given), edges, g[ids]
   if edges is None:
     edges = (
       np.asarray(config.bins) if len(config.bins) else r4_data.quantile_edges(g, config.num_classes)
     )
   k_noise, k_keep = jax.random.split(key)
+  seen = r4_data.perceived_returns(g, k_noise, config.noise)
   rated = r4_data.simulate_ratings(g, edges, k_noise, config.noise)
   keep = r4_data.imbalance_keep(rated, k_keep, config.imbalance)
-  return keep, rated[keep], edges
+  return keep, rated[keep], edges, seen[keep]
 
 
 def concat(a: r4_data.Trajectories, b: r4_data.Trajectories) -> r4_data.Trajectories:
@@ -128,9 +131,10 @@ def concat(a: r4_data.Trajectories, b: r4_data.Trajectories) -> r4_data.Trajecto
   return r4_data.Trajectories(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in fields))
 
 
-def fit_reward(rc: r4.RewardConfig, pool, ids, ratings, num_actions: int, key: Array):
-  """Fits the ensemble on ``pool[ids]`` rated ``ratings`` -> ``(state, data, fit summary)``."""
-  data = dataset(pool.take(ids), r4_data.dense_classes(ratings), num_actions)
+def fit_reward(rc: r4.RewardConfig, pool, ids, ratings, num_actions: int, key: Array, prefer=None):
+  """Fits the ensemble on ``pool[ids]`` rated ``ratings`` -> ``(state, data, fit summary)``;
+  ``prefer``: the returns Bradley-Terry's teacher compares (default: the true ones)."""
+  data = dataset(pool.take(ids), r4_data.dense_classes(ratings), num_actions, prefer)
   state, result = r4.fit(rc, data, key)
   return state, data, result.summary
 
@@ -188,7 +192,7 @@ def run(
   total = config.pool + config.heldout
   trajs = r4_data.collect(gymnax.make(env, total), config.traj_len, k_pool)
   pool, heldout = trajs.take(np.arange(config.pool)), trajs.take(np.arange(config.pool, total))
-  ids, rated, edges = rate(pool, config, k_rate, ratings)
+  ids, rated, edges, seen = rate(pool, config, k_rate, ratings)
   if len(np.unique(rated)) < 2:
     g = pool.true_return
     if ratings != "simulated":
@@ -232,9 +236,11 @@ def run(
       heldout=heldout,
       ids=ids,
       rated=rated,
+      seen=seen,
       edges=edges,
       rounds=rounds,
       keys=(k_fit, k_ppo, k_eval, k_online),
+      recorded=recorded,
     )
 
 
@@ -259,9 +265,11 @@ def _train(
   heldout,
   ids,
   rated,
+  seen,
   edges,
   rounds,
   keys,
+  recorded,
 ) -> dict:
   """The reward fit, PPO phases and outputs of :func:`run` (inside its workdir session)."""
   k_fit, k_ppo, k_eval, k_online = keys
@@ -272,7 +280,9 @@ def _train(
   )
   summary = {}
   if method != "true":
-    reward_state, data, fit_summary = fit_reward(rc, pool, ids, rated, venv.num_actions, k_fit)
+    reward_state, data, fit_summary = fit_reward(
+      rc, pool, ids, rated, venv.num_actions, k_fit, seen
+    )
     pred = r4.predict_returns(reward_state, features_of(heldout, venv.num_actions), heldout.mask)
     summary.update({f"heldout/{k}": v for k, v in r4.alignment(pred, heldout.true_return).items()})
     summary.update({f"reward/{k}": v for k, v in fit_summary.items() if k.startswith("train/")})
@@ -306,12 +316,14 @@ def _train(
       k_i,
       actor=policy_actor(policy, state.train.params),
     )
-    new_ids, new_rated, _ = rate(new, config, jax.random.fold_in(k_i, 1), "simulated", edges)
+    k_rate_i = jax.random.fold_in(k_i, 1)
+    new_ids, new_rated, _, new_seen = rate(new, config, k_rate_i, "simulated", edges)
     pool = concat(pool.take(ids), new.take(new_ids))
     ids, rated = np.arange(len(ids) + len(new_ids)), np.concatenate([rated, new_rated])
+    seen = np.concatenate([seen, new_seen])
     rated_total = len(ids)
     k_refit = jax.random.fold_in(k_fit, i + 1)
-    reward_state, data, _ = fit_reward(rc, pool, ids, rated, venv.num_actions, k_refit)
+    reward_state, data, _ = fit_reward(rc, pool, ids, rated, venv.num_actions, k_refit, seen)
     scale = reward_scale(reward_state, data)
     state = state.replace(env_state=set_reward(state.env_state, reward_state.params, scale))
   summary.update(
@@ -323,7 +335,9 @@ def _train(
       "protocol": protocol,
       "seed": seed,
       "ppo_updates": updates,
+      "env_steps": curve[-1][0],
       "curve": curve,
+      "config": recorded,  # the run's whole record: this summary alone reproduces it
     }
   )
   if workdir is not None:

@@ -22,7 +22,7 @@ trajectories.npz (the rated pool, to rate by hand). Commands (CPU, 2 busy cores)
   python -m experiments.r4 --env=cartpole --method=r4 --protocol=online
 
 ``--study=DIR``: the comparison study of docs/r4.md (``jaxlab.rl.r4.study.run``): every method
-(r4, rbrl, bt, true) x ``--study_noises`` x ``--study_seeds`` seeds on ``--env``, each cell its
+(r4, rbrl, bt, true) x ``--study_noises`` x ``--study_seeds`` on ``--env``, each cell its
 own workdir under ``--workdir`` (default runs/r4/study; finished cells are skipped), the tables
 in DIR (the exact commands are in docs/r4.md).
 """
@@ -45,7 +45,7 @@ flags.DEFINE_string("method", "r4", "Reward learning: r4 | rbrl | bt | true (PPO
 flags.DEFINE_string("ratings", "simulated", "'simulated' or a CSV file 'trajectory_id,rating'.")
 flags.DEFINE_string("protocol", "offline", "offline | online")
 flags.DEFINE_string("study", "", "Results folder of the comparison study ('' = one run).")
-flags.DEFINE_integer("study_seeds", 5, "Study: seeds 0..n-1 (with --study).")
+flags.DEFINE_list("study_seeds", ["0", "1", "2", "3", "4"], "Study: the seeds (with --study).")
 flags.DEFINE_list("study_noises", ["0", "0.5"], "Study: simulated-rater noise levels.")
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config(r4.get_config())
@@ -84,11 +84,15 @@ def main(argv):
 def _study(config):
   for name in ("method", "ratings", "protocol", "seed"):
     require(not FLAGS[name].present, name, "is not used with --study (the study sets it per cell)")
-  require(FLAGS.study_seeds >= 1, "study_seeds", f"must be >= 1, got {FLAGS.study_seeds}")
   try:
     noises = [float(n) for n in FLAGS.study_noises]
   except ValueError:
     raise ConfigError("study_noises", f"must be numbers, got {FLAGS.study_noises}") from None
+  try:
+    seeds = [int(s) for s in FLAGS.study_seeds]
+  except ValueError:
+    raise ConfigError("study_seeds", f"must be integers, got {FLAGS.study_seeds}") from None
+  require(all(s >= 0 for s in seeds), "study_seeds", f"must be >= 0, got {seeds}")
   run = experiment.common(
     "r4",
     default_steps=r4.ppo_updates(config),
@@ -99,7 +103,7 @@ def _study(config):
     config,
     env=FLAGS.env,
     noises=noises,
-    seeds=range(FLAGS.study_seeds),
+    seeds=seeds,
     updates=run.steps,
     root=run.workdir,
     results=FLAGS.study,

@@ -467,6 +467,13 @@ def test_study_skips_finished_cells(tmp_path, monkeypatch):
   assert calls[14:] == [("r4", 0.5, 1)]
   table = (tmp_path / "res/table.md").read_text()
   assert "| cartpole | r4_noise0.5 | 2 | 12288 |" in table
+  # a cell another process holds (locked workdir) is left to it, not run twice
+  from jaxlab.core import workdir as workdir_lib
+
+  (tmp_path / "wd/cartpole/bt_noise0/seed0/summary.json").unlink()
+  with workdir_lib.session(tmp_path / "wd/cartpole/bt_noise0/seed0", {"x": 1}):
+    study.run(c, **kw)
+  assert len(calls) == 15
 
 
 def test_study_bad_grid_refused():

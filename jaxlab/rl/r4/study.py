@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from jaxlab.core import metrics
-from jaxlab.core.errors import require
+from jaxlab.core.errors import ConfigError, require
 from jaxlab.rl.r4 import config as r4_config
 from jaxlab.rl.uhm.study import t_interval  # the project's 95 % Student-t interval
 
@@ -118,6 +118,9 @@ def run(
     wd = cell.workdir(root)
     if (wd / "summary.json").exists():  # finished: read, never rerun or rewritten
       log(f"[{i + 1}/{len(grid)}] {cell.name}: finished, skipped")
+    elif _busy(wd):  # another study process runs this cell (studies may split the seeds)
+      log(f"[{i + 1}/{len(grid)}] {cell.name}: running in another process, skipped")
+      continue
     else:
       load, t0 = os.getloadavg()[0], time.time()
       log(f"[{i + 1}/{len(grid)}] {cell.name}: running (load {load:.1f})")
@@ -139,6 +142,16 @@ def run(
   if results is not None:
     write_tables(results)
   return records
+
+
+def _busy(wd: pathlib.Path) -> bool:
+  from jaxlab.core import workdir as workdir_lib
+
+  try:
+    workdir_lib.check_free(wd)
+  except ConfigError:
+    return True
+  return False
 
 
 def record(cell: Cell, wd: pathlib.Path) -> dict:

@@ -46,3 +46,30 @@ def test_histograms_share_bins_and_write_png(tmp_path):
     tmp_path / "h.png", {"model": np.random.randn(100), "exact": np.random.randn(100)}, "energy"
   )
   assert p.stat().st_size > 1000
+
+
+def test_profiles_and_scatter_draw_every_series(tmp_path, monkeypatch):
+  import matplotlib.axes
+
+  drawn = []
+  real = matplotlib.axes.Axes.plot
+
+  def spy(ax, *a, **k):
+    drawn.append((k.get("label"), a[2] if len(a) > 2 else "-"))
+    return real(ax, *a, **k)
+
+  monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+  n = [1, 2, 3]
+  plots.profiles(
+    tmp_path / "h.png",
+    {"step 0": (n, [3, 3, 3]), "step 9": (n, [1, 2, 2])},
+    {"baseline": (n, [2, 2, 2])},
+    "n",
+    "error",
+  )
+  assert drawn == [("step 0", "-"), ("step 9", "-"), ("baseline", "--")]
+  assert (tmp_path / "h.png").stat().st_size > 0
+  drawn.clear()
+  plots.scatter(tmp_path / "s.png", {"step 9": ([0, -1], [-2, 1])}, "G", "Q")
+  assert drawn == [("y = x", "--")]  # the diagonal, over the points' whole range
+  assert (tmp_path / "s.png").stat().st_size > 0

@@ -130,3 +130,41 @@ def test_program_root_is_one_sweep_and_reruns_rewrite_nothing(tmp_path):
     assert r.returncode == 2 and len(err) == 1 and err[0].startswith(f"error: {flag}:"), r.stderr
     assert "Traceback" not in r.stderr
   assert files() == before and not (tmp_path / "none").exists()
+
+
+def test_diagnostic_table_is_the_t_interval_over_seeds_at_the_last_step(tmp_path):
+  """Synthetic diagnostics.jsonl of one vmapped run per agent: each cell is mean [95 % t] (n)."""
+  sweep = study.make_sweep(
+    tmp_path, 100, "pilot", **{**KW, "tasks": [], "seeds": ["0", "1", "2"], "vmap_seeds": True}
+  )
+  runs = study.plan(sweep)
+  assert [r.env for r in runs] == ["cube-single-play"] * 2 and runs[0].task == 2
+  rng = np.random.default_rng(0)
+  q = {}
+  for r in runs:
+    r.workdir.mkdir(parents=True)
+    (r.workdir / "eval.csv").write_text(
+      "step,success,success_seed0,success_seed1,success_seed2\n100,0,0,0,0\n"
+    )
+    (r.workdir / "summary.json").write_text(json.dumps({"step": 100}))
+    lines = []
+    for step in (0, 100):
+      seeds = {}
+      for s in (0, 1, 2):
+        q[(r.agent, step, s)] = float(rng.uniform(1, 9))
+        seeds[str(s)] = dict(q_mae=q[(r.agent, step, s)], q_base_mae=5.0, q_corr=0.1)
+        if r.agent == "uhm":
+          seeds[str(s)].update(model_err=[0.1 * s + step / 1000] * 4, model_err_state=[1] * 4)
+      lines.append(json.dumps(dict(step=step, seeds=seeds)))
+    (r.workdir / "diagnostics.jsonl").write_text("\n".join(lines) + "\n")
+  md, curves = study.diagnostic_table(sweep, runs, "pilot")
+  from scipy import stats
+
+  xs = np.array([q[("rebrac", 100, s)] for s in (0, 1, 2)])
+  h = stats.t.ppf(0.975, 2) * xs.std(ddof=1) / np.sqrt(3)
+  g = lambda v: f"{v:.3g}"  # noqa: E731
+  row = next(line for line in md.splitlines() if line.startswith("| ReBRAC"))
+  assert f"| {g(xs.mean())} [{g(xs.mean() - h)}, {g(xs.mean() + h)}] (3) |" in row, md
+  uhm_row = next(line for line in md.splitlines() if line.startswith("| UHM"))
+  assert "| 0.2 [" in uhm_row and "| – |" in row  # model error: UHM only (mean of 0.1, .2, .3)
+  assert set(curves["critic mean abs(Q - G)"]) == {"uhm", "rebrac"}

@@ -125,6 +125,17 @@ def test_train_and_evaluate_seeds_in_the_real_env(tmp_path):
   assert {"success", "success_seed3", "success_seed4"} <= set(result.evals[2])
   summary = uhm.write_report(tmp_path, task, result, [3, 4])
   assert summary["training_seeds"] == [3, 4] and summary["ogbench"]["success_timing"] == "pre"
+  # Held-out diagnostics (validation episodes): the critic's at step 0 and 2, per seed; ReBRAC has
+  # no horizon model, so no horizon_model.png.
+  from jaxlab.rl.uhm import diagnostics
+
+  assert {"q_mae", "q_base_mae", "q_corr"} <= set(result.evals[2])
+  diag = diagnostics.read_diagnostics(tmp_path)
+  assert sorted(diag) == [0, 2] and set(diag[2]) == {"3", "4"}
+  assert len(diag[2]["3"]["q_pred"]) == len(task.heldout.mc_return) > 0
+  assert (tmp_path / "critic.png").exists() and not (tmp_path / "horizon_model.png").exists()
+  line = uhm.final_line(summary, task, 1, tmp_path)
+  assert line.startswith("[uhm] rebrac on") and "critic.png" in line and "summary.json" in line
   r = uhm.evaluate_seeds(state, task.env_name, 2, num_seeds=2, env=task.env, max_episode_steps=3)
   act = jax.jit(uhm.sample_actions)
   for i in range(2):

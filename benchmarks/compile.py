@@ -48,14 +48,18 @@ PROGRAMS = {
   "lm": [],
   "goma": [],
   "decentralized": [],
-  "dasbs": [],
+  "dasbs": [],  # L = 24: a GPU preset, refused where it cannot fit (see dasbs_cpu)
+  "dasbs_cpu": ["--config=experiments/configs/dasbs.py:ising_critical_cpu"],
   "dasbs_exact": [],
   "dicode": ["--proposer=offline"],
   "itc": [],
 }
 NO_WORKDIR = ("dasbs_exact",)  # its --workdir is an input (a trained run), not an output
+MODULES = {"dasbs_cpu": "dasbs"}  # a second command of one program
 
-_PROGRAMS = flags.DEFINE_list("programs", list(PROGRAMS), "Programs to time (experiments.<name>).")
+_PROGRAMS = flags.DEFINE_list(
+  "programs", list(PROGRAMS), "Programs to time (experiments.<name>; dasbs_cpu: its CPU preset)."
+)
 _TIMEOUT = flags.DEFINE_integer("timeout", 180, "Seconds per run; a longer run is cut, '> T'.")
 UNUSED_FLAGS = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "profile")
 
@@ -90,14 +94,14 @@ def timed_run(name: str, folder: pathlib.Path, tag: str, timeout: float, dump_ir
   }
   if dump_ir:
     env.update(JAX_DUMP_IR_TO=str(folder / "ir"), JAX_INCLUDE_DEBUG_INFO_IN_DUMPS="false")
-  args = list(PROGRAMS[name])
+  args = [a.replace("experiments/", f"{REPO}/experiments/") for a in PROGRAMS[name]]
   if name not in NO_WORKDIR:
     args.append(f"--workdir={folder / tag}")
   load = os.getloadavg()[0]
   t0 = time.time()
   with open(folder / f"{tag}.out", "w") as out:
     proc = subprocess.Popen(
-      [sys.executable, "-m", f"experiments.{name}", *args],
+      [sys.executable, "-m", f"experiments.{MODULES.get(name, name)}", *args],
       cwd=folder,
       env=env,
       stdout=out,

@@ -9,6 +9,7 @@
 #                                 timeout_s=590)
 # CPU dry run of the same commands at small shapes (no install; the current python):
 #                             bash benchmarks/device_check.sh --cpu
+# ONLY=ppo,itc runs only the checks named (a rerun of what a cut-short call missed).
 #
 # The whole run, install included, stops by $BUDGET seconds (default 540 on the GPU): each check
 # gets its own timeout, cut to what is left of the budget, and a check that no longer fits is
@@ -16,9 +17,13 @@
 # its last lines when it ends, so a run cut short still returns every figure measured so far.
 # Files (at most 8 come back from the device tool): summary.txt (GPU, versions, each check's
 # command, exit status, seconds and last lines), lm1b.txt, uhm.txt, ppo.txt, attention.txt,
-# dasbs.txt, itc.txt.
+# dasbs.txt, itc.txt, and xla.tgz: the persistent compilation cache of the run so far. A second
+# call starts warm (no compilation, Craftax's included) with it copied to .wheels/xla.tgz here.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+
+# The whole script is one function, read before it runs: editing the file during a run is safe.
+main() {
 
 MODE=gpu
 case "${1:-}" in
@@ -71,12 +76,19 @@ if [ "$MODE" = gpu ]; then
 fi
 timeout 60 $PY -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tail -1 \
   | tee -a "$SUMMARY"
+# Every program keeps its compiled programs there; a previous call's cache makes this one warm.
+export JAXLAB_COMPILE_CACHE=/tmp/jaxlab_device_${MODE}_xla
+mkdir -p "$JAXLAB_COMPILE_CACHE"
+if [ -f .wheels/xla.tgz ]; then
+  tar -xzf .wheels/xla.tgz -C "$JAXLAB_COMPILE_CACHE" && say "compile cache: $(ls "$JAXLAB_COMPILE_CACHE" | grep -c -- '-cache$') entries from .wheels/xla.tgz"
+fi
 say "load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; setup took $((SECONDS - START)) s"
 
 # check NAME SECONDS ARGS...: python -m ARGS into $OUT/NAME.txt, within SECONDS and the budget.
 check() {
   local name=$1 secs=$2
   shift 2
+  [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]] && return
   local left=$((BUDGET - (SECONDS - START) - 5))
   [ "$secs" -gt "$left" ] && secs=$left
   if [ "$secs" -lt 20 ]; then
@@ -89,6 +101,7 @@ check() {
   local rc=$?
   say "   exit $rc$([ $rc = 124 ] && echo ' (timed out)') after $((SECONDS - t0)) s"
   grep -vE "^(I|W)[0-9]{4}|^\s*$" "$OUT/$name.txt" | tail -12 | sed 's/^/   /' | tee -a "$SUMMARY"
+  tar -czf /tmp/jaxlab_device_xla.tgz -C "$JAXLAB_COMPILE_CACHE" . && mv /tmp/jaxlab_device_xla.tgz "$OUT/xla.tgz"
 }
 
 # pick GPU CPU: the GPU value, or the CPU one for the dry run.
@@ -96,24 +109,28 @@ pick() { if [ "$MODE" = gpu ]; then echo "$1"; else echo "$2"; fi; }
 
 # 1. LM: training tokens/s and MFU of the ~1B preset (bf16, dense attention, one H200).
 # shellcheck disable=SC2046  # the picked flags are meant to split into words
-check lm1b $(pick 150 900) benchmarks.lm --part=throughput \
+check lm1b $(pick 140 900) benchmarks.lm --part=throughput \
   $(pick "--model=1b --steps=10" "--model=tiny --steps=2")
 # 2. UHM vs ReBRAC update cost at FQL's 4x512 networks (batch 256), random data on the GPU image.
-check uhm $(pick 90 900) benchmarks.uhm --config=experiments/configs/uhm.py:paper \
+check uhm $(pick 80 900) benchmarks.uhm --config=experiments/configs/uhm.py:paper \
   --agents=rebrac,uhm $(pick "--steps=200" "--steps=3 --config.batch_size=16")
 # 3. PPO on Craftax-Classic-Symbolic: jaxlab's PPO vs the PureJaxRL-style reference, same process.
-check ppo $(pick 130 1500) benchmarks.ppo --env=craftax-classic-symbolic --seeds=1 \
-  $(pick "--num_envs=1024 --rollout=64 --steps=524288" "--num_envs=8 --rollout=4 --steps=64")
+check ppo $(pick 200 1500) benchmarks.ppo --env=craftax-classic-symbolic --seeds=1 \
+  $(pick "--num_envs=1024 --rollout=64 --steps=524288" "--num_envs=8 --rollout=8 --steps=128")
 # 4. Attention memory per variant (compile only). One GPU: context 1, so the figures are the head
 #    chunking of UPipe against Ulysses on the GPU compiler; the CPU run simulates 2 devices.
-check attention $(pick 60 600) benchmarks.lm --part=memory \
+check attention $(pick 50 600) benchmarks.lm --part=memory \
   $(pick "--context=1" "--seq=256 --heads=8 --kv_heads=2 --head_dim=16 --d_model=64 --context=2 --block=64")
 # 5. DASBS at L = 24, beta_c: training steps/s, sampling samples/s, MCMC effective samples/s. The
 #    schedule is cut to 60 steps, so the throughputs hold, the ESS is an untrained model's.
-check dasbs $(pick 50 600) benchmarks.dasbs \
+check dasbs $(pick 45 600) benchmarks.dasbs \
   $(pick "--config=experiments/configs/dasbs.py:ising_critical --config.num_stages=1 --config.ctrl_steps=40 --config.corr_steps=20" \
     "--config=experiments/configs/dasbs.py:ising_critical_cpu --config.num_stages=1 --config.ctrl_steps=4 --config.corr_steps=2 --config.sampling_steps=8 --timed_steps=2 --num_samples=16 --mcmc_chains=4 --mcmc_samples=20 --mcmc_burn_in=5")
 # 6. ITC at the paper's shapes: imagined tokens/s per decoding, world-model steps/s, decode cost.
-check itc $(pick 60 900) benchmarks.itc $(pick "--scale=paper --repeats=3" "--repeats=1")
+check itc $(pick 45 900) benchmarks.itc $(pick "--scale=paper --repeats=3" "--repeats=1")
 
 say "done in $((SECONDS - START)) s of ${BUDGET}; load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+main "$@"
+exit

@@ -8,6 +8,7 @@ Craftax environment, so they compile in seconds; the Craftax end-to-end run is `
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import pathlib
@@ -724,3 +725,158 @@ def test_sessions_with_different_task_sets_lower_to_one_program():
     chunk = runtime.make_chunk_fn(ppo.make_update(env, policy, cfg))
     texts.append(chunk.lower(state, None, jax.random.key(1), 0, 1).as_text())
   assert texts[0] == texts[1]
+
+
+# --- one program trains, evaluates and scores (issue 30) ---
+
+
+@functools.lru_cache(maxsize=4)
+def _data_step(num_envs: int):
+  """A toy step whose task data (success probabilities, slots, weights) lives in the state, as
+  in the multitask environment: one function, so one program, for every task set."""
+
+  def step(state, action, key):
+    k_new, k_succ = jax.random.split(key)
+    e = state.env
+    t = e["t"] + 1
+    done = t >= EPISODE
+    success = done & (jax.random.uniform(k_succ, (num_envs,)) < e["probs"][e["task"]])
+    reward = success.astype(jnp.float32) + 0.01 * (action == 1)
+    new_task = jax.random.categorical(k_new, e["logw"], shape=(num_envs,)).astype(jnp.int32)
+    nxt = {**e, "task": jnp.where(done, new_task, e["task"]), "t": jnp.where(done, 0.0, t)}
+    vstate, info = vec.track(state, nxt, reward, done)
+    info["task"], info["success"] = e["task"], success
+    info["achievements"] = (jnp.stack([success, ~success], 1) & done[:, None]).astype(jnp.float32)
+    return _data_obs(nxt), vstate, reward, done, info
+
+  return step
+
+
+def _data_obs(e):
+  hot = jax.nn.one_hot(e["slots"][e["task"]], NUM_SLOTS)
+  return jnp.concatenate([hot, (e["t"] / EPISODE)[:, None]], axis=1)
+
+
+def data_toy_env(plan, num_envs: int, config, original_return: float) -> vec.VecEnv:
+  del original_return
+  k = max(config.tasks_per_session, config.levels_per_session, plan.size)
+  probs = np.zeros(k, np.float32)
+  probs[: plan.size] = [_success_prob(n, s) for n, s in zip(plan.names, plan.sources)]
+  slots = np.zeros(k, np.int32)
+  slots[: plan.size] = plan.slots
+  logw = np.full(k, -np.inf, np.float32)
+  logw[: plan.size] = np.log(plan.weights)
+
+  def reset(key):
+    task = jax.random.categorical(key, logw, shape=(num_envs,)).astype(jnp.int32)
+    e = {"task": task, "t": jnp.zeros((num_envs,), jnp.float32), "probs": jnp.asarray(probs)}
+    e.update(slots=jnp.asarray(slots), logw=jnp.asarray(logw))
+    return _data_obs(e), vec.init_state(e, num_envs)
+
+  step = _data_step(num_envs)
+  return vec.VecEnv("toy", num_envs, (NUM_SLOTS + 1,), 2, 0, ("win", "lose"), 2.0, reset, step)
+
+
+def test_sessions_and_a_no_learning_play_run_one_compiled_program(tmp_path):
+  from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import seeds
+
+  c = tiny_config()
+  cur = curriculum_lib.DomainRandomization(seeds.load_seed_tasks())
+  hooks = loop_lib.Hooks(make_env=data_toy_env, validate=light_validate)
+  run = loop_lib.Loop(tmp_path / "r", c, cur, hooks=hooks, log=lambda s: None)
+  traced = []
+
+  def listen(event, duration, **kw):
+    del duration
+    if event == "/jax/core/compile/jaxpr_trace_duration" and kw.get("fun_name") == "chunk":
+      traced.append(1)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    run.run()
+    plan = cur.plan(2, np.random.default_rng(0))
+    params = jax.device_get(run.carried["train"].params)
+    played = run.play(plan, 2 * c.updates_per_session * c.ppo.num_steps, jax.random.key(5))
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+  assert len(traced) == 1  # two sessions and the play: the PPO chunk traced (compiled) once
+  assert int(played.t) == 2 * c.updates_per_session * c.ppo.num_steps
+  assert np.asarray(played.first_done).all()  # 3-step episodes all ended
+  after = jax.device_get(run.carried["train"].params)
+  jax.tree.map(np.testing.assert_array_equal, params, after)  # playing never learns
+
+
+def test_update_with_learning_equals_ppo_and_without_leaves_the_agent():
+  """dicode's update is ppo.make_update's iteration (same keys, same numbers) when it learns,
+  and a rollout that leaves the parameters and optimizer untouched when it does not."""
+  from jaxlab.rl import ppo
+  from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import seeds
+
+  c = tiny_config()
+  cur = curriculum_lib.DomainRandomization(seeds.load_seed_tasks())
+  env = data_toy_env(cur.plan(0, np.random.default_rng(0)), c.ppo.num_envs, c, 0.0)
+  policy = loop_lib.make_policy(env.num_actions, c)
+  cfg = loop_lib.ppo_config(c)
+  state = ppo.init(env, policy, cfg, jax.random.key(0))
+  key = jax.random.key(3)
+  ours = loop_lib.make_update(env, policy, cfg)
+  got, m_got = jax.jit(ours)(state, jnp.asarray(True), key)
+  want, m_want = jax.jit(ppo.make_update(env, policy, cfg))(state, None, key)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6),
+    got.train.params,
+    want.train.params,
+  )
+  assert set(m_got) == set(m_want)
+  for name in m_want:
+    np.testing.assert_allclose(np.asarray(m_got[name]), np.asarray(m_want[name]), rtol=1e-5)
+  frozen, _ = jax.jit(ours)(state, jnp.asarray(False), key)
+  jax.tree.map(np.testing.assert_array_equal, frozen.train.params, state.train.params)
+  assert int(frozen.train.step) == int(state.train.step)
+  jax.tree.map(np.testing.assert_array_equal, frozen.obs, want.obs)  # the same rollout
+
+
+def test_first_episode_record_matches_a_numpy_transcription():
+  """Counted's per-environment first episode (the evaluation's record): return and length up to
+  the first end or ``stop`` steps, achievements at that end; later episodes ignored."""
+  from jaxlab.rl.dicode import loop as loop_lib
+
+  n, steps, stop = 3, 9, 7
+  lengths = np.array([2, 4, 9])  # env 2 never ends within stop
+
+  def reset(key):
+    del key
+    return jnp.zeros((n, 1)), vec.init_state({"t": jnp.zeros((n,), jnp.int32)}, n)
+
+  def step(state, action, key):
+    del key
+    t = state.env["t"] + 1
+    done = t >= jnp.asarray(lengths)
+    reward = 0.5 * action.astype(jnp.float32) + 0.1 * t
+    vstate, info = vec.track(state, {"t": jnp.where(done, 0, t)}, reward, done)
+    info["achievements"] = jnp.stack([done, t % 2 == 0], 1).astype(jnp.float32)
+    return jnp.zeros((n, 1)), vstate, reward, done, info
+
+  env = loop_lib.counted(vec.VecEnv("toy", n, (1,), 2, 0, ("a", "b"), 1.0, reset, step), 1, 0, stop)
+  _, s = env.reset(jax.random.key(0))
+  actions = np.arange(steps * n).reshape(steps, n) % 2
+  for i in range(steps):
+    _, s, _, _, _ = env.step(s, jnp.asarray(actions[i]), jax.random.key(i))
+  got = loop_lib.first_episodes(s)
+  ret, length, done = np.zeros(n), np.zeros(n, int), np.zeros(n, bool)
+  ach = np.zeros((n, 2))
+  for e in range(n):
+    t = 0
+    for i in range(min(steps, stop)):
+      t += 1
+      ret[e] += 0.5 * actions[i, e] + 0.1 * t
+      length[e] += 1
+      if t >= lengths[e]:
+        done[e], ach[e] = True, [1.0, float(t % 2 == 0)]
+        break
+  np.testing.assert_allclose(got["return"], ret, rtol=1e-6)
+  np.testing.assert_array_equal(got["length"], length)
+  np.testing.assert_array_equal(got["finished"], done)
+  np.testing.assert_array_equal(got["achievements"], ach)

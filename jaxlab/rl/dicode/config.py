@@ -39,7 +39,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.bonus = "dynamic"  # success bonus: dynamic (max(k * original return, floor)) | static
   c.bonus_k = 2.0  # k of the bonus (paper: 2)
   c.bonus_floor = 20.0  # minimum bonus (paper: 20)
-  c.pool_size = 8  # P: pre-built starting worlds per task (the original game's are generated fresh)
+  c.pool_size = 8  # P: starting worlds per task (the original game's drawn fresh each session)
+  c.policy = "gtrxl"  # the agent: gtrxl (the paper's) | gru | mlp; sizes in ppo.<policy>
 
   # Baselines (jaxlab.rl.dicode.curriculum).
   c.levels_per_session = 8  # PLR/SFL: original-game levels (seeds) per session
@@ -137,6 +138,7 @@ def validate_config(config, curriculum: str) -> None:
       "bonus_k": "nonneg",
       "bonus_floor": "nonneg",
       "ppo.gtrxl.activation": ["relu", "tanh", "gelu"],
+      "policy": ["gtrxl", "gru", "mlp"],
     },
   )
   require(
@@ -177,5 +179,6 @@ def validate_config(config, curriculum: str) -> None:
     "config.ppo.gtrxl.num_heads",
     f"{g.num_heads} does not divide embed={g.embed}",
   )
-  ppo.validate(ppo.PPOConfig.from_config(config.ppo, num_updates=1), True, prefix="config.ppo")
+  recurrent = config.policy != "mlp"
+  ppo.validate(ppo.PPOConfig.from_config(config.ppo, num_updates=1), recurrent, prefix="config.ppo")
   check_memory(config, curriculum)

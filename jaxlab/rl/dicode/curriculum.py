@@ -52,8 +52,8 @@ class SessionPlan:
   """What one session trains on.
 
   kind: ``"base"`` (the unmodified game, one unit), ``"levels"`` (``levels``: uint32 seeds, one
-    unit each) or ``"tasks"`` (``sources``: task programs, one unit each, conditioned on
-    ``slots``).
+    unit each), ``"tasks"`` (``sources``: task programs, one unit each, conditioned on
+    ``slots``) or ``"worlds"`` (``pools`` of the unmodified game: the held-out evaluation).
   names: one display name per unit; weights: the probability of each unit at an episode reset.
   ids: archive id per task (None for tasks not in the archive, e.g. the original game).
   candidates: archive ids of the new tasks evaluated in this session.
@@ -67,6 +67,9 @@ class SessionPlan:
   ids: list[Any] = dataclasses.field(default_factory=list)
   levels: np.ndarray | None = None
   candidates: list[Any] = dataclasses.field(default_factory=list)
+  session: int = 0  # the session (keys the original game's fresh worlds)
+  pools: list | None = None  # kind "worlds": given pools of the unmodified game (evaluation)
+  first: int = -1  # >= 0: environment i starts in world first + i of the pools (in order)
 
   @property
   def size(self) -> int:

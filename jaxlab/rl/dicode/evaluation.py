@@ -13,7 +13,6 @@ side with ``jaxlab.core.plots.bars``.
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 from collections.abc import Mapping
 
@@ -21,33 +20,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.envs import vec
-from jaxlab.rl.ppo import evaluation as ppo_eval
-
 EVAL_SEED = 0  # the reference harness's PRNGKey(0)
 
 
-def with_suffix(env: vec.VecEnv, suffix) -> vec.VecEnv:
-  """``env`` whose observations have the constant vector ``suffix`` appended (task conditioning)."""
-  suffix = jnp.asarray(suffix, jnp.float32)
-  if suffix.size == 0:
-    return env
-  n = env.num_envs
+def held_out_keys(num_worlds: int):
+  """The world keys of the held-out worlds: those the reference harness's ``reset(PRNGKey(0))``
+  of ``num_worlds`` environments generates (``jaxlab.rl.ppo.evaluation.make_evaluate``'s reset
+  key, split per environment), as typed keys."""
+  k_reset, _ = jax.random.split(jax.random.PRNGKey(EVAL_SEED))
+  return jax.random.wrap_key_data(jax.random.split(k_reset, num_worlds))
 
-  def add(obs):
-    flat = obs.reshape((n, -1))
-    return jnp.concatenate([flat, jnp.broadcast_to(suffix, (n, suffix.size))], axis=1)
 
-  def reset(key):
-    obs, state = env.reset(key)
-    return add(obs), state
+def held_out_pools(num_worlds: int, pool_size: int) -> list:
+  """The held-out worlds as pools of ``pool_size`` (the last one padded with repeats), generated
+  by the run's one world-generator program (``world.base_worlds`` on ``pool_size`` keys)."""
+  from jaxlab.rl.dicode import world
 
-  def step(state, action, key):
-    obs, state, reward, done, info = env.step(state, action, key)
-    return add(obs), state, reward, done, info
-
-  shape = (int(np.prod(env.obs_shape)) + suffix.size,)
-  return dataclasses.replace(env, obs_shape=shape, reset=reset, step=step)
+  keys = held_out_keys(num_worlds)
+  pad = -num_worlds % pool_size
+  if pad:
+    keys = jnp.concatenate([keys, jnp.broadcast_to(keys[:1], (pad,))])
+  return [world.base_worlds(keys[i : i + pool_size]) for i in range(0, keys.shape[0], pool_size)]
 
 
 def one_hot(num_slots: int, slot: int | None) -> np.ndarray:
@@ -57,23 +50,6 @@ def one_hot(num_slots: int, slot: int | None) -> np.ndarray:
   v = np.zeros(num_slots, np.float32)
   v[slot] = 1.0
   return v
-
-
-def make_evaluator(
-  env_name: str, num_envs: int, max_steps: int, policy, suffix=(), *, reset_ratio: int
-):
-  """``evaluate(params) -> (scalars, per_achievement)`` on the fixed held-out worlds."""
-  from jaxlab.envs import craftax
-
-  env = with_suffix(craftax.make(env_name, num_envs, reset_ratio=reset_ratio), suffix)
-  run = ppo_eval.make_evaluate(env, policy, max_steps)
-  key = jax.random.PRNGKey(EVAL_SEED)
-
-  def evaluate(params):
-    scalars, rates = ppo_eval.summarize(run(params, key), env)
-    return scalars, rates
-
-  return evaluate
 
 
 def comparison_chart(

@@ -42,6 +42,7 @@ import dataclasses
 import functools
 import pathlib
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -67,10 +68,13 @@ POOL_DIR = "pools"
 
 # --- per-task episode counters over the scoring window ---
 
+NEVER = 2**31 - 1  # a step count no session reaches
+
 
 @struct.dataclass
 class Counted:
-  """An environment state plus per-unit counts of the episodes finished in the window."""
+  """An environment state plus per-unit counts of the episodes finished in the window, and each
+  environment's first episode up to step ``stop`` (the evaluation's record)."""
 
   inner: Any
   t: Array  # int32: environment steps of this session so far
@@ -79,29 +83,28 @@ class Counted:
   success: Array  # float32[K]
   ret: Array  # float32[K]: sum of the finished episodes' returns
   achievements: Array  # float32[K, A]: finished episodes unlocking each achievement
+  stop: Array  # int32: the first episodes are recorded for this many steps
+  first_done: Array  # bool[N]: the environment's first episode has ended
+  first_ret: Array  # float32[N]: its return (so far, while it runs)
+  first_len: Array  # int32[N]
+  first_ach: Array  # float32[N, A]: its achievements, once it has ended
 
 
-def counted(env: vec.VecEnv, num_units: int, window_start: int) -> vec.VecEnv:
-  """``env`` whose state also counts, per unit ``info["task"]`` (0 when absent), the episodes
-  that end at or after environment step ``window_start`` of the session."""
-  a = len(env.achievement_names)
-  k = num_units
+@functools.lru_cache(maxsize=16)
+def _counted_step(step: Callable, k: int, a: int) -> Callable:
+  """One wrapped step per inner step function: sessions over the same environment code share
+  it, so the PPO program built on it is traced once per run (the task set is state)."""
 
-  def reset(key):
-    obs, inner = env.reset(key)
-    z = jnp.zeros((k,), jnp.float32)
-    return obs, Counted(
-      inner, jnp.int32(0), jnp.int32(window_start), z, z, z, jnp.zeros((k, a), jnp.float32)
-    )
-
-  def step(state: Counted, action, key):
-    obs, inner, reward, done, info = env.step(state.inner, action, key)
+  def counted_step(state: Counted, action, key):
+    obs, inner, reward, done, info = step(state.inner, action, key)
     n = done.shape[0]
     task = info.get("task", jnp.zeros((n,), jnp.int32))
     success = info.get("success", jnp.zeros((n,), bool)).astype(jnp.float32)
     on = (info["returned_episode"] & (state.t >= state.start)).astype(jnp.float32)
     hot = jax.nn.one_hot(task, k, dtype=jnp.float32) * on[:, None]  # [N, K]
     ach = info.get("achievements", jnp.zeros((n, a), jnp.float32))
+    live = ~state.first_done & (state.t < state.stop)
+    ends = done & live
     new = Counted(
       inner=inner,
       t=state.t + 1,
@@ -110,10 +113,44 @@ def counted(env: vec.VecEnv, num_units: int, window_start: int) -> vec.VecEnv:
       success=state.success + hot.T @ success,
       ret=state.ret + hot.T @ info["episode_return"],
       achievements=state.achievements + hot.T @ ach,
+      stop=state.stop,
+      first_done=state.first_done | ends,
+      first_ret=state.first_ret + jnp.where(live, reward.astype(jnp.float32), 0.0),
+      first_len=state.first_len + live.astype(jnp.int32),
+      first_ach=jnp.where(ends[:, None], ach, state.first_ach),
     )
     return obs, new, reward, done, info
 
-  return dataclasses.replace(env, reset=reset, step=step)
+  return counted_step
+
+
+def counted(env: vec.VecEnv, num_units: int, window_start: int, stop: int = NEVER) -> vec.VecEnv:
+  """``env`` whose state also counts, per unit ``info["task"]`` (0 when absent), the episodes
+  that end at or after environment step ``window_start`` of the session, and records each
+  environment's first episode over the first ``stop`` steps (:func:`first_episodes`)."""
+  a = len(env.achievement_names)
+  k = num_units
+
+  def reset(key):
+    obs, inner = env.reset(key)
+    n = obs.shape[0]
+    z = jnp.zeros((k,), jnp.float32)
+    return obs, Counted(
+      inner,
+      jnp.int32(0),
+      jnp.int32(window_start),
+      z,
+      z,
+      z,
+      jnp.zeros((k, a), jnp.float32),
+      jnp.int32(stop),
+      jnp.zeros((n,), bool),
+      jnp.zeros((n,), jnp.float32),
+      jnp.zeros((n,), jnp.int32),
+      jnp.zeros((n, a), jnp.float32),
+    )
+
+  return dataclasses.replace(env, reset=reset, step=_counted_step(env.step, k, a))
 
 
 def counts(state: Counted) -> dict[str, np.ndarray]:
@@ -126,87 +163,53 @@ def counts(state: Counted) -> dict[str, np.ndarray]:
   }
 
 
-# --- original-game levels named by seed (PLR / SFL) ---
+def first_episodes(state: Counted) -> dict[str, np.ndarray]:
+  """Each environment's first episode, as ``jaxlab.rl.ppo.evaluation.summarize`` reads it."""
+  s = jax.device_get(state)
+  return {
+    "return": np.asarray(s.first_ret),
+    "length": np.asarray(s.first_len),
+    "finished": np.asarray(s.first_done),
+    "achievements": np.asarray(s.first_ach),
+  }
 
 
-@struct.dataclass
-class LevelState:
-  inner: vec.VecState
-  levels: Array  # uint32[L, 2]: world-generation keys
-  weights: Array  # float32[L]: probability of each level at a reset
-  level: Array  # int32[N]: the level each environment is playing
+# --- one program that trains and evaluates ---
+
+_UPDATES: dict = {}  # (environment step, policy, PPOConfig) -> make_update
 
 
-@functools.lru_cache(maxsize=8)
-def _level_fns(name: str, num_envs: int, reset_ratio: int):
-  """``(reset(key, levels, weights), step)`` of the level environment, built once per shape so
-  every session (and every SFL scoring rollout) of the same size reuses the compiled code."""
-  from craftax.craftax_env import make_craftax_env_from_name
+def make_update(env: vec.VecEnv, policy, config: ppo.PPOConfig) -> Callable:
+  """PPO's iteration (``ppo.make_update``, composed from ppo's public ``rollout``, ``learn`` and
+  ``episode_stats``) whose learning step runs only when ``batch`` (a bool scalar) is True.
 
-  from jaxlab.envs import craftax
+  Training (``True``) and every rollout without learning (``False``: the held-out evaluation,
+  SFL's level scoring) run the SAME compiled program: the environment step and the policy are
+  compiled once per run instead of once per use.
+  """
+  recurrent = ppo.is_recurrent(policy)
+  ppo.validate(config, recurrent)
+  per_update = config.num_envs * config.num_steps
 
-  env_id, _, _ = craftax.resolve(name, "config.env")
-  env = make_craftax_env_from_name(env_id, False)
-  params = env.default_params
-  pool = max(1, num_envs // reset_ratio)
+  def update(state, learn, key):
+    k_roll, k_learn = jax.random.split(key)
+    carry0 = state.carry
+    state, traj = ppo.rollout(state, env, config, k_roll)
+    _, _, last_value = state.train(state.carry, state.obs[None], state.reset[None])
 
-  def generate(levels, weights, key, count):
-    idx = jax.random.categorical(key, jnp.log(weights), shape=(count,)).astype(jnp.int32)
-    obs, st = jax.vmap(env.reset_env, in_axes=(0, None))(levels[idx], params)
-    return idx, obs.astype(jnp.float32), st
+    def fit(train):
+      return ppo.learn(train, traj, carry0, last_value[0], config, k_learn, recurrent=recurrent)
 
-  @jax.jit
-  def reset(key, levels, weights):
-    idx, obs, st = generate(levels, weights, key, num_envs)
-    return obs, LevelState(vec.init_state(st, num_envs), levels, weights, idx)
+    parts = jax.eval_shape(fit, state.train)[1]
+    skip = lambda train: (train, jax.tree.map(lambda p: jnp.zeros(p.shape, p.dtype), parts))
+    train, parts = jax.lax.cond(learn, fit, skip, state.train)
+    stats, episode = ppo.episode_stats(state.stats, traj["info"], env)
+    iteration = train.step // (config.epochs * config.minibatches)
+    env_steps = iteration.astype(jnp.float32) * per_update
+    metrics = {**parts, **episode, "env_steps": env_steps}
+    return state.replace(train=train, stats=stats), metrics
 
-  def step(state: LevelState, action, key):
-    k_step, k_reset = jax.random.split(key)
-    obs_st, env_st, reward, done, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
-      jax.random.split(k_step, num_envs), state.inner.env, action, params
-    )
-    done = done.astype(bool)
-    idx, obs_re, env_re = generate(state.levels, state.weights, k_reset, pool)
-    slot = jnp.where(done, (jnp.cumsum(done) - 1) % pool, 0)
-    obs = vec.select(done, obs_re[slot], obs_st)
-    env_state = vec.select(done, jax.tree.map(lambda x: x[slot], env_re), env_st)
-    inner, info = vec.track(state.inner, env_state, reward, done)
-    info["achievements"] = jnp.where(done[:, None], env_st.achievements, False).astype(jnp.float32)
-    info["task"] = state.level
-    level = jnp.where(done, idx[slot], state.level)
-    new = LevelState(inner, state.levels, state.weights, level)
-    return obs, new, reward.astype(jnp.float32), done, info
-
-  return reset, step
-
-
-def level_env(name: str, num_envs: int, levels, weights, reset_ratio: int) -> vec.VecEnv:
-  """Craftax whose episodes start in worlds generated from ``levels`` (uint32[L, 2] keys) drawn
-  by ``weights``; ``info["task"]`` is the level index of a finished episode. The levels live in
-  the state, so one compiled step serves every level set of the same size. Optimistic resets as
-  in ``jaxlab.envs.craftax``: each step generates ``num_envs // reset_ratio`` worlds for the
-  finished."""
-  from jaxlab.envs import craftax
-
-  base = craftax.make(name, num_envs, reset_ratio=reset_ratio, field="config.env")
-  reset_fn, step = _level_fns(name, num_envs, reset_ratio)
-  levels = jnp.asarray(levels, jnp.uint32)
-  weights = jnp.asarray(weights, jnp.float32)
-  return dataclasses.replace(base, reset=lambda key: reset_fn(key, levels, weights), step=step)
-
-
-def make_rollout(step, policy, num_steps: int):
-  """``rollout(params, state, obs, key) -> state``: ``num_steps`` policy steps, no learning."""
-
-  @jax.jit
-  def rollout(params, state, obs, key):
-    n = obs.shape[0]
-
-    act = ppo.rollouts.policy_actor(lambda *a: policy.apply({"params": params}, *a))
-    init = (state, obs, jnp.ones((n,), bool), policy.initial_carry(n))
-    return ppo.rollouts.rollout(step, act, init, key, num_steps, records=False)[0][0]
-
-  return rollout
+  return update
 
 
 # --- the loop ---
@@ -233,15 +236,6 @@ def _default_validate(config):
     )
 
   return validate
-
-
-@functools.lru_cache(maxsize=4)
-def base_env(name: str, num_envs: int, reset_ratio: int) -> vec.VecEnv:
-  """The unmodified game (its jitted reset reused by every session)."""
-  from jaxlab.envs import craftax
-
-  env = craftax.make(name, num_envs, reset_ratio=reset_ratio, field="config.env")
-  return dataclasses.replace(env, reset=jax.jit(env.reset))
 
 
 class PoolCache:
@@ -294,12 +288,43 @@ class PoolCache:
     self._pools[h] = pool
     return pool
 
+  def fresh(self, key, count: int):
+    """``count`` pools of freshly generated original-game worlds (leaves [count, P, ...]), drawn
+    per session: the same generator program (``world.base_worlds`` on P keys) as the pools."""
+    from jaxlab.rl.dicode import world
+
+    keys = jax.random.split(key, count * self.pool_size).reshape(count, self.pool_size)
+    pools = [world.base_worlds(k) for k in keys]
+    return [jax.block_until_ready(p) for p in pools]
+
+  def levels(self, level_keys):
+    """One pool per original-game level (uint32[L, 2] world-generation keys, PLR/SFL): the
+    level's world, P times; generated P levels per call of the same generator program."""
+    from jaxlab.rl.dicode import world
+
+    keys = np.asarray(level_keys, np.uint32)
+    n, p = keys.shape[0], self.pool_size
+    keys = np.concatenate([keys, np.repeat(keys[:1], -n % p, axis=0)])
+    wrap = jax.random.wrap_key_data
+    batches = [world.base_worlds(wrap(keys[i : i + p])) for i in range(0, len(keys), p)]
+    return [
+      jax.tree.map(lambda x, j=j: _host_repeat(x, j, p), batches[i // p])
+      for i, j in ((i, i % p) for i in range(n))
+    ]
+
+
+def _host_repeat(x, j: int, p: int):
+  """``x[j]`` P times along the leading axis, built on the host (no eager XLA program)."""
+  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    data = np.asarray(jax.random.key_data(x))[j]
+    return jax.random.wrap_key_data(np.repeat(data[None], p, 0), impl=jax.random.key_impl(x))
+  return jnp.asarray(np.repeat(np.asarray(x)[j][None], p, 0))
+
 
 def num_units(plan, config) -> int:
-  """Units of a session's environment: fixed per run, so every session has the same shapes."""
-  if plan.kind == "tasks":
-    return max(config.tasks_per_session, plan.size)
-  return plan.size
+  """Units of a session's environment: fixed per run (whatever the curriculum), so every session
+  and the evaluation have the same shapes and run one compiled program."""
+  return max(config.tasks_per_session, config.levels_per_session, plan.size)
 
 
 def is_original(name: str, source: str) -> bool:
@@ -309,28 +334,52 @@ def is_original(name: str, source: str) -> bool:
   return name == curriculum_lib.ORIGINAL and source == seeds.load_seed_tasks()[name]
 
 
+def original_slot(config, curriculum: str, plan=None) -> int:
+  """The conditioning slot of the original game: the last one (``dr``: its seed-task index)."""
+  if curriculum == "dr" and plan is not None:
+    return plan.slots[plan.names.index(curriculum_lib.ORIGINAL)]
+  return config.num_slots - 1
+
+
 def default_make_env(
   plan, num_envs: int, config, original_return: float, pools: PoolCache | None = None
 ) -> vec.VecEnv:
-  """The session's environment: plain Craftax, the level environment, or the multitask one (one
-  compiled program per run: the session's tasks are data, see ``multitask.session_env``)."""
-  if plan.kind == "base":
-    return base_env(config.env, num_envs, config.ppo.reset_ratio)
-  if plan.kind == "levels":
-    return level_env(config.env, num_envs, plan.levels, plan.weights, config.ppo.reset_ratio)
-  from jaxlab.rl.dicode import multitask
+  """The session's environment: always the multitask environment, so every curriculum, session
+  and the evaluation run ONE compiled program (the session's tasks are data, see
+  ``multitask.session_env``). ``base`` (the plain game): every unit is the original game with
+  its own pool of fresh worlds; ``levels``: a unit per level, its pool that level's world;
+  ``tasks``: each task's pool, the original game's drawn fresh each session."""
+  from jaxlab.rl.dicode import multitask, seeds
 
   pools = pools or PoolCache(config.pool_size)
+  k = num_units(plan, config)
+  key = jax.random.fold_in(jax.random.key(pools.seed), 1_000 + getattr(plan, "session", 0))
+  original = seeds.load_seed_tasks()[curriculum_lib.ORIGINAL]
+  if plan.kind == "base":
+    tasks, slots = [pools.task(original)] * k, [config.num_slots - 1] * k
+    units, weights = pools.fresh(key, k), [1.0] * k
+  elif plan.kind == "worlds":  # given pools of the unmodified game (the held-out evaluation)
+    tasks, slots = [pools.task(original)] * plan.size, list(plan.slots)
+    units, weights = list(plan.pools), [float(w) for w in plan.weights]
+  elif plan.kind == "levels":
+    tasks, slots = [pools.task(original)] * plan.size, [config.num_slots - 1] * plan.size
+    units, weights = pools.levels(plan.levels), [float(w) for w in plan.weights]
+  else:
+    tasks = [pools.task(s) for s in plan.sources]
+    fresh = [is_original(n, s) for n, s in zip(plan.names, plan.sources)]
+    new = iter(pools.fresh(key, sum(fresh)) if any(fresh) else [])
+    units = [next(new) if f else pools.pool(s) for f, s in zip(fresh, plan.sources)]
+    slots, weights = plan.slots, [float(w) for w in plan.weights]
   table = multitask.build_table(
-    [pools.task(s) for s in plan.sources],
-    [pools.pool(s) for s in plan.sources],
-    plan.slots,
-    num_units(plan, config),
-    fresh=[is_original(n, s) for n, s in zip(plan.names, plan.sources)],
-    weights=[float(w) for w in plan.weights],
+    tasks,
+    units,
+    slots,
+    k,
+    weights=weights,
     bonus_k=config.bonus_k,
     bonus_floor=config.bonus_floor,
     original_return=original_return if config.bonus == "dynamic" else 0.0,
+    first=getattr(plan, "first", -1),
   )
   return multitask.session_env(
     config.env,
@@ -341,6 +390,7 @@ def default_make_env(
     bonus_k=config.bonus_k,
     bonus_floor=config.bonus_floor,
     reset_ratio=config.ppo.reset_ratio,
+    fresh_worlds=False,
   )
 
 
@@ -350,8 +400,10 @@ def ppo_config(config) -> ppo.PPOConfig:
 
 
 def make_policy(num_actions: int, config):
-  kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.ppo.gtrxl.items()}
-  return policies.make("gtrxl", num_actions, 0, **kw)
+  """``config.policy`` (gtrxl | gru | mlp) with the sizes of ``config.ppo.<policy>``."""
+  name = config.get("policy", "gtrxl")
+  kw = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in config.ppo[name].items()}
+  return policies.make(name, num_actions, 0, **kw)
 
 
 class Loop:
@@ -423,25 +475,45 @@ class Loop:
 
   # -- one session --
 
-  def _session_env(self, plan):
+  def _session_env(self, plan, stop: int = NEVER):
+    """The session's environment, counting from the scoring window (training) or, when playing
+    for ``stop`` steps, from the first step."""
     c = self.config
     env = self.make_env(plan, c.ppo.num_envs, c, self.state["original_return"])
     start = max(0, c.updates_per_session - c.score_window) * c.ppo.num_steps
-    return counted(env, num_units(plan, c), start)
+    return counted(env, num_units(plan, c), start if stop == NEVER else 0, stop)
 
-  def train_session(self, plan, session: int):
-    """Trains ``updates_per_session`` PPO updates on ``plan``; returns (window counts, metrics)."""
-    c = self.config
-    env = self._session_env(plan)
+  def program(self, env):
+    """The jitted chunk (``runtime.make_chunk_fn``) of :func:`make_update` for ``env``'s step:
+    one per process and shape, shared by the sessions, the evaluation, SFL's scoring and the
+    later runs of a study (a run in a new process loads it from the persistent cache)."""
     if self.policy is None:
-      self.policy = make_policy(env.num_actions, c)
-    key = jax.random.fold_in(self.key, session)
-    state = ppo.init(env, self.policy, self.ppo, jax.random.fold_in(key, 0))
+      self.policy = make_policy(env.num_actions, self.config)
+    key = (env.step, self.policy, self.ppo)
+    if key not in _UPDATES:
+      while len(_UPDATES) >= 4:  # the newest few (each holds a compiled program)
+        _UPDATES.pop(next(iter(_UPDATES)))
+      _UPDATES[key] = make_update(env, self.policy, self.ppo)
+    update = _UPDATES[key]
+    return update, runtime.make_chunk_fn(update)
+
+  def _agent_state(self, env, key):
+    """The PPO state on ``env`` with the carried (or restored) agent."""
+    state = ppo.init(env, self.policy, self.ppo, key)
     if self.carried is None:
       self.carried = self._restore({"train": state.train, "stats": state.stats})
     if self.carried is not None:
       state = state.replace(train=self.carried["train"], stats=self.carried["stats"])
-    update = ppo.make_update(env, self.policy, self.ppo)
+    return state
+
+  def train_session(self, plan, session: int):
+    """Trains ``updates_per_session`` PPO updates on ``plan``; returns (window counts, metrics)."""
+    c = self.config
+    plan.session = session
+    env = self._session_env(plan)
+    update, _ = self.program(env)
+    key = jax.random.fold_in(self.key, session)
+    state = self._agent_state(env, jax.random.fold_in(key, 0))
     loop = runtime.Loop(
       c.updates_per_session,
       log_every=c.updates_per_session,
@@ -451,7 +523,9 @@ class Loop:
       plot=False,
     )
     t0 = time.perf_counter()
-    state, result = runtime.train(state, update, loop, key=jax.random.fold_in(key, 1))
+    state, result = runtime.train(
+      state, update, loop, key=jax.random.fold_in(key, 1), data=jnp.asarray(True)
+    )
     self.carried = {"train": state.train, "stats": state.stats}
     info = {
       "wall_s": time.perf_counter() - t0,
@@ -459,7 +533,26 @@ class Loop:
       **result.summary,
     }
     window = {k: v[: plan.size] for k, v in counts(state.env_state).items()}
+    if plan.kind == "base":  # every unit is the original game
+      window = {k: v.sum(0, keepdims=True) for k, v in counts(state.env_state).items()}
     return window, info
+
+  def play(self, plan, steps: int, key, until_done: bool = False):
+    """The agent plays ``plan`` WITHOUT learning, through the training program, for ``steps``
+    environment steps (rounded up to whole chunks of ``updates_per_session`` updates; episodes
+    are recorded over exactly ``steps``); with ``until_done`` it stops once every environment's
+    first episode has ended. Returns the final ``Counted`` state."""
+    c = self.config
+    env = self._session_env(plan, stop=steps)
+    _, chunk = self.program(env)
+    state = self._agent_state(env, jax.random.fold_in(key, 0))
+    per_chunk = c.updates_per_session * c.ppo.num_steps
+    for i in range(-(-steps // per_chunk)):
+      k = jax.random.fold_in(key, 1 + i)
+      state, _ = chunk(state, jnp.asarray(False), k, jnp.int32(0), c.updates_per_session)
+      if until_done and bool(np.asarray(state.env_state.first_done).all()):
+        break
+    return state.env_state
 
   def run_session(self, session: int) -> dict:
     rng = np.random.default_rng([self.seed, session])
@@ -644,19 +737,27 @@ class Loop:
     return params
 
   def score_levels(self, seeds) -> np.ndarray:
-    """SFL's scores of original-game ``seeds``: the current policy plays them (no learning) for
-    ``sfl_rollout_steps`` steps; achievement learnability of each level's finished episodes."""
+    """SFL's scores of original-game ``seeds``: the current policy plays them (no learning, the
+    training program) for ``sfl_rollout_steps`` steps, ``units`` levels at a time, each drawn
+    uniformly at every reset; achievement learnability of each level's finished episodes."""
     c = self.config
-    n = len(seeds)
-    levels = curriculum_lib.seed_keys(seeds)
-    env = counted(level_env(c.env, n, levels, np.full(n, 1.0 / n), c.ppo.reset_ratio), n, 0)
-    params = self.agent_params(env)
-    if getattr(self, "_rollout", None) is None:
-      self._rollout = make_rollout(env.step, self.policy, c.sfl_rollout_steps)
-    key = jax.random.fold_in(self.key, 1_000_000 + self.state["session"])
-    obs, state = env.reset(key)
-    window = counts(self._rollout(params, state, obs, key))
-    return curriculum_lib.level_score(window["achievements"], window["finished"])
+    seeds = list(seeds)
+    k = num_units(curriculum_lib.SessionPlan("levels", [], np.ones(0)), c)
+    scores = []
+    for i in range(0, len(seeds), k):
+      part = seeds[i : i + k]
+      plan = curriculum_lib.SessionPlan(
+        "levels",
+        [f"level_{s}" for s in part],
+        np.full(len(part), 1.0 / len(part)),
+        levels=curriculum_lib.seed_keys(part),
+      )
+      plan.session = self.state["session"]
+      key = jax.random.fold_in(self.key, 1_000_000 + 1_000 * self.state["session"] + i)
+      window = counts(self.play(plan, c.sfl_rollout_steps, key))
+      n = len(part)
+      scores.append(curriculum_lib.level_score(window["achievements"][:n], window["finished"][:n]))
+    return np.concatenate(scores)
 
 
 def frontier(active: list[dict], k: int) -> list[dict]:
@@ -721,22 +822,56 @@ def archive_lib_statuses() -> tuple[str, ...]:
 
 
 def evaluate(run: Loop, curriculum: str) -> tuple[dict, dict]:
-  """Held-out original-game evaluation of the run's agent (see ``evaluation``)."""
-  from jaxlab.rl.dicode import evaluation
+  """Held-out original-game evaluation of the run's agent (see ``evaluation``), played through
+  the run's training program without learning: ``eval_envs`` held-out worlds, ``num_envs`` at a
+  time, each environment starting in its own world (``TaskTable.first``), its first episode
+  recorded over ``eval_steps`` steps."""
+  from jaxlab.rl.dicode import evaluation, seeds
+  from jaxlab.rl.ppo import evaluation as ppo_eval
 
   c = run.config
-  slot = None  # the original game's conditioning slot, for task-conditioned agents
-  if curriculum == "dicode":
-    slot = c.num_slots - 1
-  elif curriculum == "dr":
+  n, envs, p = c.ppo.eval_envs, c.ppo.num_envs, c.pool_size
+  if curriculum == "dr":
     slot = run.curriculum.names.index(curriculum_lib.ORIGINAL)
-  suffix = evaluation.one_hot(c.num_slots, slot)
-  env = base_env(c.env, c.ppo.eval_envs, c.ppo.reset_ratio)
-  params = run.agent_params(evaluation.with_suffix(env, suffix))
-  evaluate = evaluation.make_evaluator(
-    c.env, c.ppo.eval_envs, c.ppo.eval_steps, run.policy, suffix, reset_ratio=c.ppo.reset_ratio
+  else:
+    slot = c.num_slots - 1
+  k = num_units(curriculum_lib.SessionPlan("worlds", [], np.ones(0)), c)
+  pools = evaluation.held_out_pools(n, p)
+  original = seeds.load_seed_tasks()[curriculum_lib.ORIGINAL]
+  key = jax.random.key(evaluation.EVAL_SEED)
+  outs = []
+  for base in range(0, n, k * p):  # one table holds k * p worlds
+    part = pools[base // p : base // p + k]
+    plan = curriculum_lib.SessionPlan(
+      "worlds",
+      [curriculum_lib.ORIGINAL] * len(part),
+      np.full(len(part), 1.0 / len(part)),
+      [original] * len(part),
+      [slot] * len(part),
+      pools=part,
+    )
+    for first in range(0, min(k * p, n - base), envs):
+      plan.first = first
+      state = run.play(plan, c.ppo.eval_steps, jax.random.fold_in(key, base + first), True)
+      keep = min(envs, n - base - first)
+      outs.append({name: v[:keep] for name, v in first_episodes(state).items()})
+  out = {name: np.concatenate([o[name] for o in outs]) for name in outs[0]}
+  env = types.SimpleNamespace(
+    max_return=craftax_max_return(), achievement_names=craftax_achievement_names()
   )
-  return evaluate(params)
+  return ppo_eval.summarize(out, env)
+
+
+def craftax_max_return() -> float:
+  from jaxlab.envs import craftax
+
+  return craftax.MAX_RETURN[False]
+
+
+def craftax_achievement_names() -> tuple[str, ...]:
+  from jaxlab.envs import craftax
+
+  return craftax.achievement_names(False)
 
 
 def finish(run: Loop, state: dict, curriculum: str) -> dict:

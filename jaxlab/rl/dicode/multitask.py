@@ -99,6 +99,9 @@ class TaskTable:
   slot: jax.Array  # int32[K]: the one-hot conditioning slot
   logits: jax.Array  # float32[K]: log reset probability (-inf: never drawn, e.g. padding)
   original_return: jax.Array  # float32: running original-game return (dynamic bonus)
+  # int32: -1: a reset draws units by weight; w >= 0: `reset` puts environment i in world w + i
+  # (unit (w + i) // P, pool index (w + i) % P), so held-out worlds are each played once
+  first: jax.Array = struct.field(default_factory=lambda: jnp.int32(-1))
 
 
 @struct.dataclass
@@ -363,6 +366,14 @@ def _key_leaf(spec) -> bool:
   return jax.dtypes.issubdtype(spec.dtype, jax.dtypes.prng_key)
 
 
+def _host_stack(xs):
+  """`jnp.stack(xs)` through numpy: an eager stack compiles one XLA program per leaf shape."""
+  if _key_leaf(xs[0]):
+    data = np.stack([np.asarray(jax.random.key_data(x)) for x in xs])
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(xs[0]))
+  return jnp.asarray(np.stack([np.asarray(x) for x in xs]))
+
+
 def pool_to_arrays(pool) -> dict[str, np.ndarray]:
   """A pool as plain numpy arrays (typed keys as their key data), for `np.savez`."""
   leaves = jax.tree.leaves(pool)
@@ -401,6 +412,7 @@ def build_table(
   bonus_k: float,
   bonus_floor: float,
   original_return: float = 0.0,
+  first: int = -1,
 ) -> TaskTable:
   """The table of `tasks` (with their `pools`), padded to `num_units` units that are never drawn.
 
@@ -420,7 +432,7 @@ def build_table(
     x = np.asarray(x)
     return np.concatenate([x, np.full((pad, *x.shape[1:]), fill, x.dtype)])
 
-  pool = jax.tree.map(lambda *xs: jnp.stack(xs + (xs[0],) * pad), *pools)
+  pool = jax.tree.map(lambda *xs: _host_stack(xs + (xs[0],) * pad), *pools)
   return TaskTable(
     pool=pool,
     fresh=jnp.asarray(padded(fresh, False)),
@@ -430,6 +442,7 @@ def build_table(
     slot=jnp.asarray(padded(np.asarray(slots, np.int32), 0)),
     logits=jnp.asarray(padded(logits, -np.inf), jnp.float32),
     original_return=jnp.asarray(original_return, jnp.float32),
+    first=jnp.asarray(first, jnp.int32),
   )
 
 
@@ -449,12 +462,17 @@ def session_fns(
   resets = max(1, num_envs // reset_ratio)
   no_achievements = jnp.zeros(len(task_lib.achievement_ids()), bool)
 
-  def start(table, key, n):
-    """`n` new episodes: unit by the table's weights, then a pool world or a fresh one."""
+  def start(table, key, n, in_order=False):
+    """`n` new episodes: unit by the table's weights (or in table order from `table.first`),
+    then a pool world or, for a `fresh` unit, a freshly generated one."""
     k_unit, k_index, k_fresh = jax.random.split(key, 3)
-    unit = jax.random.categorical(k_unit, table.logits, shape=(n,)).astype(jnp.int32)
     size = jax.tree.leaves(table.pool)[0].shape[1]
+    unit = jax.random.categorical(k_unit, table.logits, shape=(n,)).astype(jnp.int32)
     index = jax.random.randint(k_index, (n,), 0, size)
+    if in_order:
+      w = table.first + jnp.arange(n, dtype=jnp.int32)
+      unit = jnp.where(table.first >= 0, (w // size) % table.logits.shape[0], unit)
+      index = jnp.where(table.first >= 0, w % size, index)
     game = jax.tree.map(lambda x: x[unit, index], table.pool)
     if fresh_worlds:  # the unmodified game: world.generate of an identity program, fresh
       _, k_base, _ = pool_keys(k_fresh, n)
@@ -472,7 +490,7 @@ def session_fns(
 
   @jax.jit
   def reset(key, table):
-    game, unit, kills = start(table, key, num_envs)
+    game, unit, kills = start(table, key, num_envs, in_order=True)
     return observe(table, game, unit), vec.init_state(TaskState(game, unit, kills, table), num_envs)
 
   def one_step(table, key, game, unit, kills, action):
@@ -490,10 +508,12 @@ def session_fns(
     game, kills, reward, done, success = jax.vmap(one_step, in_axes=(None, 0, 0, 0, 0, 0))(
       table, jax.random.split(k_step, num_envs), ts.game, ts.task, ts.kills, action
     )
-    new_game, new_unit, new_kills = start(table, k_reset, resets)
-    fresh = (observe(table, new_game, new_unit), (new_game, new_unit, new_kills))
-    stepped = (observe(table, game, ts.task), (game, ts.task, kills))
-    obs, (g, u, k) = craftax.optimistic_reset(done, fresh, stepped)
+    stepped = (game, ts.task, kills)
+    if fresh_worlds:  # generating worlds is costly: `resets` per step, shared (craftax's way)
+      g, u, k = craftax.optimistic_reset(done, start(table, k_reset, resets), stepped)
+    else:  # pool worlds are a gather: one per environment
+      g, u, k = vec.select(done, start(table, k_reset, num_envs), stepped)
+    obs = observe(table, g, u)  # after the reset: one render per step, not two
     reward = reward.astype(jnp.float32)
     new_state, info = vec.track(state, TaskState(g, u, k, table), reward, done)
     info["achievements"] = jnp.where(done[:, None], game.achievements, False).astype(jnp.float32)

@@ -4,6 +4,15 @@
   python -m benchmarks.itc --scale=cpu          # experiments/configs/itc.py:cpu shapes
   python -m benchmarks.itc --scale=paper        # the paper's shapes (itc.py:itc, a GPU run)
       [--batch=0] [--repeats=5] [--decodes=sample,itc,itc_hungarian]
+      [--parts=imagination,world_model,decode,ppo]
+
+On a GPU (sized for <= 90 s on an H200, estimated, not yet measured: two imagination and four
+decoding programs compile, the host-side Hungarian figure is left out of (1); (4) is left out: at
+the paper's sizes its unrolled call compiles 32 copies of the IMPALA gradient, and the unrolling
+is a CPU-only setting):
+  python -m benchmarks.itc --scale=paper --repeats=3 --decodes=sample,itc \
+      --parts=imagination,world_model,decode
+Its CPU form (tiny shapes, the same figures): the same command with --scale=tiny.
 
 In one process, at the sizes of `experiments.itc` (``--scale``: the preset of that name, ``paper``:
 the ``itc`` preset), random weights and a full codebook (throughput does not depend on what was
@@ -50,6 +59,8 @@ _SCALE = flags.DEFINE_enum(
 )
 _BATCH = flags.DEFINE_integer("batch", 0, "Imagined rollouts in parallel (0: the config's).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per figure (median kept).")
+PARTS = ("imagination", "world_model", "decode", "ppo")
+_PARTS = flags.DEFINE_list("parts", list(PARTS), "Figures to measure: (1) .. (4) by name.")
 _DECODES = flags.DEFINE_list(
   "decodes", ["sample", "itc", "itc_hungarian"], "Decoding methods of the imagination figure."
 )
@@ -226,6 +237,7 @@ def main(argv):
   experiment.require(_REPEATS.value >= 1, "repeats", f"must be >= 1, got {_REPEATS.value}")
   experiment.require(_BATCH.value >= 0, "batch", f"must be >= 0, got {_BATCH.value}")
   methods = experiment.check_list("decodes", _DECODES.value, decode_lib.METHODS)
+  parts = experiment.check_list("parts", _PARTS.value, PARTS)
   c, batch = shapes()
   itc.validate_config(c)  # sizes and memory of the preset, before anything is compiled
   check_batch(c, batch)
@@ -237,10 +249,14 @@ def main(argv):
     all_methods.remove("itc")
   k_b, k_i, k_w, k_d = jax.random.split(jax.random.key(0), 4)
   policy_train, wm_train, book, tok_cfg, itc_cfg = build(c, batch, k_b)
-  bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, itc_cfg, k_i)
-  bench_world_model(c, wm_train, k_w)
-  bench_decode(c, batch, all_methods, itc_cfg, k_d)
-  bench_ppo(c, build(c, c.ppo.num_envs, k_b)[0], k_i)  # the policy at the real rollout's batch
+  if "imagination" in parts:
+    bench_imagination(c, batch, methods, policy_train, wm_train, book, tok_cfg, itc_cfg, k_i)
+  if "world_model" in parts:
+    bench_world_model(c, wm_train, k_w)
+  if "decode" in parts:
+    bench_decode(c, batch, all_methods, itc_cfg, k_d)
+  if "ppo" in parts:  # the policy at the real rollout's batch
+    bench_ppo(c, build(c, c.ppo.num_envs, k_b)[0], k_i)
 
 
 if __name__ == "__main__":

@@ -495,3 +495,101 @@ def test_dyna_checkpoint_resumes(tmp_path):
     for a, b in zip(jax.tree.leaves(initial.wm.params), jax.tree.leaves(state.wm.params))
   ]
   assert all(changed)  # the restored world model is the trained one, not a fresh init
+
+
+# --- the decoder study's metrics (jaxlab.rl.itc.study) against loop-by-loop NumPy ---
+
+
+def np_accuracy(imag, real):
+  b, h, n = imag.shape
+  return [
+    sum(imag[i, t, j] == real[i, t, j] for i in range(b) for j in range(n)) / (b * n)
+    for t in range(h)
+  ]
+
+
+def np_count_error(imag, real, vocab, mask):
+  b, h, _ = imag.shape
+  out = []
+  for t in range(h):
+    errs = []
+    for i in range(b):
+      ci = np.bincount(imag[i, t][mask], minlength=vocab)
+      cr = np.bincount(real[i, t][mask], minlength=vocab)
+      errs.append(np.abs(ci - cr).sum())
+    out.append(np.mean(errs))
+  return out
+
+
+def np_flicker(tokens, first):
+  seq = np.concatenate([first[:, None], tokens], 1)
+  b, h1, n = seq.shape
+  out = []
+  for t in range(1, h1):
+    if t + 1 >= h1:
+      out.append(np.nan)
+      continue
+    hits = sum(
+      seq[i, t, j] != seq[i, t - 1, j] and seq[i, t + 1, j] == seq[i, t - 1, j]
+      for i in range(b)
+      for j in range(n)
+    )
+    out.append(hits / (b * n))
+  return out
+
+
+def test_study_metrics_match_numpy_on_hand_made_sequences():
+  from jaxlab.rl.itc import study
+
+  first = np.array([[1, 2, 3, 0], [0, 0, 5, 5]])
+  tokens = np.array(  # [B=2, H=4, L=4]
+    [
+      [[1, 4, 3, 0], [1, 2, 3, 0], [1, 2, 3, 3], [1, 2, 3, 0]],  # a blip at h=1, h=3
+      [[0, 5, 5, 5], [0, 0, 5, 5], [0, 0, 5, 5], [7, 0, 5, 5]],  # a blip at h=1; 7 appears
+    ]
+  )
+  real = np.array(
+    [
+      [[1, 2, 3, 0]] * 4,
+      [[0, 0, 5, 5], [0, 0, 5, 5], [0, 5, 0, 5], [0, 0, 5, 5]],
+    ]
+  )
+  mask = np.array([True, True, True, False])  # the last position plays the inventory
+  flick = np.asarray(study.flicker(jnp.asarray(tokens), jnp.asarray(first)))
+  np.testing.assert_allclose(flick, np_flicker(tokens, first))
+  np.testing.assert_allclose(flick[:3], [2 / 8, 0.0, 1 / 8])  # counted by hand
+  assert np.isnan(flick[3])
+  np.testing.assert_allclose(
+    np.asarray(study.token_accuracy(jnp.asarray(tokens), jnp.asarray(real))),
+    np_accuracy(tokens, real),
+  )
+  got = study.count_error(jnp.asarray(tokens), jnp.asarray(real), 8, jnp.asarray(mask, float))
+  np.testing.assert_allclose(np.asarray(got), np_count_error(tokens, real, 8, mask))
+  # By hand: h=1 a 4 for a 2 (2) and a 5 for a 0 (2); h=4 a 7 for a 0 (2, over 2 frames).
+  np.testing.assert_allclose(np.asarray(got), [2.0, 0.0, 0.0, 1.0])
+  # Swapping two tokens moves objects but keeps every count: no count error, two wrong tokens.
+  swap = real.copy()
+  swap[0, 0, [0, 1]] = swap[0, 0, [1, 0]]
+  assert float(study.count_error(jnp.asarray(swap), jnp.asarray(real), 8, jnp.ones(4))[0]) == 0
+
+
+def test_study_metrics_match_numpy_on_random_sequences():
+  from jaxlab.rl.itc import study
+
+  rng = np.random.default_rng(5)
+  tokens, real = rng.integers(0, 3, (6, 5, 9)), rng.integers(0, 3, (6, 5, 9))
+  first, mask = rng.integers(0, 3, (6, 9)), rng.random(9) < 0.7
+  np.testing.assert_allclose(
+    np.asarray(study.flicker(jnp.asarray(tokens), jnp.asarray(first))), np_flicker(tokens, first)
+  )
+  got = study.count_error(jnp.asarray(tokens), jnp.asarray(real), 3, jnp.asarray(mask, float))
+  np.testing.assert_allclose(np.asarray(got), np_count_error(tokens, real, 3, mask), rtol=1e-6)
+
+
+def test_decode_by_traced_index_equals_decode_by_name(decoders):
+  prev, nxt = _frames(1, num=4)
+  logits, done, key = _uncertain_logits(nxt), jnp.zeros((4,), bool), jax.random.key(4)
+  by_index = jax.jit(lambda i: D.decode(logits, jnp.asarray(prev), done, key, i, CFG))
+  for m, f in decoders.items():
+    want = f(logits, jnp.asarray(prev), done, key)
+    np.testing.assert_array_equal(by_index(D.METHODS.index(m)), want)

@@ -11,10 +11,12 @@ Arms (the authors' three YAML files, at the paper's scale: 1M steps, a GPU run):
                             decoding (config/itc.yaml)
 Sizes (with the ``itc`` arm unless one is given):
   tiny  (default: no ``:<arg>``) every size shrunk so that a run finishes on a laptop CPU in
-        minutes: 1536 env steps, 8 environments x 32 steps, a 1-layer world model of width 48,
-        8 frames of context, 2 imagined rollouts of 6 steps; no rule of the method changes
-  cpu   the tiny networks with 20 environments x 50 steps = 1000 real steps per iteration and 50k
-        steps: the reduced-budget run of docs/itc.md (about 30 min on 2 CPU cores)
+        minutes: 1536 env steps, 8 environments x 32 steps, one PPO epoch of one minibatch, a
+        1-layer world model of width 48, 8 frames of context, 2 imagined rollouts of 6 steps;
+        no rule of the method changes
+  cpu   the tiny networks with 20 environments x 50 steps = 1000 real steps per iteration,
+        2 PPO epochs x 2 minibatches, and 50k steps: the reduced-budget run of docs/itc.md
+        (about 30 min on 2 CPU cores); with ``--mode=decoders`` the decoder study
 
 Commands (from the repository root):
   python -m experiments.itc
@@ -62,6 +64,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env_steps = 50_000  # 50 iterations
     c.ppo.num_envs = 20
     c.ppo.num_steps = 50  # 1000 real steps per iteration
+    c.ppo.epochs = 2  # 2 x 2 PPO steps per iteration (as in docs/results/itc_cpu)
+    c.ppo.minibatches = 2
     c.replay_size = 4000
     c.warmup_steps = 5000
     c.wm_updates = 10
@@ -75,8 +79,10 @@ def _tiny(c: ml_collections.ConfigDict) -> None:
   c.ppo.reset_ratio = 4
   c.ppo.num_envs = 8
   c.ppo.num_steps = 32
-  c.ppo.epochs = 2
-  c.ppo.minibatches = 2
+  # One PPO epoch of one minibatch: on CPU PPO's loops are unrolled (`itc.dyna_config`), so each
+  # epoch x minibatch is another copy of the IMPALA gradient in the compiled program.
+  c.ppo.epochs = 1
+  c.ppo.minibatches = 1
   c.policy.channels = (8, 16, 16)
   c.policy.embed = 32
   c.policy.hidden = 32

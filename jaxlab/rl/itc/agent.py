@@ -4,6 +4,7 @@ the policy, the initial Dyna state, and the real vs imagined rollout picture of 
 
 from __future__ import annotations
 
+import functools
 import pathlib
 
 import jax
@@ -15,7 +16,12 @@ from jaxlab.core.errors import require
 from jaxlab.rl.itc import buffer as buffer_lib
 from jaxlab.rl.itc import dyna, imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
+from jaxlab.rl.itc.decode import METHODS
 from jaxlab.rl.ppo import policies
+
+# Compiler options of a program that runs once per run (the picture): the backend's optimisation
+# level only changes the machine code, not the XLA graph (as `ppo.init` does).
+_RUN_ONCE = {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else None
 
 
 def make_policy(config, num_actions: int) -> policies.ImpalaRNNPolicy:
@@ -42,7 +48,8 @@ def create(config, cfg: dyna.DynaConfig, key):
     "config.env",
     f"has {env.num_actions} actions, the world model {cfg.wm.num_actions}",
   )
-  state = dyna.init(env, make_policy(config, env.num_actions), cfg, key)
+  policy = make_policy(config, env.num_actions)
+  state = dyna.init(env, policy, cfg, key)  # compiled programs, not eager work (dyna.init)
   return env, state
 
 
@@ -57,24 +64,38 @@ def rollout_picture(state: dyna.DynaState, cfg: dyna.DynaConfig, steps: int, pat
   """A real replayed sequence, its tokenization and the world model's open-loop imagination
   under the same actions, decoded by ``cfg.decode`` and by independent sampling (a PNG)."""
   steps = min(steps, cfg.wm.max_blocks)
-  seq = buffer_lib.sample(state.replay, key, 1, steps + 1)
-  tokens = tok_lib.encode(state.book, seq["obs"], cfg.tokenizer)
-  rows = {
-    "real": seq["obs"][0, 1:],
-    "real (tokenized)": tok_lib.decode(state.book, tokens, cfg.tokenizer)[0, 1:],
-  }
+  picture = _picture_fn(cfg, steps)
+  rows = {}
   for method in dict.fromkeys([cfg.decode, "sample"]):
+    index = jnp.int32(METHODS.index(method))  # traced: both decoders share one program
+    real, tokenized, imagined = picture(state.wm, state.book, state.replay, key, index)
+    rows.setdefault("real", real)
+    rows.setdefault("real (tokenized)", tokenized)
+    rows[f"imagined ({method})"] = imagined
+  rows = {k: np.asarray(v) for k, v in rows.items()}
+  title = "real vs imagined frames (same actions, world model from the first real frame)"
+  return plots.frames(path, rows, title)
+
+
+@functools.cache
+def _picture_fn(cfg: dyna.DynaConfig, steps: int):
+  """The picture's frames as ONE jitted program of (world model, codebook, replay, key, decoder
+  index): the rows of every decoder come from the same compilation."""
+
+  def picture(wm, book, replay, key, index):
+    seq = buffer_lib.sample(replay, key, 1, steps + 1)
+    tokens = tok_lib.encode(book, seq["obs"], cfg.tokenizer)
     imagined = imagine.open_loop(
-      state.wm,
-      state.book,
+      wm,
+      book,
       tokens[:, 0],
       seq["action"][:, :steps],
       jnp.zeros((1,), bool),
       jax.random.fold_in(key, 1),
-      method=method,
+      method=index,
       itc_cfg=cfg.itc,
     )
-    rows[f"imagined ({method})"] = tok_lib.decode(state.book, imagined, cfg.tokenizer)[0]
-  rows = {k: np.asarray(v) for k, v in rows.items()}
-  title = "real vs imagined frames (same actions, world model from the first real frame)"
-  return plots.frames(path, rows, title)
+    decode = lambda t: tok_lib.decode(book, t, cfg.tokenizer)[0]
+    return seq["obs"][0, 1:], decode(tokens)[1:], decode(imagined)
+
+  return jax.jit(picture, compiler_options=_RUN_ONCE)

@@ -180,7 +180,12 @@ def decode(logits: Array, prev: Array, done: Array, key: Array, method: str, cfg
 
   ``sample``: independent Gumbel-max samples; ``argmax``: the mode per position; ``itc`` /
   ``itc_hungarian``: the ITC correspondence decoding (module docstring) on top of the samples.
+  ``method`` may also be a traced index into :data:`METHODS`: one program then holds every
+  decoder (``lax.switch``; only the chosen one runs), for comparisons that compile once.
   """
+  if not isinstance(method, str):
+    branches = [lambda lg, p, d, k, m=m: decode(lg, p, d, k, m, cfg) for m in METHODS]
+    return jax.lax.switch(method, branches, logits, prev, done, key)
   check_choice("decode", method, METHODS)
   if method == "argmax":
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -196,6 +201,6 @@ def decode(logits: Array, prev: Array, done: Array, key: Array, method: str, cfg
     interior = jnp.asarray(interior_mask(cfg.grid, cfg.inventory_rows))
     copy = (src < n) & interior[None] & ~done[:, None]
     prev_src = jnp.take_along_axis(prev, jnp.clip(src, 0, n - 1), axis=1)
-    return jnp.where(copy, prev_src, proposal)
+    return jnp.where(copy, prev_src, proposal).astype(jnp.int32)
   fn = lambda p, t, c, d: itc_tokens(p, t, c, d, cfg)
   return jax.vmap(fn)(probs, proposal, prev, done).astype(jnp.int32)

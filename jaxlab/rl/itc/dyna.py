@@ -22,6 +22,7 @@ imagination batch) are choices of this reimplementation; see docs/itc.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -147,22 +148,30 @@ class DynaState:
 
 
 def init(env, policy, cfg: DynaConfig, key: Array) -> DynaState:
-  """Resets the environments, initialises policy, world model, empty codebook and replay."""
+  """Resets the environments, initialises policy, world model, empty codebook and replay.
+
+  Two compiled programs, no eager work: `ppo.init` (the environments' reset and the policy; run
+  op by op, Craftax's world generation alone dispatched 541 small programs, 17 minutes at load
+  25) and the world model, codebook and replay (:func:`_init_rest`, cached per config)."""
   k_ppo, k_wm = jax.random.split(key)
   ps = ppo.init(env, policy, cfg.ppo, k_ppo)
-  wm = wm_lib.WorldModel(cfg.wm)
-  t = cfg.wm.max_blocks
-  tokens = jnp.zeros((1, t, cfg.wm.tokens_per_frame), jnp.int32)
-  params = wm.init(k_wm, tokens, jnp.zeros((1, t), jnp.int32))["params"]
-  tx = optax.chain(optax.clip_by_global_norm(cfg.wm_max_grad_norm), optax.adam(cfg.wm_lr))
-  cap = cfg.replay_size // cfg.ppo.num_envs
-  return DynaState(
-    ppo=ps,
-    wm=TrainState.create(wm, params, tx),
-    book=tok_lib.init(cfg.tokenizer),
-    replay=buffer_lib.init(cfg.ppo.num_envs, cap, env.obs_shape),
-    iteration=jnp.int32(0),
-  )
+  wm, book, replay = _init_rest(cfg, tuple(env.obs_shape))(k_wm)
+  return DynaState(ppo=ps, wm=wm, book=book, replay=replay, iteration=jnp.int32(0))
+
+
+@functools.cache
+def _init_rest(cfg: DynaConfig, obs_shape: tuple[int, ...]):
+  def rest(k_wm):
+    wm = wm_lib.WorldModel(cfg.wm)
+    t = cfg.wm.max_blocks
+    tokens = jnp.zeros((1, t, cfg.wm.tokens_per_frame), jnp.int32)
+    params = wm.init(k_wm, tokens, jnp.zeros((1, t), jnp.int32))["params"]
+    tx = optax.chain(optax.clip_by_global_norm(cfg.wm_max_grad_norm), optax.adam(cfg.wm_lr))
+    cap = cfg.replay_size // cfg.ppo.num_envs
+    replay = buffer_lib.init(cfg.ppo.num_envs, cap, obs_shape)
+    return TrainState.create(wm, params, tx), tok_lib.init(cfg.tokenizer), replay
+
+  return jax.jit(rest)
 
 
 def _grow(book, frames, cfg: DynaConfig):
@@ -173,7 +182,7 @@ def _grow(book, frames, cfg: DynaConfig):
   return book
 
 
-def _train_wm(wm: TrainState, book, replay, cfg: DynaConfig, key: Array):
+def train_world_model(wm: TrainState, book, replay, cfg: DynaConfig, key: Array):
   """``wm_updates`` world-model steps on replayed, re-tokenized sequences."""
   length = cfg.wm.max_blocks + 1
 
@@ -193,8 +202,18 @@ def _train_wm(wm: TrainState, book, replay, cfg: DynaConfig, key: Array):
 
 
 def _imagination(train, wm, book, replay, cfg: DynaConfig, key: Array):
-  """``imag_updates`` x (imagined rollout + one PPO epoch); returns (train, mean metrics)."""
+  """``imag_updates`` x (imagined rollout + one PPO epoch); returns (train, mean metrics).
+
+  The imagined rollout (policy, world model re-run over its context, decoding, codebook lookup)
+  and its PPO epoch are traced ONCE: a ``lax.scan`` over the updates, or a plain call for one
+  update. Unrolling the updates (what this loop did on CPU before, with the PPO loops) copied
+  the whole body ``imag_updates`` times into the program; inside the scan the imagined
+  minibatches are scanned too, since their convolution gradients run in a loop either way
+  (jax-ml/jax#12868), and a single update keeps ``ppo.unroll``.
+  """
   imag_cfg = cfg.imag_ppo()
+  if cfg.imag_updates > 1:
+    imag_cfg = dataclasses.replace(imag_cfg, unroll=False)
 
   def one(train, k):
     k_s, k_r, k_l = jax.random.split(k, 3)
@@ -223,8 +242,8 @@ def _imagination(train, wm, book, replay, cfg: DynaConfig, key: Array):
     parts["imag_done"] = jnp.mean(traj["done"].astype(jnp.float32))
     return train, parts
 
-  # Unrolled with the PPO loops where they are (`ppo.PPOConfig.unroll`: CNN gradients on CPU).
-  return ppo.scan(one, train, jax.random.split(key, cfg.imag_updates), cfg.ppo.unroll)
+  keys = jax.random.split(key, cfg.imag_updates)
+  return ppo.scan(one, train, keys, unroll=cfg.imag_updates == 1)
 
 
 def make_update(env, cfg: DynaConfig):
@@ -244,7 +263,7 @@ def make_update(env, cfg: DynaConfig):
     replay = buffer_lib.add(state.replay, traj)
     frames = traj["obs"].reshape((-1,) + traj["obs"].shape[2:])
     book = _grow(state.book, frames, cfg)
-    wm, wm_metrics = _train_wm(state.wm, book, replay, cfg, k_wm)
+    wm, wm_metrics = train_world_model(state.wm, book, replay, cfg, k_wm)
     iteration = state.iteration + 1
     env_steps = iteration * cfg.steps_per_iteration
     active = (env_steps > cfg.warmup_steps) & (cfg.imag_updates > 0)

@@ -1,0 +1,324 @@
+"""The decoder study (docs/itc.md, "Decoders on a fixed world model"): ITC's claim is about
+decoding, so the world model is held fixed and only the decoder changes.
+
+Per world-model seed ``s`` (``config.study.seeds`` of them):
+
+1. ``study.envs`` Craftax-Classic environments play ``study.steps`` steps with uniformly random
+   actions (seeded by ``s``); the tokenizer grows on those frames and the world model of
+   ``config.wm`` trains ``study.wm_updates`` steps on replayed sequences of ``max_blocks + 1``
+   frames (`dyna`'s world-model step, without the agent). Codebook and weights are written to
+   ``<workdir>/seed_<s>/world_model.msgpack``: a re-run reuses them.
+2. The SAME held-out real trajectories for every seed (random play as in 1 under their own key;
+   windows of ``horizon + 1`` frames starting every ``study.window_stride`` steps after
+   ``study.heldout_skip``) are tokenized with seed ``s``'s codebook; from each window's
+   first frame the world model imagines ``horizon`` steps open loop under the real actions
+   (`imagine.open_loop`), decoded by every method of ``study.decoders`` with the SAME random key
+   (common random numbers: ``itc`` corrects the very samples that ``sample`` returns).
+3. Against the real tokens at horizons ``1 .. H``: :func:`token_accuracy`, :func:`count_error`
+   (the map's token histogram), :func:`flicker` (a token that changes and changes back), the
+   real trajectories' own flicker as the reference. Written to ``seed_<s>/decoders.json``.
+
+:func:`table` gives mean and 95 % t-interval over seeds per decoder and horizon;
+:func:`run` writes ``table.csv``, ``table.md`` and ``summary.json``. One jitted program per
+stage (collection, growth, world-model training, imagination with all decoders through
+``lax.switch``), each compiled once per process and reused by every seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlab.core import metrics as metrics_lib
+from jaxlab.core import runtime
+from jaxlab.core.errors import check_choice, require
+from jaxlab.core.train_state import TrainState
+from jaxlab.rl.itc import buffer as buffer_lib
+from jaxlab.rl.itc import decode as decode_lib
+from jaxlab.rl.itc import dyna, imagine
+from jaxlab.rl.itc import tokenizer as tok_lib
+from jaxlab.rl.itc import world_model as wm_lib
+
+Array = jax.Array
+METRICS = ("token_acc", "count_error", "flicker")
+_HELDOUT_SEED = 1_000_003  # the held-out trajectories' key: the same for every world-model seed
+
+
+# --- metrics (tested against loop-by-loop NumPy transcriptions in tests/test_itc.py) ---
+
+
+def token_accuracy(imagined: Array, real: Array) -> Array:
+  """``[B, H, L]`` tokens -> ``[H]``: fraction of positions equal to the real token."""
+  return jnp.mean((imagined == real).astype(jnp.float32), axis=(0, 2))
+
+
+def count_error(imagined: Array, real: Array, vocab: int, mask: Array) -> Array:
+  """``[H]``: mean over frames of ``sum_k |n_k(imagined) - n_k(real)|``, ``n_k`` the number of
+  positions in ``mask [L]`` holding token ``k`` (objects that appear, vanish or duplicate)."""
+  hist = lambda x: jnp.sum(jax.nn.one_hot(x, vocab) * mask[:, None], axis=-2)  # [B, H, V]
+  return jnp.mean(jnp.sum(jnp.abs(hist(imagined) - hist(real)), -1), axis=0)
+
+
+def flicker(tokens: Array, first: Array) -> Array:
+  """``[H]`` for ``tokens [B, H, L]`` after ``first [B, L]`` (frame 0): at horizon ``h`` the
+  fraction of positions with ``x[h] != x[h-1]`` and ``x[h+1] == x[h-1]`` (a change undone one
+  step later); the last horizon has no successor and is NaN."""
+  x = jnp.concatenate([first[:, None], tokens], axis=1)  # [B, H + 1, L]
+  blip = (x[:, 1:-1] != x[:, :-2]) & (x[:, 2:] == x[:, :-2])  # horizons 1 .. H - 1
+  rate = jnp.mean(blip.astype(jnp.float32), axis=(0, 2))
+  return jnp.concatenate([rate, jnp.full((1,), jnp.nan)])
+
+
+# --- the stages ---
+
+
+def validate(config):
+  """``config.study`` checked (ConfigError naming the field) before anything is built."""
+  s = config.study
+  for name in ("seeds", "envs", "steps", "wm_updates", "window_stride"):
+    require(int(s[name]) >= 1, f"config.study.{name}", f"must be >= 1, got {s[name]}")
+  require(s.heldout_skip >= 0, "config.study.heldout_skip", "must be >= 0")
+  for m in s.decoders:
+    check_choice("config.study.decoders", m, decode_lib.METHODS)
+  cap = config.wm.max_blocks
+  require(
+    1 <= s.horizon <= cap,
+    "config.study.horizon",
+    f"must be in [1, wm.max_blocks={cap}], got {s.horizon}",
+  )
+  require(
+    s.steps >= cap + 1,
+    "config.study.steps",
+    f"must be >= wm.max_blocks + 1 = {cap + 1} (one training sequence)",
+  )
+  return s
+
+
+def collect(env, key: Array, steps: int) -> dict:
+  """``steps`` random-action steps of ``env``: batch-major ``obs`` (uint8, the frame each action
+  was taken in), ``reset, action, reward, done`` ``[N, steps]``."""
+  k_reset, k_run = jax.random.split(key)
+  obs, state = env.reset(k_reset)
+  reset = jnp.ones((env.num_envs,), bool)
+
+  def step(c, k):
+    obs, state, reset = c
+    k_a, k_e = jax.random.split(k)
+    action = jax.random.randint(k_a, (env.num_envs,), 0, env.num_actions)
+    nxt, state, reward, done, _ = env.step(state, action, k_e)
+    rec = dict(obs=buffer_lib.to_uint8(obs), reset=reset, action=action, reward=reward, done=done)
+    return (nxt, state, done), rec
+
+  _, traj = jax.lax.scan(step, (obs, state, reset), jax.random.split(k_run, steps))
+  return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)
+
+
+def _replay(data: dict) -> buffer_lib.Replay:
+  n, t = data["action"].shape
+  return buffer_lib.Replay(
+    obs=data["obs"],
+    reset=data["reset"],
+    action=data["action"].astype(jnp.int32),
+    reward=data["reward"].astype(jnp.float32),
+    done=data["done"],
+    count=jnp.int32(t),
+  )
+
+
+def grow_codebook(data: dict, cfg: dyna.DynaConfig, passes: int) -> tok_lib.Codebook:
+  """The codebook of ``data``'s frames: ``passes`` growth calls per time chunk of 16 steps."""
+  obs = data["obs"]
+  n, t = obs.shape[:2]
+  chunk = min(16, t)
+  frames = obs[:, : t // chunk * chunk].reshape((n, t // chunk, chunk) + obs.shape[2:])
+  frames = jnp.swapaxes(frames, 0, 1).reshape((t // chunk, n * chunk) + obs.shape[2:])
+
+  def one(book, f):
+    f = f.astype(jnp.float32) / 255.0
+    for _ in range(passes):  # passes is 1-2: the loop stays small
+      book = tok_lib.grow(book, f, cfg.tokenizer)
+    return book, None
+
+  book, _ = jax.lax.scan(one, tok_lib.init(cfg.tokenizer), frames)
+  return book
+
+
+def init_world_model(cfg: dyna.DynaConfig, key: Array) -> TrainState:
+  wm = wm_lib.WorldModel(cfg.wm)
+  t = cfg.wm.max_blocks
+  tokens = jnp.zeros((1, t, cfg.wm.tokens_per_frame), jnp.int32)
+  params = wm.init(key, tokens, jnp.zeros((1, t), jnp.int32))["params"]
+  tx = optax.chain(optax.clip_by_global_norm(cfg.wm_max_grad_norm), optax.adam(cfg.wm_lr))
+  return TrainState.create(wm, params, tx)
+
+
+def train_world_model(data: dict, book, cfg: dyna.DynaConfig, updates: int, key: Array):
+  """``updates`` world-model steps on ``data`` (`dyna`'s step); returns (state, mean metrics)."""
+  k_init, k_train = jax.random.split(key)
+  wm = init_world_model(cfg, k_init)
+  cfg = dataclasses.replace(cfg, wm_updates=updates)
+  return dyna.train_world_model(wm, book, _replay(data), cfg, k_train)
+
+
+def heldout_windows(data: dict, horizon: int, skip: int, stride: int) -> dict:
+  """Windows of ``horizon + 1`` frames of every environment, starting at ``skip``, ``skip +
+  stride``, ...: ``obs [W, H + 1, ...]`` (uint8) and the actions taken ``[W, H]``."""
+  t = data["action"].shape[1]
+  starts = list(range(skip, t - horizon, stride))
+  require(bool(starts), "config.study.heldout_skip", "leaves no held-out window; lower it")
+  take = lambda x, k: jnp.concatenate([x[:, s : s + k] for s in starts], axis=0)
+  return {"obs": take(data["obs"], horizon + 1), "action": take(data["action"], horizon)}
+
+
+def imagine_all(wm, book, windows: dict, key: Array, cfg: dyna.DynaConfig, decoders) -> dict:
+  """Per decoder: ``{metric: [H]}`` of the world model's open-loop imagination of ``windows``
+  (same key for every decoder), and ``real_flicker``. One program: decoders by ``lax.switch``."""
+  h = windows["action"].shape[1]
+  obs = windows["obs"].astype(jnp.float32) / 255.0
+  real = tok_lib.encode(book, obs, cfg.tokenizer)  # [W, H + 1, L]
+  done0 = jnp.zeros((real.shape[0],), bool)
+  mask = jnp.asarray(map_mask(cfg.itc.grid, cfg.itc.inventory_rows), jnp.float32)
+
+  def metrics(index):
+    out = imagine.open_loop(
+      wm, book, real[:, 0], windows["action"], done0, key, method=index, itc_cfg=cfg.itc
+    )
+    return {
+      "token_acc": token_accuracy(out, real[:, 1:]),
+      "count_error": count_error(out, real[:, 1:], cfg.wm.vocab_size, mask),
+      "flicker": flicker(out, real[:, 0]),
+    }
+
+  # One traced imagination for all decoders (`decode.decode` switches on a traced index), run
+  # once per decoder: compile time does not grow with the number of decoders.
+  index = jnp.asarray([decode_lib.METHODS.index(m) for m in decoders], jnp.int32)
+  stacked = jax.lax.map(metrics, index)
+  res = {m: jax.tree.map(lambda x, i=i: x[i], stacked) for i, m in enumerate(decoders)}
+  res["real"] = {"flicker": flicker(real[:, 1:], real[:, 0])}
+  assert all(v.shape == (h,) for r in res.values() for v in r.values())
+  return res
+
+
+def map_mask(grid: tuple[int, int], inventory_rows: int) -> np.ndarray:
+  """Positions of the map (every row above the inventory rows)."""
+  rows, cols = grid
+  return np.arange(rows * cols) < (rows - inventory_rows) * cols
+
+
+# --- the study ---
+
+
+def _save(path: pathlib.Path, wm: TrainState, book) -> None:
+  blob = flax.serialization.to_bytes({"params": wm.params, "codes": book.codes, "size": book.size})
+  tmp = path.with_suffix(".tmp")
+  tmp.write_bytes(blob)
+  tmp.replace(path)
+
+
+def _load(path: pathlib.Path, wm: TrainState, book):
+  like = {"params": wm.params, "codes": book.codes, "size": book.size}
+  got = flax.serialization.from_bytes(like, path.read_bytes())
+  return wm.replace(params=got["params"]), tok_lib.Codebook(got["codes"], got["size"])
+
+
+def run(config, workdir, log=print) -> dict:
+  """The study of ``config`` (``config.study``; module docstring) in ``workdir``; finished seeds
+  are skipped, a trained world model is reused. Returns the :func:`table`."""
+  from jaxlab.envs import craftax
+  from jaxlab.rl.itc import config as config_lib
+
+  s = validate(config)
+  cfg = config_lib.validate_config(config)
+  wd = pathlib.Path(workdir)
+  wd.mkdir(parents=True, exist_ok=True)
+  env = craftax.make(config.env, s.envs, config.ppo.reset_ratio, field="config.env")
+  decoders = tuple(s.decoders)
+  jit_collect = jax.jit(collect, static_argnums=(0, 2))
+  jit_grow = jax.jit(lambda d: grow_codebook(d, cfg, s.tok_passes))
+  jit_train = jax.jit(lambda d, b, k: train_world_model(d, b, cfg, s.wm_updates, k))
+  jit_imagine = jax.jit(lambda w, b, win, k: imagine_all(w, b, win, k, cfg, decoders))
+  # Held-out play has the training play's shape, so one compiled collection serves both.
+  held = jit_collect(env, jax.random.key(_HELDOUT_SEED), s.steps)
+  windows = heldout_windows(held, s.horizon, s.heldout_skip, s.window_stride)
+  log(f"held-out: {windows['action'].shape[0]} windows of {s.horizon} steps")
+  per_seed = {}
+  for seed in range(s.seeds):
+    out = wd / f"seed_{seed}"
+    out.mkdir(exist_ok=True)
+    if (out / "decoders.json").exists():
+      per_seed[seed] = json.loads((out / "decoders.json").read_text())
+      log(f"seed {seed}: done before, kept")
+      continue
+    key = jax.random.key(seed)
+    k_data, k_wm, k_img = jax.random.split(key, 3)
+    data = jit_collect(env, k_data, s.steps)
+    book = jit_grow(data)
+    ckpt = out / "world_model.msgpack"
+    if ckpt.exists():
+      wm, book = _load(ckpt, init_world_model(cfg, k_wm), book)
+      train_metrics = json.loads((out / "world_model.json").read_text())
+      log(f"seed {seed}: world model restored from {ckpt}")
+    else:
+      wm, train_metrics = jit_train(data, book, k_wm)
+      train_metrics = {k: float(v) for k, v in train_metrics.items()}
+      _save(ckpt, wm, book)
+      metrics_lib.write_json(out / "world_model.json", train_metrics)
+      log(f"seed {seed}: world model trained ({train_metrics}), codebook {int(book.size)}")
+    res = jax.device_get(jit_imagine(wm, book, windows, k_img))
+    res = {m: {k: [float(x) for x in v] for k, v in r.items()} for m, r in res.items()}
+    res["codebook_size"] = int(book.size)
+    res["world_model"] = train_metrics
+    metrics_lib.write_json(out / "decoders.json", res)  # strict JSON: NaN is written as null
+    per_seed[seed] = res
+    log(f"seed {seed}: " + ", ".join(f"{m} acc@1 {res[m]['token_acc'][0]:.3f}" for m in decoders))
+  tab = table(per_seed, decoders)
+  write_table(wd, tab, per_seed, config)
+  return tab
+
+
+def table(per_seed: dict, decoders) -> dict:
+  """``{decoder: {metric: [(mean, lo, hi) per horizon]}}`` over seeds (95 % t-intervals);
+  ``real`` holds the real trajectories' flicker."""
+  from jaxlab.rl.uhm.study import t_interval
+
+  out = {}
+  for m in tuple(decoders) + ("real",):
+    names = METRICS if m != "real" else ("flicker",)
+    out[m] = {}
+    for k in names:
+      # [S, H]; a null read back from JSON is the NaN it stood for
+      vals = np.asarray([per_seed[s][m][k] for s in sorted(per_seed)], np.float64)
+      out[m][k] = [t_interval(vals[:, h]) for h in range(vals.shape[1])]
+  return out
+
+
+def write_table(wd: pathlib.Path, tab: dict, per_seed: dict, config) -> None:
+  """``table.csv`` (decoder, metric, horizon, mean, lo, hi, seeds), ``table.md``, summary."""
+  n = len(per_seed)
+  rows = ["decoder,metric,horizon,mean,lo95,hi95,seeds"]
+  for m, parts in tab.items():
+    for k, vals in parts.items():
+      for h, (mean, lo, hi) in enumerate(vals, 1):
+        rows.append(f"{m},{k},{h},{mean:.6g},{lo:.6g},{hi:.6g},{n}")
+  (wd / "table.csv").write_text("\n".join(rows) + "\n")
+  md = []
+  for k in METRICS:
+    hs = len(next(iter(tab.values()))["flicker"])
+    md.append(f"{k} (mean [95 % interval] over {n} world-model seeds)\n")
+    md.append("| decoder | " + " | ".join(f"h={h}" for h in range(1, hs + 1)) + " |")
+    md.append("|---" * (hs + 1) + "|")
+    for m, parts in tab.items():
+      if k not in parts:
+        continue
+      cells = ["n/a" if np.isnan(a) else f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, lo, hi in parts[k]]
+      md.append(f"| {m} | " + " | ".join(cells) + " |")
+    md.append("")
+  (wd / "table.md").write_text("\n".join(md))
+  runtime.write_summary(wd, {"seeds": sorted(per_seed), "config": config.to_dict(), "table": tab})

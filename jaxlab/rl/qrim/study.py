@@ -217,11 +217,15 @@ def backup_table(cells: list[dict]) -> dict:
   }
 
 
+def _num(x: float, digits: int) -> str:
+  return f"{x:.0f}" if abs(x) >= 10**digits else f"{x:.{digits}g}"  # no 1.09e+03
+
+
 def _ci(t, digits: int = 3) -> str:
   m, lo, hi = t
   if np.isnan(lo):
-    return f"{m:.{digits}g}"
-  return f"{m:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
+    return _num(m, digits)
+  return f"{_num(m, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
 
 
 def markdown(tables: dict) -> str:
@@ -265,12 +269,12 @@ def markdown(tables: dict) -> str:
     for r in bk["scaling"]:
       total = r["queries"][0] + r["checks"][0]
       out.append(
-        f"| {r['n']} | {_ci(r['queries'])} | {total:.3g} | {r['n']} | {r['success_min']:.2f} |"
+        f"| {r['n']} | {_ci(r['queries'])} | {_num(total, 3)} | {r['n']} | {r['success_min']:.2f} |"
       )
     out += [
       "",
-      f"Log-log slope fitted per seed: oracle queries {_ci((sq['mean'], sq['lo'], sq['hi']))}, "
-      f"with the classical checks {_ci((sc['mean'], sc['lo'], sc['hi']))} (classical: 1).",
+      f"Log-log slope fitted per seed: oracle queries {_ci((sq['mean'], sq['lo'], sq['hi']), 4)}, "
+      f"with the classical checks {_ci((sc['mean'], sc['lo'], sc['hi']), 4)} (classical: 1).",
       "",
       "Tabular robust backup (value iteration; accuracy against exhaustive minimisation):",
       "",
@@ -283,7 +287,7 @@ def markdown(tables: dict) -> str:
         f"| {r['n']} | {_ci(r['queries'])} | {_ci(r['checks'])} | {r['n']} | "
         f"{r['mismatch_max']:.3g} | {r['value_error_max']:.2g} |"
       )
-    out += ["", f"Slope of queries per backup: {_ci((sb['mean'], sb['lo'], sb['hi']))}."]
+    out += ["", f"Slope of queries per backup: {_ci((sb['mean'], sb['lo'], sb['hi']), 4)}."]
   return "\n".join(out) + "\n"
 
 

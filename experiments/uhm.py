@@ -2,10 +2,12 @@
 
   python -m experiments.uhm --env=ogbench
       UHM on cube-single-play-singletask-task2-v0 with the embedded data set (12 episodes, 12k
-      transitions), on a CPU: 2000 updates, 4 evaluations of 10 episodes, progress bar, then the
-      success rate; results in runs/uhm/uhm/cube-single-play-singletask-task2-v0/ (summary.json,
-      learning_curve.png, curves.png, metrics.csv, eval.csv, tb/, checkpoints/). This shows the
-      pipeline; at this budget the success rate is expected to stay near 0 (docs/uhm.md, Results).
+      transitions), on a CPU: 2000 updates, 4 evaluations of 10 episodes, progress bar; the last
+      line gives the success rate (0 % is expected at this budget) and names the held-out
+      diagnostic figure that moved: horizon_model.png (n-step model error vs two baselines) and
+      critic.png (Q vs Monte-Carlo return), both on validation episodes never trained on; results
+      in runs/uhm/uhm/cube-single-play-singletask-task2-v0/ (summary.json, learning_curve.png,
+      curves.png, metrics.csv, eval.csv, diagnostics.jsonl, tb/, checkpoints/; docs/uhm.md).
   python -m experiments.uhm --env=ogbench --agent=rebrac      # ablations, each in its own workdir:
       --agent in {uhm, rebrac, ghm, dtd, mbtd}                # runs/uhm/<agent>/<env_name>
   python -m experiments.uhm --env=ogbench --num_seeds=3       # training seeds 0, 1, 2 vmapped

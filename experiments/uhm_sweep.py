@@ -25,7 +25,10 @@ its averages are printed under each table). `lowbudget` (our study, not the pape
 cube-single tasks plus puzzle-3x3 task 4 (FQL's default puzzle task), generated data sets of
 --episodes episodes per --data_seed, --steps updates. Discount (0.995 for giant / humanoid mazes
 and antsoccer, FQL's README) and ReBRAC's alphas are each task's (`uhm.task_defaults`) unless
---alpha_grid sweeps them. Data: docs/ogbench.md.
+--alpha_grid sweeps them. `pilot`: cube-single task 2 (the CPU pilot of docs/uhm.md); `cube`: the
+five cube-single tasks (benchmarks/uhm_study_gpu.sh). The table adds, per agent, success and the
+held-out diagnostics at the last step (jaxlab.rl.uhm.diagnostics), each a 95 % t-interval over
+replicates, and curves of the model and critic errors. Data: docs/ogbench.md.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ flags.DEFINE_enum(
   "net",
   "cpu",
   list(study.NET_PRESETS),
-  "Networks: cpu = experiments.uhm's default config (3x256), paper = its paper preset (4x512).",
+  "Networks: cpu = experiments.uhm's default config (3x256), paper = its paper preset (4x512), "
+  "pilot = its pilot preset (2x128, batch 128).",
 )
 flags.DEFINE_bool("vmap_seeds", False, "One process per data seed trains all --seeds vmapped.")
 flags.DEFINE_list("alpha_grid", [], "ReBRAC alpha_actor:alpha_critic pairs to sweep (rebrac only).")

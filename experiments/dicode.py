@@ -50,7 +50,7 @@ flags.DEFINE_string("compare", "", "Comma-separated finished run directories to 
 flags.DEFINE_string(
   "study", "", "Curricula to compare at equal env steps, e.g. none,dr,dicode (workdir: the study)."
 )
-flags.DEFINE_integer("seeds", 3, "With --study: seeds 0..N-1 per curriculum.")
+flags.DEFINE_integer("seeds", 3, "With --study: seeds --seed .. --seed+N-1 per curriculum.")
 flags.DEFINE_string("results", "", "With --study: also write the table and per-run files here.")
 FLAGS = flags.FLAGS
 
@@ -88,7 +88,8 @@ def main(argv):
       loop.validate_config(_CONFIG.value, arm)
     require(FLAGS.seeds >= 1, "seeds", f"must be >= 1, got {FLAGS.seeds}")
     run = experiment.common("dicode", variant=("study",), unused=_UNUSED)
-    study.run(run.workdir, _CONFIG.value, arms, range(FLAGS.seeds), proposer_flags("dicode"))
+    seeds = range(run.seed, run.seed + FLAGS.seeds)
+    study.run(run.workdir, _CONFIG.value, arms, seeds, proposer_flags("dicode"))
     print(study.markdown(study.table(run.workdir, arms)), end="")
     if FLAGS.results:
       study.write(run.workdir, FLAGS.results, arms)

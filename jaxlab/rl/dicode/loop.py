@@ -1,19 +1,19 @@
 """The DiCode session loop (arXiv 2602.08194): sample tasks, train PPO-GTrXL, score, evolve.
 
 One *session*: the curriculum plans what to train on (:mod:`curriculum`), the loop builds that
-session's vectorised environment (the multitask environment over the session's tasks, a level
-environment over original-game seeds, or the plain game), trains the SAME agent for ``U`` PPO
-updates through ``jaxlab.core.runtime.train`` (``jaxlab.rl.ppo`` with ``policies.GTrXLPolicy``),
-and counts, per task, the episodes that finished in the last ``W`` updates (the scoring window),
-their successes, returns and achievements (:func:`counted`). The curriculum turns the counts into
-scores (learnability ``p (1 - p)``, :mod:`scoring`). For ``dicode``, every ``E`` sessions an
-evolution round runs: parents from the archive's frontier -> proposer (model or offline mutation)
--> ``sandbox.validate`` (rejections are recorded with their reason and never stop the run) ->
-the survivors become *candidates*: they train in the next session next to the replayed tasks,
-are scored there (the reference code's way of evaluating new tasks "briefly", within the session
-budget), and are then admitted by score: with room in the active set when the score reaches
-``min_entry_score``, else in place of the lowest-scored active task when they beat it
-(compare-and-swap), else retired with the reason.
+session's vectorised environment (always the multitask environment: over the session's tasks,
+over original-game levels, or with every unit the plain game), trains the SAME agent for ``U``
+PPO updates through ``jaxlab.core.runtime.train`` (``jaxlab.rl.ppo``; ``policies.GTrXLPolicy`` by
+default, ``config.policy``), and counts, per task, the episodes that finished in the last ``W``
+updates (the scoring window), their successes, returns and achievements (:func:`counted`). The
+curriculum turns the counts into scores (learnability ``p (1 - p)``, :mod:`scoring`). For
+``dicode``, every ``E`` sessions an evolution round runs: parents from the archive's frontier ->
+proposer (model or offline mutation) -> ``sandbox.validate`` (rejections are recorded with their
+reason and never stop the run) -> the survivors become *candidates*: they train in the next
+session next to the replayed tasks, are scored there (the reference code's way of evaluating new
+tasks "briefly", within the session budget), and are then admitted by score: with room in the
+active set when the score reaches ``min_entry_score``, else in place of the lowest-scored active
+task when they beat it (compare-and-swap), else retired with the reason.
 
 State and resume: after every session the agent (the PPO ``TrainState`` and episode statistics) is
 saved with ``jaxlab.core.checkpoint`` under ``<workdir>/agent`` and then ``loop_state.json`` (the
@@ -23,16 +23,20 @@ is written atomically; that file is the commit point. The archive commits each c
 agent; the archive keeps everything written before the kill, and candidates of an interrupted
 evolution round that never trained are retired with the reason "interrupted".
 
-Cost: every session builds the same XLA program. The multitask environment reads everything
-task-specific (each task's pool of starting worlds, multipliers, success set, bonus, slot, weight)
-from a table in its state (``multitask.session_env``), padded to ``max(tasks_per_session, size)``
-units; the level environment keeps its level seeds in its state; the per-unit counters have a
-fixed size. A new task set is new data: ``runtime.train`` traces the PPO update again (its chunk
-is jitted per call), the lowering is identical, and JAX's persistent compilation cache
-(``jaxlab.core.experiment.enable_compile_cache``, on in every program) returns the executable
-compiled in the first session. What a new task costs is its pool: ``pool_size`` worlds of its
-program (``multitask.build_pool``: the program's world function compiled once, on top of the
-once-compiled craftax generator), kept in memory and under ``<workdir>/pools/``
+Cost: ONE compiled program per run trains, evaluates and scores. :func:`make_update` is PPO's
+iteration with its learning step under ``lax.cond`` on a flag passed as data, so a session
+(learning), the held-out evaluation and SFL's level scoring (:meth:`Loop.play`, no learning) call
+the same jitted chunk. Everything task-specific is data in the environment state
+(``multitask.session_env``: each unit's pool of starting worlds, multipliers, success set, bonus,
+slot, weight, padded to ``num_units`` units; the evaluation's held-out worlds are one more such
+table, played in order), and the per-unit counters have a fixed size, so a new task set, a level
+set or the evaluation is new data for the same executable (traced once per process; a new
+process gets it from JAX's persistent compilation cache, ``enable_compile_cache``). No world is
+generated inside that program: craftax's world generator is compiled once, for ``pool_size``
+worlds (``world.base_worlds``), and makes the task pools' base worlds, the original game's fresh
+worlds (drawn anew every session, :meth:`PoolCache.fresh`), the levels' worlds and the held-out
+worlds. What a new task costs is its pool (``multitask.build_pool``: the program's world
+function, compiled once per program), kept in memory and under ``<workdir>/pools/``
 (:class:`PoolCache`).
 """
 
@@ -175,6 +179,42 @@ def first_episodes(state: Counted) -> dict[str, np.ndarray]:
 
 
 # --- one program that trains and evaluates ---
+
+
+@functools.lru_cache(maxsize=8)
+def _params_init(policy) -> Callable:
+  def init(key, obs):
+    n = obs.shape[0]
+    return policy.init(key, policy.initial_carry(n), obs[None], jnp.ones((1, n), bool))["params"]
+
+  return jax.jit(init)
+
+
+def init_state(env, policy, config: ppo.PPOConfig, key) -> ppo.PPOState:
+  """``ppo.init``'s state (same keys, same values) without compiling the environment's reset
+  into a program of its own: the session's reset already is one compiled program that takes the
+  task table as an ARGUMENT, whereas a program around ``env.reset`` would capture the table (the
+  pools' worlds, megabytes) as a constant and compile anew for every task set."""
+  k_env, k_net = jax.random.split(key)
+  obs, env_state = env.reset(k_env)
+  n = config.num_envs
+  params = _params_init(policy)(k_net, obs)
+  stats = {
+    "episode_return": jnp.zeros((), jnp.float32),
+    "episode_length": jnp.zeros((), jnp.float32),
+  }
+  if env.achievement_names:
+    stats["achievements"] = jnp.zeros((len(env.achievement_names),), jnp.float32)
+  train = ppo.TrainState.create(policy, params, ppo.make_optimizer(config))
+  return ppo.PPOState(
+    train=train,
+    env_state=env_state,
+    obs=obs,
+    reset=jnp.ones((n,), bool),
+    carry=policy.initial_carry(n),
+    stats=stats,
+  )
+
 
 _UPDATES: dict = {}  # (environment step, policy, PPOConfig) -> make_update
 
@@ -499,7 +539,7 @@ class Loop:
 
   def _agent_state(self, env, key):
     """The PPO state on ``env`` with the carried (or restored) agent."""
-    state = ppo.init(env, self.policy, self.ppo, key)
+    state = init_state(env, self.policy, self.ppo, key)
     if self.carried is None:
       self.carried = self._restore({"train": state.train, "stats": state.stats})
     if self.carried is not None:

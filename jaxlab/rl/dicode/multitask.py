@@ -12,9 +12,12 @@ counting traces). `make(...)` is the one-call form: it builds the tasks' pools a
 
 Approximation: each task starts its episodes from a finite pool of P worlds (`pool_size`,
 default 8), not from a fresh world per reset as in the paper's implementation, which regenerates
-the task's world at every reset. A unit marked `fresh` (the unmodified game, whose program returns
-the builder unchanged) keeps fresh procedurally generated worlds: its resets generate new craftax
-worlds in the step, exactly as `world.generate` would for a new key.
+the task's world at every reset. With `fresh_worlds=True` a unit marked `fresh` (the unmodified
+game) generates new craftax worlds in the step instead (`resets` per step, as
+`jaxlab.envs.craftax`); the DiCode loop does not use that (a world generator inside the step is
+most of its compile time) and gives the original game a pool of fresh worlds every session.
+A reset draws a unit by weight and a pool index, or, with `TaskTable.first >= 0`, puts
+environment i in world `first + i` of the table (the held-out evaluation plays each world once).
 
 Success is "every relevant achievement unlocked" and the episode terminates on craftax's own
 conditions (time limit, death, boss beaten) or on success; since every task program declares its

@@ -143,7 +143,23 @@ def _reason(e: BaseException, timeout_s: float) -> str:
   return text if type(e).__name__ == "TaskError" else f"{type(e).__name__}: {text}"
 
 
-def check_one(source: str, request: dict) -> dict:
+def base_worlds(request: dict, memo: dict):
+  """The worlds every program of the batch builds on: exactly those `task.check_task` would
+  generate from the request's key, made once per batch (within the time of the first program
+  that gets that far, as before). Generating them per program recompiled craftax's world
+  generator for each one, since every program's caches are cleared after it."""
+  import jax
+
+  from jaxlab.rl.dicode import world
+
+  if "base" not in memo:
+    k_base, _ = jax.random.split(jax.random.key(int(request["seed"])))
+    keys = jax.random.split(k_base, int(request["num_worlds"]))
+    memo["base"] = jax.block_until_ready(world.base_worlds(keys))
+  return memo["base"]
+
+
+def check_one(source: str, request: dict, memo: dict | None = None) -> dict:
   """compile_task + check_task under the time limit; a result event (without key/token)."""
   import jax
 
@@ -160,7 +176,9 @@ def check_one(source: str, request: dict) -> dict:
     t = task.compile_task(source, classic=bool(request["classic"]))
     out["name"] = t.name
     key = jax.random.key(int(request["seed"]))  # typed key, as the multitask env uses
-    info = task.check_task(t, key, int(request["num_worlds"]), classic=bool(request["classic"]))
+    classic = bool(request["classic"])
+    base = None if classic or memo is None else base_worlds(request, memo)
+    info = task.check_task(t, key, int(request["num_worlds"]), classic=classic, base=base)
     stop_clock()
     info = {**info, "cpu_seconds": round(cpu_seconds() - used, 2), "peak_rss_mb": _peak_rss_mb()}
     out.update(ok=True, reason="ok", info=json.loads(json.dumps(info, default=str)))
@@ -202,8 +220,9 @@ def main() -> None:
   if "fork" in request["probes"]:
     probes["fork"] = fork_probe()
   emit(event="ready", limits=current_limits(), uid=os.getuid(), probes=probes)
+  memo: dict = {}  # the batch's base worlds, made once
   for key in request["order"]:
-    emit(event="result", key=key, **check_one(request["sources"][key], request))
+    emit(event="result", key=key, **check_one(request["sources"][key], request, memo))
 
 
 if __name__ == "__main__":

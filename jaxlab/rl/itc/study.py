@@ -85,6 +85,9 @@ def validate(config):
   for name in ("seeds", "envs", "steps", "wm_updates", "window_stride"):
     require(int(s[name]) >= 1, f"config.study.{name}", f"must be >= 1, got {s[name]}")
   require(s.heldout_skip >= 0, "config.study.heldout_skip", "must be >= 0")
+  require(
+    -1 <= s.only_seed < s.seeds, "config.study.only_seed", "must be -1 (all) or a seed < seeds"
+  )
   for m in s.decoders:
     check_choice("config.study.decoders", m, decode_lib.METHODS)
   cap = config.wm.max_blocks
@@ -230,7 +233,9 @@ def _load(path: pathlib.Path, wm: TrainState, book):
 
 def run(config, workdir, log=print) -> dict:
   """The study of ``config`` (``config.study``; module docstring) in ``workdir``; finished seeds
-  are skipped, a trained world model is reused. Returns the :func:`table`."""
+  are skipped, a trained world model is reused. ``study.only_seed >= 0`` runs that seed alone
+  (processes sharing a workdir split the seeds). Returns the :func:`table` of every finished
+  seed in ``0 .. seeds - 1``, also written to ``workdir``."""
   from jaxlab.envs import craftax
   from jaxlab.rl.itc import config as config_lib
 
@@ -238,24 +243,24 @@ def run(config, workdir, log=print) -> dict:
   cfg = config_lib.validate_config(config)
   wd = pathlib.Path(workdir)
   wd.mkdir(parents=True, exist_ok=True)
-  env = craftax.make(config.env, s.envs, config.ppo.reset_ratio, field="config.env")
   decoders = tuple(s.decoders)
-  jit_collect = jax.jit(collect, static_argnums=(0, 2))
-  jit_grow = jax.jit(lambda d: grow_codebook(d, cfg, s.tok_passes))
-  jit_train = jax.jit(lambda d, b, k: train_world_model(d, b, cfg, s.wm_updates, k))
-  jit_imagine = jax.jit(lambda w, b, win, k: imagine_all(w, b, win, k, cfg, decoders))
-  # Held-out play has the training play's shape, so one compiled collection serves both.
-  held = jit_collect(env, jax.random.key(_HELDOUT_SEED), s.steps)
-  windows = heldout_windows(held, s.horizon, s.heldout_skip, s.window_stride)
-  log(f"held-out: {windows['action'].shape[0]} windows of {s.horizon} steps")
-  per_seed = {}
-  for seed in range(s.seeds):
+  done = lambda seed: (wd / f"seed_{seed}" / "decoders.json").exists()
+  todo = [q for q in ([s.only_seed] if s.only_seed >= 0 else range(s.seeds)) if not done(q)]
+  if todo:
+    env = craftax.make(config.env, s.envs, config.ppo.reset_ratio, field="config.env")
+    jit_collect = jax.jit(collect, static_argnums=(0, 2))
+    jit_grow = jax.jit(lambda d: grow_codebook(d, cfg, s.tok_passes))
+    jit_train = jax.jit(lambda d, b, k: train_world_model(d, b, cfg, s.wm_updates, k))
+    jit_imagine = jax.jit(lambda w, b, win, k: imagine_all(w, b, win, k, cfg, decoders))
+    # Held-out play has the training play's shape, so one compiled collection serves both.
+    held = jit_collect(env, jax.random.key(_HELDOUT_SEED), s.steps)
+    windows = heldout_windows(held, s.horizon, s.heldout_skip, s.window_stride)
+    log(f"held-out: {windows['action'].shape[0]} windows of {s.horizon} steps")
+  for seed in todo:
+    if done(seed):  # another process finished it meanwhile
+      continue
     out = wd / f"seed_{seed}"
     out.mkdir(exist_ok=True)
-    if (out / "decoders.json").exists():
-      per_seed[seed] = json.loads((out / "decoders.json").read_text())
-      log(f"seed {seed}: done before, kept")
-      continue
     key = jax.random.key(seed)
     k_data, k_wm, k_img = jax.random.split(key, 3)
     data = jit_collect(env, k_data, s.steps)
@@ -276,10 +281,17 @@ def run(config, workdir, log=print) -> dict:
     res["codebook_size"] = int(book.size)
     res["world_model"] = train_metrics
     metrics_lib.write_json(out / "decoders.json", res)  # strict JSON: NaN is written as null
-    per_seed[seed] = res
     log(f"seed {seed}: " + ", ".join(f"{m} acc@1 {res[m]['token_acc'][0]:.3f}" for m in decoders))
+  per_seed = {
+    q: json.loads((wd / f"seed_{q}" / "decoders.json").read_text())
+    for q in range(s.seeds)
+    if done(q)
+  }
+  if not per_seed:
+    return {}
   tab = table(per_seed, decoders)
   write_table(wd, tab, per_seed, config)
+  log(f"table over {len(per_seed)} of {s.seeds} seeds -> {wd / 'table.md'}")
   return tab
 
 

@@ -127,7 +127,7 @@ check dasbs $(pick 45 600) benchmarks.dasbs \
   $(pick "--config=experiments/configs/dasbs.py:ising_critical --config.num_stages=1 --config.ctrl_steps=40 --config.corr_steps=20" \
     "--config=experiments/configs/dasbs.py:ising_critical_cpu --config.num_stages=1 --config.ctrl_steps=4 --config.corr_steps=2 --config.sampling_steps=8 --timed_steps=2 --num_samples=16 --mcmc_chains=4 --mcmc_samples=20 --mcmc_burn_in=5")
 # 6. ITC at the paper's shapes: imagined tokens/s per decoding, world-model steps/s, decode cost.
-check itc $(pick 45 900) benchmarks.itc $(pick "--scale=paper --repeats=3" "--repeats=1")
+check itc $(pick 45 900) benchmarks.itc $(pick "--scale=paper --repeats=3" "--repeats=1 --decodes=sample,itc")
 
 say "done in $((SECONDS - START)) s of ${BUDGET}; load $(cut -d' ' -f1-3 /proc/loadavg)"
 }

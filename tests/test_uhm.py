@@ -332,3 +332,83 @@ def test_vmapped_seeds_equal_separate_runs():
     lambda a, b: float(jnp.abs(a - b).max()), alone[0].ac.params, alone[1].ac.params
   )
   assert max(jax.tree.leaves(diff)) > 1e-3  # the seeds differ
+
+
+# ------------------------------------------------------ (6) cost structure of the update (jaxprs)
+def _subjaxprs(eqn):
+  for v in eqn.params.values():
+    for item in v if isinstance(v, (tuple, list)) else (v,):
+      inner = getattr(item, "jaxpr", item)  # a ClosedJaxpr holds its jaxpr
+      if hasattr(inner, "eqns"):
+        yield inner
+
+
+def _conds(jaxpr):
+  """Every lax.cond in a jaxpr, nested ones included."""
+  found = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "cond"]
+  return found + [c for eqn in jaxpr.eqns for sub in _subjaxprs(eqn) for c in _conds(sub)]
+
+
+def _count(jaxpr, name):
+  n = sum(eqn.primitive.name == name for eqn in jaxpr.eqns)
+  return n + sum(_count(sub, name) for eqn in jaxpr.eqns for sub in _subjaxprs(eqn))
+
+
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_critic_only_steps_skip_the_actor_backward_pass(seeds):
+  """As FQL (one jit per value of full_update): a critic-only update runs no actor backward pass
+  and no target update; under vmap_seeds the step stays a branch (not both branches + select)."""
+  data = offline_data.make_offline_data(_toy_dataset(N=60))
+  c = uhm.validate_config(_tiny_config("rebrac"))
+  states = uhm.create_seeds(jax.random.PRNGKey(0), seeds, 3, 2, c)
+  update, sample = uhm.update, uhm.make_sample_fn(c)
+  if seeds > 1:
+    update, sample = uhm.vmap_seeds(update, sample, seeds)
+  batch = sample(data, jax.random.PRNGKey(1))
+  jaxpr = jax.make_jaxpr(update)(states, batch, jax.random.PRNGKey(2)).jaxpr
+  conds = _conds(jaxpr)
+  assert len(conds) == 1, "the actor-critic step is one lax.cond on the step"
+  critic_only, full = (b.jaxpr for b in conds[0].params["branches"])  # index 0: predicate False
+  # Full: critic and actor forward + backward; critic-only: the actor forward (its metrics) only.
+  assert _count(critic_only, "dot_general") < _count(full, "dot_general")
+  # Full: also the transpose of the actor's layers and the Polyak update of both targets.
+  assert _count(critic_only, "dot_general") + 6 <= _count(full, "dot_general")
+
+
+def _np_velocity(params, t, x, s, a, n):
+  """NumPy transcription of VelocityField: Dense -> tanh-GELU -> LayerNorm on
+  [x, t, sin(k pi t), cos(k pi t) (k = 1..8), s, a, embedding(n)], then a linear head."""
+  p = jax.tree.map(np.asarray, params)
+  k = np.arange(1, 9) * np.pi
+  tf = np.concatenate([t[:, None], np.sin(t[:, None] * k), np.cos(t[:, None] * k)], -1)
+  h = np.concatenate([x, tf, s, a, p["Embed_0"]["embedding"][n]], -1).astype(np.float64)
+  mlp = p["MLP_0"]
+  for i in range(sum(name.startswith("LayerNorm") for name in mlp)):
+    h = h @ mlp[f"Dense_{i}"]["kernel"] + mlp[f"Dense_{i}"]["bias"]
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+    ln = mlp[f"LayerNorm_{i}"]
+    h = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-6)
+    h = h * ln["scale"] + ln["bias"]
+  last = mlp[f"Dense_{i + 1}"]
+  return h @ last["kernel"] + last["bias"]
+
+
+def test_velocity_field_split_first_layer_is_one_dense_on_the_concatenation():
+  """The conditioning's matmul is separate (XLA hoists it out of the ODE loop); the field is still
+  one Dense on concat([x, t-features, s, a, emb(n)]), with the plain MLP's parameter names."""
+  O, A, K, B = 3, 2, 4, 32
+  net = VelocityField((16, 16), O, K, 4, True)
+  rng = np.random.default_rng(0)
+  t = rng.uniform(size=B).astype(np.float32)
+  x, s = (rng.normal(size=(B, O)).astype(np.float32) for _ in range(2))
+  a = rng.uniform(-1, 1, (B, A)).astype(np.float32)
+  n = np.arange(B) % (K + 1)
+  params = net.init(jax.random.PRNGKey(0), t, x, s, a, n)["params"]
+  # Non-trivial biases and LayerNorm parameters, so a wrong offset or order shows.
+  params = jax.tree.map(lambda v: v + 0.1 * jnp.arange(v.size).reshape(v.shape) / v.size, params)
+  got = net.apply({"params": params}, t, x, s, a, n)
+  np.testing.assert_allclose(got, _np_velocity(params, t, x, s, a, n), rtol=2e-5, atol=2e-5)
+  assert sorted(params["MLP_0"]) == [f"Dense_{i}" for i in range(3)] + [
+    f"LayerNorm_{i}" for i in range(2)
+  ]
+  assert params["MLP_0"]["Dense_0"]["kernel"].shape == (O + 17 + O + A + 4, 16)

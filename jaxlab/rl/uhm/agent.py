@@ -381,7 +381,14 @@ def vmap_seeds(update_fn: Callable, sample_fn: Callable, num_seeds: int):
     return jax.vmap(lambda k: sample_fn(data, k))(jax.random.split(key, num_seeds))
 
   def update_v(states, batches, key):
-    states, metrics = jax.vmap(update_fn)(states, batches, jax.random.split(key, num_seeds))
+    # Every seed is at the same step: passing it unbatched keeps `update`'s lax.cond on the step a
+    # branch (vmap turns a cond on a batched predicate into both branches and a select).
+    step = states.ac.step[0]
+
+    def one(state, batch, k):
+      return update_fn(state.replace(ac=state.ac.replace(step=step)), batch, k)
+
+    states, metrics = jax.vmap(one)(states, batches, jax.random.split(key, num_seeds))
     return states, jax.tree.map(jnp.mean, metrics)
 
   return update_v, sample_v
@@ -707,17 +714,25 @@ def model_loss(flow_params, state: UHMState, batch, key):
 def actor_critic_loss(params, state: UHMState, batch, G_B, full_update):
   """FQL's ReBRAC loss of the joint parameters: critic regression onto G plus, on full-update steps,
   the DDPG+BC actor loss -Q(s, mu(s)) / mean|Q| + alpha_actor ||mu(s) - a||^2 (the critic inside
-  the actor loss is held at this step's pre-update parameters, as in FQL)."""
+  the actor loss is held at this step's pre-update parameters, as in FQL).
+
+  full_update: a Python bool (what `update` passes, one branch of a lax.cond each: with False no
+  gradient flows through the actor term, whose value is still reported) or a traced bool."""
   c = state.config
   q_ExB = q_values(state, batch["observations"], batch["actions"], params)
   critic = jnp.mean((q_ExB - G_B[None]) ** 2)
-  act = policy(state, batch["observations"], params)
+  # On critic-only steps the actor term is a metric: no backward pass through it.
+  actor_params = jax.lax.stop_gradient(params) if full_update is False else params
+  act = policy(state, batch["observations"], actor_params)
   q = jnp.min(q_values(state, batch["observations"], act, jax.lax.stop_gradient(params)), 0)
   scale = jax.lax.stop_gradient(1.0 / (jnp.mean(jnp.abs(q)) + 1e-6)) if c.normalize_q_loss else 1.0
   q_loss = -scale * jnp.mean(q)
   bc = jnp.mean(jnp.sum((act - batch["actions"]) ** 2, -1))
   actor = q_loss + c.alpha_actor * bc
-  loss = critic + jnp.where(full_update, actor, 0.0)
+  if full_update is True or full_update is False:
+    loss = critic + actor if full_update else critic
+  else:
+    loss = critic + jnp.where(full_update, actor, 0.0)
   info = dict(critic_loss=critic, q_mean=jnp.mean(q_ExB), target_mean=jnp.mean(G_B))
   info.update(actor_loss=actor, actor_q_loss=q_loss, bc_mse=bc, actor_q=jnp.mean(q))
   return loss, info
@@ -752,7 +767,14 @@ def update(state: UHMState, batch: dict, key) -> tuple[UHMState, dict]:
     metrics.update(info)
   G, info = value_target(state, batch, k_target)
   metrics.update(info)
-  ac, info = state.ac.apply_loss(actor_critic_loss, state, batch, G, full_update)
+
+  def ac_step(full: bool):
+    # FQL jit-compiles its update once per value of full_update; a lax.cond does the same inside
+    # one program, so critic-only steps skip the actor's backward pass and the target update.
+    ac, info = state.ac.apply_loss(actor_critic_loss, state, batch, G, full)
+    return (ac.update_target(c.tau) if full else ac), info
+
+  ac, info = jax.lax.cond(full_update, lambda: ac_step(True), lambda: ac_step(False))
   metrics.update(info)
-  state = state.replace(ac=ac.update_target(c.tau, enabled=full_update))
+  state = state.replace(ac=ac)
   return state, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}

@@ -25,12 +25,37 @@ class MLP(nn.Module):
   final_scale: float = 1.0  # small scale gives a near-zero initial output (actor head)
 
   @nn.compact
-  def __call__(self, x):
-    for h in self.hidden_dims:
-      x = nn.gelu(nn.Dense(h, kernel_init=default_init())(x))
+  def __call__(self, x, cond=None):
+    """`cond`: more input features, concatenated after x in the first layer's kernel, e.g. the
+    conditioning of a velocity field. Their product with the kernel is a separate matmul, which
+    XLA hoists out of an ODE loop in which only x changes (same parameters as one Dense on
+    concat([x, cond]); the sum differs from that Dense by float rounding only)."""
+    for i, h in enumerate(self.hidden_dims):
+      # Layers are named as linen's automatic names would be, so params match the plain MLP.
+      if i == 0 and cond is not None:
+        x = _SplitDense(h, name="Dense_0")(x, cond)
+      else:
+        x = nn.Dense(h, kernel_init=default_init(), name=f"Dense_{i}")(x)
+      x = nn.gelu(x)
       if self.layer_norm:
-        x = nn.LayerNorm()(x)
-    return nn.Dense(self.out_dim, kernel_init=default_init(self.final_scale))(x)
+        x = nn.LayerNorm(name=f"LayerNorm_{i}")(x)
+    last = f"Dense_{len(self.hidden_dims)}"
+    return nn.Dense(self.out_dim, kernel_init=default_init(self.final_scale), name=last)(x)
+
+
+class _SplitDense(nn.Module):
+  """nn.Dense on concat([x, cond]) (same kernel, bias and init) computed as
+  (cond @ W_cond + b) + x @ W_x, so the cond part can be computed once per conditioning."""
+
+  features: int
+
+  @nn.compact
+  def __call__(self, x, cond):
+    dx = x.shape[-1]
+    shape = (dx + cond.shape[-1], self.features)
+    kernel = self.param("kernel", default_init(), shape, jnp.float32)
+    bias = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
+    return (cond @ kernel[dx:] + bias) + x @ kernel[:dx]
 
 
 class EnsembleCritic(nn.Module):
@@ -121,5 +146,8 @@ class VelocityField(nn.Module):
   @nn.compact
   def __call__(self, t_B, x_BxO, s_BxO, a_BxA, n_B):
     n_emb = nn.Embed(self.num_horizons + 1, self.horizon_emb_dim)(n_B)
-    h = jnp.concatenate([x_BxO, time_features(t_B), s_BxO, a_BxA, n_emb], -1)
-    return MLP(self.hidden_dims, self.out_dim, self.layer_norm)(h)
+    # The first layer's kernel rows are [x, t-features, s, a, n-embedding]; (s, a, n) is constant
+    # along an ODE path, so its matmul is separate and computed once per path (see MLP).
+    h_path = jnp.concatenate([x_BxO, time_features(t_B)], -1)
+    h_cond = jnp.concatenate([s_BxO, a_BxA, n_emb], -1)
+    return MLP(self.hidden_dims, self.out_dim, self.layer_norm)(h_path, h_cond)

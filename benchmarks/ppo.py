@@ -1,181 +1,455 @@
-"""Craftax throughput: PPO with optimistic resets vs the raw environment with craftax's auto-reset.
+"""PPO speed: jaxlab's PPO against a minimal single-file reference PPO, in the same process.
 
-  python -m benchmarks.ppo [--envs=craftax-classic-symbolic,craftax-symbolic] [--num_envs=64]
-                           [--rollout=64] [--iterations=3]
+  python -m benchmarks.ppo                                   # CartPole-v1 at 4, 64, 256 envs
+  python -m benchmarks.ppo --env=craftax-classic-symbolic --num_envs=64 --rollout=64 \
+      --steps=65536 --seeds=2                                # Craftax-Classic-Symbolic, CPU-sized
+  python -m benchmarks.ppo --env=craftax-classic-symbolic --num_envs=1024 --rollout=64 \
+      --steps=2097152 --seeds=1                              # Craftax_Baselines' size (a GPU run)
 
-In one run on one device, for each environment and at the same number of environments N:
-  (a) env-only steps/s, random actions, craftax's builtin auto-reset (a world generated every step);
-  (b) env-only steps/s, random actions, jaxlab's optimistic resets (jaxlab.envs.craftax, N/16
-      worlds/step);
-  (c) PPO (MLP 3x512, Craftax_Baselines settings) steady env steps/s, rollout + GAE + 4 epochs x 8
-      minibatches, compile time excluded and printed separately.
-Prints (c)/(a) and (c)/(b). Target: (c)/(a) >= 1, i.e. learning with our resets steps faster than
-the raw environment with the builtin reset (the public baseline reaches about 0.6 of that on an
-H200). Each configuration is compiled once (Craftax compiles slowly on CPU: 30-80 s per
-configuration), then the best of `--repeats` timed calls is kept.
+The reference (:func:`make_train`) is PPO written the way PureJaxRL and Craftax_Baselines write it:
+one jitted ``train(key)`` that resets the environments, initialises the network and runs every
+iteration (rollout, GAE, epochs x minibatches on a global shuffle of the rollout) in one
+``lax.scan``, returning only per-iteration sums of the finished episodes' returns. It is written
+from the algorithm (arXiv 1707.06347, 1506.02438), shares no code with ``jaxlab.rl.ppo`` and steps
+the same environments through the environment packages directly (gymnax's own auto-reset;
+Craftax's no-auto-reset environment with optimistic resets of ``num_envs // reset_ratio`` fresh
+worlds per step, the reset jaxlab uses), with the hyperparameters of ``jaxlab.rl.ppo``'s config.
+
+jaxlab's PPO runs as a user's run does: ``ppo.init`` then ``runtime.train`` (no workdir, no
+evaluation) in chunks of ``ppo.schedule``'s log interval, with the host reading each chunk's
+metrics. Per size and seed the two are run alternately (reference, jaxlab; the load changes
+slowly, so pairs see about the same machine). Printed per size:
+  - steady env steps/s of each (compiled; jaxlab: the runtime's steady rate over the chunks that did
+    not compile; reference: the whole compiled ``train``), the median of the per-seed ratios
+    jaxlab/reference;
+  - compile seconds: reference ``jit(train).lower().compile()``; jaxlab ``jit(ppo.init)`` plus the
+    chunks that compiled (their wall time minus their steps at the steady rate);
+  - the mean training return of the episodes finished in the last 10 % of iterations, mean and
+    95 % t-interval over the seeds, for both (equal returns at equal steps: same algorithm);
+  - the load average (``os.getloadavg``) before and after.
+``--env_only`` adds, for Craftax, the environment alone with random actions (craftax's builtin
+auto-reset vs the optimistic resets) as a secondary line.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, runtime
 from jaxlab.envs import craftax as craftax_envs
+from jaxlab.envs import gymnax as gymnax_envs
 from jaxlab.rl import ppo
 
-_ENVS = flags.DEFINE_list("envs", ["craftax-classic-symbolic"], "Craftax environments to time.")
-_NUM_ENVS = flags.DEFINE_integer("num_envs", 64, "Parallel environments N (same for a, b, c).")
-_ROLLOUT = flags.DEFINE_integer("rollout", 64, "Steps per rollout / per timed env-only call.")
-_ITERS = flags.DEFINE_integer("iterations", 2, "PPO iterations per timed call.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per configuration (best kept).")
-UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile", "steps")
+UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile")
 
 
-def _timed(fn, *args):
-  """(compile + first call seconds, best steady seconds) of a jitted ``fn(*args)``."""
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn(*args))
-  first = time.perf_counter() - t0
-  best = float("inf")
-  for _ in range(_REPEATS.value):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - t0)
-  return first, best
+def define_flags() -> None:
+  """The flags, defined only when run as a program (the tests import this module)."""
+  global _ENV, _NUM_ENVS, _ROLLOUT, _SEEDS, _ENV_ONLY
+  _ENV = flags.DEFINE_string("env", "cartpole", "cartpole or a Craftax name (jaxlab.envs).")
+  _NUM_ENVS = flags.DEFINE_list("num_envs", ["4", "64", "256"], "Sizes N (environments) to time.")
+  _ROLLOUT = flags.DEFINE_integer("rollout", 0, "Steps per rollout (0: 128 CartPole, 64 Craftax).")
+  _SEEDS = flags.DEFINE_integer(
+    "seeds", 3, "Seeds per size (each: one reference and one jaxlab run)."
+  )
+  _ENV_ONLY = flags.DEFINE_bool("env_only", False, "Craftax: also time the environment alone.")
 
 
-def builtin_rollout(name: str, n: int, steps: int):
-  """(a): craftax's own env with auto_reset=True, vmapped, random actions, scanned."""
+def _steps() -> int:
+  """``--steps`` (jaxlab.core.experiment's flag): env steps per run (0 or unset: 5e5 CartPole,
+  32768 Craftax)."""
+  return flags.FLAGS.steps or 0
+
+
+# --- the configuration both sides run (jaxlab's config, the one declaration of the defaults) ---
+
+
+def bench_config(env_name: str, num_envs: int, num_steps: int, total: int):
+  """PureJaxRL's CartPole setting (lr 2.5e-4 annealed, 4 x 4 minibatches, a 64-64 tanh MLP) or
+  Craftax_Baselines' (``ppo.get_config()`` as declared: 4 x 8, a 3 x 512 MLP)."""
+  c = ppo.get_config()
+  if not ppo.is_craftax(env_name):
+    c.minibatches, c.gae_lambda, c.max_grad_norm, c.lr = 4, 0.95, 0.5, 2.5e-4
+    c.mlp.hidden = (64, 64)
+  c.num_envs, c.num_steps, c.total_timesteps = num_envs, num_steps, total
+  return c
+
+
+# --- the reference PPO: one jitted train(key), nothing else ---
+
+
+class ActorCritic(nn.Module):
+  """Separate actor and critic MLPs; orthogonal init (sqrt 2 hidden, 0.01 policy, 1 value)."""
+
+  num_actions: int
+  hidden: tuple[int, ...]
+  activation: str
+
+  @nn.compact
+  def __call__(self, x):
+    act = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}[self.activation]
+    dense = lambda n, g: nn.Dense(n, kernel_init=nn.initializers.orthogonal(g))
+    a, v = x, x
+    for h in self.hidden:
+      a, v = act(dense(h, np.sqrt(2))(a)), act(dense(h, np.sqrt(2))(v))
+    return dense(self.num_actions, 0.01)(a), dense(1, 1.0)(v)[..., 0]
+
+
+def _gymnax_env(name: str, n: int):
+  import gymnax
+
+  env, params = gymnax.make(gymnax_envs.resolve(name))
+
+  def reset(key):
+    return jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, n), params)
+
+  def step(key, state, action):
+    obs, state, reward, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+      jax.random.split(key, n), state, action, params
+    )
+    return obs, state, reward, term | trunc
+
+  return reset, step, env.action_space(params).n
+
+
+def _craftax_env(name: str, n: int, reset_ratio: int):
   from craftax.craftax_env import make_craftax_env_from_name
 
-  env_id, _, _ = craftax_envs.resolve(name)
-  env = make_craftax_env_from_name(env_id, True)
-  params = env.default_params
-  num_actions = env.action_space(params).n
+  env = make_craftax_env_from_name(craftax_envs.resolve(name)[0], False)
+  params, pool = env.default_params, max(1, n // reset_ratio)
 
-  @jax.jit
-  def run(key):
-    k0, k1 = jax.random.split(key)
-    _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k0, n), params)
+  def reset(key):
+    return jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, n), params)
 
-    def body(state, k):
-      ka, ks = jax.random.split(k)
-      act = jax.random.randint(ka, (n,), 0, num_actions)
-      _, state, reward, _, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-        jax.random.split(ks, n), state, act, params
+  def step(key, state, action):
+    k1, k2 = jax.random.split(key)
+    obs, state, reward, done, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
+      jax.random.split(k1, n), state, action, params
+    )
+    fresh = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(k2, pool), params)
+    # Optimistic resets: the i-th finished environment takes fresh world i (mod pool).
+    pick = jnp.where(done, jnp.cumsum(done) - 1, 0) % pool
+
+    def put(new, old):
+      return jnp.where(done.reshape((n,) + (1,) * (old.ndim - 1)), new[pick], old)
+
+    obs, state = jax.tree.map(put, fresh, (obs, state))
+    return obs, state, reward, done
+
+  return reset, step, env.action_space(params).n
+
+
+def reference_gae(traj: dict, last_value, gamma: float, lam: float):
+  """Advantages ``[T, N]`` of a rollout (``reward, value, done``), backwards, 16 steps per loop
+  iteration."""
+
+  def back(carry, x):
+    adv, next_value = carry
+    keep = 1.0 - x["done"].astype(jnp.float32)
+    adv = x["reward"] + gamma * next_value * keep - x["value"] + gamma * lam * keep * adv
+    return (adv, x["value"]), adv
+
+  xs = {k: traj[k] for k in ("reward", "value", "done")}
+  init = (jnp.zeros_like(last_value), last_value)
+  return jax.lax.scan(back, init, xs, reverse=True, unroll=16)[1]
+
+
+def make_train(c, env_name: str):
+  """``train(key) -> (params, per-iteration [returns of finished episodes, their count])``."""
+  n, t_len, m = c.num_envs, c.num_steps, c.minibatches
+  updates = max(1, c.total_timesteps // (n * t_len))
+  if ppo.is_craftax(env_name):
+    env_reset, env_step, num_actions = _craftax_env(env_name, n, c.reset_ratio)
+  else:
+    env_reset, env_step, num_actions = _gymnax_env(env_name, n)
+  net = ActorCritic(num_actions, tuple(c.mlp.hidden), c.mlp.activation)
+  grad_steps = c.epochs * m
+  lr = lambda i: c.lr * (1.0 - (i // grad_steps) / updates) if c.anneal_lr else c.lr
+  tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+  def loss_fn(params, b):
+    logits, value = net.apply(params, b["obs"])
+    logp_all = jax.nn.log_softmax(logits)
+    logp = jnp.take_along_axis(logp_all, b["action"][:, None], axis=1)[:, 0]
+    ratio = jnp.exp(logp - b["logp"])
+    adv = (b["adv"] - b["adv"].mean()) / (b["adv"].std() + 1e-8)
+    pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - c.clip_eps, 1 + c.clip_eps) * adv).mean()
+    v_clip = b["value"] + jnp.clip(value - b["value"], -c.clip_eps, c.clip_eps)
+    vf = 0.5 * jnp.maximum((value - b["ret"]) ** 2, (v_clip - b["ret"]) ** 2).mean()
+    ent = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
+    return pg + c.vf_coef * vf - c.ent_coef * ent
+
+  def iteration(carry, _):
+    params, opt, env_state, obs, ep_ret, key = carry
+
+    def rollout_step(carry, _):
+      env_state, obs, ep_ret, key = carry
+      key, k_act, k_env = jax.random.split(key, 3)
+      logits, value = net.apply(params, obs)
+      action = jax.random.categorical(k_act, logits)
+      logp = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=1)[:, 0]
+      next_obs, env_state, reward, done = env_step(k_env, env_state, action)
+      ep_ret = ep_ret + reward
+      finished = jnp.where(done, ep_ret, 0.0)
+      step = dict(obs=obs, action=action, logp=logp, value=value, reward=reward, done=done)
+      return (env_state, next_obs, jnp.where(done, 0.0, ep_ret), key), (step, finished)
+
+    (env_state, obs, ep_ret, key), (traj, finished) = jax.lax.scan(
+      rollout_step, (env_state, obs, ep_ret, key), length=t_len
+    )
+    _, last_value = net.apply(params, obs)
+
+    adv = reference_gae(traj, last_value, c.gamma, c.gae_lambda)
+    data = {**traj, "adv": adv, "ret": adv + traj["value"]}
+    data = jax.tree.map(lambda x: x.reshape((n * t_len,) + x.shape[2:]), data)
+
+    def epoch(carry, key):
+      def minibatch(carry, b):
+        params, opt = carry
+        grads = jax.grad(loss_fn)(params, b)
+        updates_, opt = tx.update(grads, opt, params)
+        return (optax.apply_updates(params, updates_), opt), None
+
+      perm = jax.random.permutation(key, n * t_len)
+      mbs = jax.tree.map(lambda x: x[perm].reshape((m, -1) + x.shape[1:]), data)
+      return jax.lax.scan(minibatch, carry, mbs)[0], None
+
+    key, k_epochs = jax.random.split(key)
+    (params, opt), _ = jax.lax.scan(epoch, (params, opt), jax.random.split(k_epochs, c.epochs))
+    done = traj["done"].astype(jnp.float32)
+    stats = jnp.stack([finished.sum(), done.sum()])
+    return (params, opt, env_state, obs, ep_ret, key), stats
+
+  def train(key):
+    k_net, k_env, k_run = jax.random.split(key, 3)
+    obs, env_state = env_reset(k_env)
+    params = net.init(k_net, obs)
+    carry = (params, tx.init(params), env_state, obs, jnp.zeros(n), k_run)
+    carry, stats = jax.lax.scan(iteration, carry, length=updates)
+    return carry[0], stats
+
+  return train
+
+
+# --- jaxlab's PPO as a run uses it ---
+
+
+_JAXLAB: dict = {}
+
+
+def jaxlab_run(c, env_name: str, seed: int):
+  """``(steady env steps/s, compile s, per-iteration [return, episodes])`` of ``ppo.init`` then
+  ``runtime.train`` (chunks of ``ppo.schedule``'s log interval)."""
+  spec = (env_name, c.num_envs, c.num_steps, c.total_timesteps)
+  if spec not in _JAXLAB:  # later seeds reuse the compiled init and chunks, as a sweep would
+    env = ppo.make_env(env_name, c.num_envs, c)
+    policy = ppo.make_policy("mlp", env, c)
+    config = ppo.PPOConfig.from_config(c, num_updates=ppo.num_updates(c))
+    _JAXLAB[spec] = env, policy, config, ppo.make_update(env, policy, config)
+  env, policy, config, update = _JAXLAB[spec]
+  steps = config.num_updates
+  key = jax.random.key(seed)
+  t0 = time.perf_counter()
+  state = jax.block_until_ready(ppo.init(env, policy, config, key))  # compiled once, cached
+  init_s = time.perf_counter() - t0
+  loop = runtime.Loop(
+    steps,
+    log_every=ppo.schedule(steps, 0)[0],
+    history=True,
+    progress=False,
+    units_per_step=c.num_envs * c.num_steps,
+  )
+  t0 = time.perf_counter()
+  state, result = runtime.train(state, update, loop, key=jax.random.fold_in(key, 1))
+  wall = time.perf_counter() - t0
+  sps = result.summary["steps_per_sec"]
+  compile_s = init_s + max(0.0, wall - steps / sps) if sps == sps else init_s + wall
+  h = result.history
+  finished = np.asarray(h["episodes"]) > 0
+  stats = np.stack([np.where(finished, h["episode_return"] * h["episodes"], 0.0), h["episodes"]], 1)
+  return sps * c.num_envs * c.num_steps, compile_s, stats
+
+
+def reference_run(c, env_name: str, seed: int, compiled=None):
+  """``(env steps/s, compile s, per-iteration [return, episodes], compiled)`` of the reference;
+  ``compiled`` (a previous seed's executable) skips the compilation."""
+  key = jax.random.key(seed)
+  compile_s = 0.0
+  if compiled is None:
+    t0 = time.perf_counter()
+    compiled = jax.jit(make_train(c, env_name)).lower(key).compile()
+    compile_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  _, stats = jax.block_until_ready(compiled(key))
+  wall = time.perf_counter() - t0
+  updates = max(1, c.total_timesteps // (c.num_envs * c.num_steps))
+  return updates * c.num_envs * c.num_steps / wall, compile_s, np.asarray(stats), compiled
+
+
+def final_return(stats: np.ndarray) -> float:
+  """Mean return of the episodes finished in the last 10 % of iterations (NaN if none)."""
+  tail = stats[-max(1, len(stats) // 10) :]
+  return float(tail[:, 0].sum() / tail[:, 1].sum()) if tail[:, 1].sum() else float("nan")
+
+
+def t_interval(xs) -> tuple[float, float, float]:
+  from jaxlab.rl.uhm.study import t_interval as t
+
+  return t(xs)
+
+
+def _fmt(xs) -> str:
+  m, lo, hi = t_interval(xs)
+  return f"{m:.1f} [{lo:.1f}, {hi:.1f}]" if np.isfinite(lo) else f"{m:.1f}"
+
+
+def bench(env_name: str, n: int, t_len: int, total: int, seeds: int) -> dict:
+  c = bench_config(env_name, n, t_len, total)
+  load0 = os.getloadavg()[0]
+  rows, compiled = [], None
+  for seed in range(seeds):
+    r_sps, r_comp, r_stats, compiled = reference_run(c, env_name, seed, compiled)
+    j_sps, j_comp, j_stats = jaxlab_run(c, env_name, seed)
+    rows.append(
+      dict(
+        ref=r_sps,
+        jax=j_sps,
+        ref_c=r_comp,
+        jax_c=j_comp,
+        ref_ret=final_return(r_stats),
+        jax_ret=final_return(j_stats),
       )
-      return state, reward.sum()
+    )
+    print(
+      f"    seed {seed}: reference {r_sps:,.0f} env steps/s, jaxlab {j_sps:,.0f} "
+      f"({j_sps / r_sps:.2f}x); returns {rows[-1]['ref_ret']:.1f} / {rows[-1]['jax_ret']:.1f}",
+      flush=True,
+    )
+  load1 = os.getloadavg()[0]
+  col = lambda k: [r[k] for r in rows]
+  ratio = float(np.median([r["jax"] / r["ref"] for r in rows]))
+  print(
+    f"{env_name} N={n} T={t_len} steps={total:,} ({seeds} seeds, load {load0:.1f}->{load1:.1f}, "
+    f"{jax.default_backend()})\n"
+    f"  steady env steps/s: jaxlab {np.median(col('jax')):,.0f}  reference "
+    f"{np.median(col('ref')):,.0f}  ratio jaxlab/reference {ratio:.2f}\n"
+    f"  compile s: jaxlab {col('jax_c')[0]:.1f} (init + chunks)  reference {col('ref_c')[0]:.1f}\n"
+    f"  final return (last 10% of iterations, mean [95% CI]): jaxlab {_fmt(col('jax_ret'))}  "
+    f"reference {_fmt(col('ref_ret'))}",
+    flush=True,
+  )
+  return dict(rows=rows, ratio=ratio, load=(load0, load1))
 
-    return jax.lax.scan(body, state, jax.random.split(k1, steps))[1].sum()
 
-  return run
+# --- secondary: the Craftax environment alone, random actions ---
 
 
-def optimistic_rollout(name: str, n: int, steps: int):
-  """(b): the same with jaxlab.envs.craftax (optimistic resets)."""
-  env = craftax_envs.make(name, n)
+def _env_only_rollout(name: str, n: int, steps: int, builtin: bool):
+  """craftax's builtin auto-reset (a world generated every step) or jaxlab's optimistic resets."""
+  if builtin:
+    from craftax.craftax_env import make_craftax_env_from_name
+
+    env = make_craftax_env_from_name(craftax_envs.resolve(name)[0], True)
+    params = env.default_params
+    num_actions = env.action_space(params).n
+    reset = lambda k: jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k, n), params)[1]
+
+    def step(state, act, k):
+      return jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(k, n), state, act, params
+      )[1:3]
+  else:
+    env = craftax_envs.make(name, n)
+    num_actions = env.num_actions
+    reset = lambda k: env.reset(k)[1]
+    step = lambda state, act, k: env.step(state, act, k)[1:3]
 
   @jax.jit
   def run(key):
-    k0, k1 = jax.random.split(key)
-    _, state = env.reset(k0)
-
     def body(state, k):
       ka, ks = jax.random.split(k)
-      act = jax.random.randint(ka, (n,), 0, env.num_actions)
-      _, state, reward, _, _ = env.step(state, act, ks)
+      state, reward = step(state, jax.random.randint(ka, (n,), 0, num_actions), ks)
       return state, reward.sum()
 
-    return jax.lax.scan(body, state, jax.random.split(k1, steps))[1].sum()
+    k0, k1 = jax.random.split(key)
+    return jax.lax.scan(body, reset(k0), jax.random.split(k1, steps))[1].sum()
 
   return run
 
 
-def ppo_iterations(name: str, n: int, steps: int, iterations: int):
-  """(c): `iterations` whole PPO iterations (MLP 3x512) in one jitted scan; returns (fn, state)."""
-  env = craftax_envs.make(name, n)
-  c = ppo.get_config()  # Craftax_Baselines: the 3 x 512 tanh MLP
-  policy = ppo.make_policy("mlp", env, c)
-  config = ppo.PPOConfig.from_config(c, num_envs=n, num_steps=steps, num_updates=iterations)
-  update = ppo.make_update(env, policy, config)
-  state = ppo.init(env, policy, config, jax.random.key(0))
-
-  @jax.jit
-  def run(state, key):
-    def body(state, k):
-      state, metrics = update(state, None, k)
-      return state, metrics["env_steps"]
-
-    return jax.lax.scan(body, state, jax.random.split(key, iterations))
-
-  return run, state
-
-
-def bench(name: str) -> None:
-  n, steps = _NUM_ENVS.value, _ROLLOUT.value
-  key = jax.random.key(1)
-  ca, ta = _timed(builtin_rollout(name, n, steps), key)
-  cb, tb = _timed(optimistic_rollout(name, n, steps), key)
-  run, state = ppo_iterations(name, n, steps, _ITERS.value)
-  cc, tc = _timed(run, state, key)
-  sps_a, sps_b = n * steps / ta, n * steps / tb
-  sps_c = n * steps * _ITERS.value / tc
-  print(f"{name}  N={n}  backend={jax.default_backend()}")
+def env_only(name: str, n: int, steps: int) -> None:
+  sps = {}
+  for builtin in (True, False):
+    run = _env_only_rollout(name, n, steps, builtin)
+    jax.block_until_ready(run(jax.random.key(0)))  # compiles
+    best = float("inf")
+    for i in range(3):
+      t0 = time.perf_counter()
+      jax.block_until_ready(run(jax.random.key(i + 1)))
+      best = min(best, time.perf_counter() - t0)
+    sps[builtin] = n * steps / best
   print(
-    f"  (a) env only, builtin auto-reset : {sps_a:12,.0f} env steps/s   (first call {ca:.1f} s)"
-  )
-  print(
-    f"  (b) env only, optimistic resets  : {sps_b:12,.0f} env steps/s   (first call {cb:.1f} s)"
-  )
-  print(
-    f"  (c) PPO MLP, optimistic resets   : {sps_c:12,.0f} env steps/s   (compile+first {cc:.1f} s)"
-  )
-  print(
-    f"  (c)/(a) = {sps_c / sps_a:.2f}   (c)/(b) = {sps_c / sps_b:.2f}   "
-    f"(b)/(a) = {sps_b / sps_a:.2f}"
+    f"  env only, random actions: builtin auto-reset {sps[True]:,.0f} env steps/s, optimistic "
+    f"resets {sps[False]:,.0f} ({sps[False] / sps[True]:.1f}x)",
+    flush=True,
   )
 
 
-def check_flags() -> list[str]:
+# --- flags ---
+
+
+def check_flags() -> tuple[str, list[int], int, int]:
   """Every flag, before anything is compiled or timed (ConfigError naming the flag)."""
   for name in UNUSED_FLAGS:
     experiment.require(not flags.FLAGS[name].present, name, "is not used by benchmarks.ppo")
-  names = [n.strip() for n in _ENVS.value if n.strip()]
-  allowed = ", ".join(craftax_envs.ENVS)
-  experiment.require(bool(names), "envs", f"names no environment; allowed: {allowed}")
-  for name in names:
-    craftax_envs.resolve(name, field="envs")  # ConfigError on unknown names
-  for v, f in (
-    (_NUM_ENVS.value, "num_envs"),
-    (_ROLLOUT.value, "rollout"),
-    (_ITERS.value, "iterations"),
-    (_REPEATS.value, "repeats"),
-  ):
-    experiment.require(v >= 1, f, f"must be >= 1, got {v}")
-  c = ppo.get_config()
-  c.num_envs, c.num_steps = _NUM_ENVS.value, _ROLLOUT.value
-  experiment.require(
-    c.num_steps % c.minibatches == 0,
-    "rollout",
-    f"PPO splits the rollout into {c.minibatches} minibatches; {c.num_steps} is not a multiple",
-  )
-  for name in names:  # the PPO iterations (c) hold the largest arrays
-    spec = craftax_envs.make(name, 1)
+  env_name = ppo.check_env(_ENV.value)
+  craftax = ppo.is_craftax(env_name)
+  sizes = []
+  for v in _NUM_ENVS.value:
+    ok = v.strip().isdigit() and int(v) >= 1
+    experiment.require(ok, "num_envs", f"sizes must be integers >= 1, got {v!r}")
+    sizes.append(int(v))
+  experiment.require(bool(sizes), "num_envs", "names no size")
+  t_len = _ROLLOUT.value or (64 if craftax else 128)
+  total = _steps() or (32_768 if craftax else 500_000)
+  experiment.require(_ROLLOUT.value >= 0, "rollout", f"must be >= 0, got {_ROLLOUT.value}")
+  experiment.require(_steps() >= 0, "steps", f"must be >= 0, got {_steps()}")
+  experiment.require(_SEEDS.value >= 1, "seeds", f"must be >= 1, got {_SEEDS.value}")
+  for n in sizes:
+    c = bench_config(env_name, n, t_len, total)
+    experiment.require(
+      t_len % c.minibatches == 0,
+      "rollout",
+      f"PPO splits the rollout into {c.minibatches} minibatches; {t_len} is not a multiple",
+    )
+    experiment.require(
+      total >= n * t_len, "steps", f"{total} is less than one iteration ({n} x {t_len})"
+    )
+    spec = ppo.make_env(env_name, 1, c)
     ppo.check_memory(c, spec.obs_shape, spec.action_dim, fields=("num_envs", "rollout"))
-  return names
+  return env_name, sizes, t_len, total
 
 
 def main(argv):
   del argv
-  names = check_flags()
-  jnp.zeros(()).block_until_ready()
-  for name in names:
-    bench(name)
+  env_name, sizes, t_len, total = check_flags()
+  if not flags.FLAGS["compile_cache"].present:  # compile times are measured: compile every time
+    jax.config.update("jax_enable_compilation_cache", False)
+  print(f"# benchmarks.ppo on {jax.default_backend()} ({jax.devices()[0].device_kind})", flush=True)
+  for n in sizes:
+    bench(env_name, n, t_len, total, _SEEDS.value)
+    if _ENV_ONLY.value and ppo.is_craftax(env_name):
+      env_only(env_name, n, t_len)
 
 
 if __name__ == "__main__":
+  define_flags()
   experiment.run(main)

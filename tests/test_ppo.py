@@ -488,8 +488,8 @@ def test_estimate_bytes_grows_with_the_rollout():
 @pytest.mark.parametrize(
   "args, flag",
   [
-    (["--envs="], "--envs"),
-    (["--rollout=60"], "--rollout"),  # not a multiple of PPO's 8 minibatches: before timing
+    (["--num_envs=4,x"], "--num_envs"),
+    (["--rollout=62"], "--rollout"),  # not a multiple of CartPole's 4 minibatches: before timing
     (["--num_envs=1000000000"], "--num_envs: needs about"),
   ],
 )
@@ -499,6 +499,45 @@ def test_benchmark_bad_flags_exit_2_before_timing(tmp_path, args, flag):
   err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
   assert len(err) == 1 and err[0].startswith(f"error: {flag}"), r.stderr[-2000:]
   assert "Traceback" not in r.stderr and "env steps/s" not in r.stdout
+
+
+def test_benchmark_reference_gae_matches_numpy():
+  """The reference PPO of benchmarks/ppo.py (16 steps per loop iteration, 20 steps) against the
+  NumPy transcription of GAE."""
+  from benchmarks import ppo as bench
+
+  rng = np.random.default_rng(1)
+  t_len, n = 20, 3
+  traj = {
+    "reward": rng.normal(size=(t_len, n)).astype(np.float32),
+    "value": rng.normal(size=(t_len, n)).astype(np.float32),
+    "done": rng.random((t_len, n)) < 0.2,
+  }
+  last = rng.normal(size=(n,)).astype(np.float32)
+  adv = bench.reference_gae(traj, last, 0.97, 0.8)
+  done = traj["done"].astype(np.float32)
+  ref_adv, _ = _gae_reference(traj["reward"], traj["value"], done, last, 0.97, 0.8)
+  np.testing.assert_allclose(adv, ref_adv, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy_name", ["mlp", "gru"])
+def test_init_compiled_equals_op_by_op(policy_name):
+  """`ppo.init` runs compiled; R4, QRIM and DiCode's runs need the bits it gave op by op."""
+  from jaxlab.rl.ppo import agent
+
+  env = _cartpole(4)
+  pol = policies.make(policy_name, env.num_actions, **_SMALL[policy_name])
+  cfg = _config(4, num_steps=8, minibatches=2, num_updates=1)
+  key = jax.random.key(3)
+  eager = agent._init(env, pol, cfg, key)  # what init ran before: op by op
+  compiled = ppo.init(env, pol, cfg, key)
+  assert ppo.init(env, pol, cfg, key).train.step == 0  # the cached program again
+  flat = lambda s: {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_leaves_with_path(s)}
+  eager, compiled = flat(eager), flat(compiled)
+  assert list(eager) == list(compiled)
+  for path, x in eager.items():
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(compiled[path]), err_msg=path)
+    assert np.asarray(x).dtype == np.asarray(compiled[path]).dtype, path
 
 
 def test_train_run_from_python(tmp_path):

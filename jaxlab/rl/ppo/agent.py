@@ -149,13 +149,41 @@ def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
 
 
 def init(env, policy, config: PPOConfig, key: Array) -> PPOState:
-  """Resets the environments and initialises the network (``key``: raw uint32[2] or typed)."""
+  """Resets the environments and initialises the network (``key``: raw uint32[2] or typed).
+
+  Runs as one compiled program (cached per ``(env, policy, config)``): called eagerly, the
+  environments' reset ran op by op, which for Craftax's world generation took minutes on a CPU
+  (139 s vs 39 s compiled, 64 environments). The result is the same bits as op by op (tested);
+  XLA:CPU's lowest backend optimisation level would halve the compile time but changes bits.
+  """
   validate(config, is_recurrent(policy))
   require(
     env.num_envs == config.num_envs,
     "config.num_envs",
     f"{config.num_envs} but the environment was made with {env.num_envs}",
   )
+  state = _compiled_init(env, policy, config)(key)
+  # TrainState.create's step is the Python int 0; a compiled program can only return an array.
+  return state.replace(train=state.train.replace(step=0))
+
+
+_INIT_FNS: dict = {}
+_INIT_FNS_KEPT = 8  # the newest few: environments' closures may hold arrays
+
+
+def _compiled_init(env, policy, config: PPOConfig) -> Callable:
+  fn = jax.jit(lambda key: _init(env, policy, config, key))
+  try:
+    cache_key = (env, policy, config)
+    return _INIT_FNS.setdefault(cache_key, fn)
+  except TypeError:  # an unhashable environment or policy: compiled for this call only
+    return fn
+  finally:
+    while len(_INIT_FNS) > _INIT_FNS_KEPT:
+      _INIT_FNS.pop(next(iter(_INIT_FNS)))
+
+
+def _init(env, policy, config: PPOConfig, key: Array) -> PPOState:
   k_env, k_net = jax.random.split(key)
   obs, env_state = env.reset(k_env)
   reset = jnp.ones((config.num_envs,), bool)

@@ -430,11 +430,11 @@ def check_flags() -> tuple[str, list[int], int, int]:
       "rollout",
       f"PPO splits the rollout into {c.minibatches} minibatches; {t_len} is not a multiple",
     )
+    spec = ppo.make_env(env_name, 1, c)
+    ppo.check_memory(c, spec.obs_shape, spec.action_dim, fields=("num_envs", "rollout"))
     experiment.require(
       total >= n * t_len, "steps", f"{total} is less than one iteration ({n} x {t_len})"
     )
-    spec = ppo.make_env(env_name, 1, c)
-    ppo.check_memory(c, spec.obs_shape, spec.action_dim, fields=("num_envs", "rollout"))
   return env_name, sizes, t_len, total
 
 

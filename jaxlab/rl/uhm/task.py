@@ -460,7 +460,7 @@ def _plot_diagnostics(workdir: pathlib.Path, task: Task, diag: dict) -> dict:
       },
       "horizon n",
       "RMSE of sampled future vs true state (std units)",
-      title=f"{name}: horizon model on held-out episodes",
+      title=f"{name}\nhorizon model on held-out episodes",
     )
     figures.append("horizon_model.png")
   seed0 = next(iter(diag[steps[-1]]))
@@ -471,7 +471,7 @@ def _plot_diagnostics(workdir: pathlib.Path, task: Task, diag: dict) -> dict:
     pts,
     f"discounted Monte-Carlo return of the data (gamma {task.config.discount})",
     "critic Q(s, a)",
-    title=f"{name}: critic on held-out episodes (seed {seed0})",
+    title=f"{name}\ncritic on held-out episodes (seed {seed0})",
   )
   figures.append("critic.png")
   moved = diagnostics.moved(first, last, n=min(4, k))

@@ -8,18 +8,13 @@ Presets:
          whole loop on a CPU: a tiny GTrXL, 16 environments, 3 sessions of 4 PPO updates
          (3 x 4 x 16 x 32 = 6,144 environment steps), two evolution rounds (4 proposals each
          through the sandbox), so the archive ends with the 4 seed tasks plus the admitted
-         proposals, each with its score (0 at this budget: too few episodes finish to measure a
-         success rate). The agent learns next to nothing. Runtime is compilation, once per run
-         (the session environment is data-driven, see docs/dicode.md, "Cost"). Measured on the
-         shared 2-core CPU under a load average of 10-15 (a process got 15-40 % of a core):
-         session 0 of --curriculum=dicode 1344 s wall with a cold compilation cache (the craftax
-         generator, 5 task pools, PPO-GTrXL with the multitask step), session 1 with 4 new tasks
-         104 s; --curriculum=none 901 s then 88-98 s per session and 568 CPU-s / 39 min wall in
-         all, evaluation included; --curriculum=dr, loading dicode's compiled program,
-         219 / 115 / 40 s per session. The evaluation compiles its own program (once per
-         curriculum and cache). On an idle 2-core machine expect roughly 15-25 min for a cold
-         --curriculum=dicode run and a few minutes for a run whose programs are already in the
-         cache (docs/dicode.md, "Measured at the CPU budget").
+         proposals, each with its score (mostly 0 at this budget:
+         64-step scoring windows; the `learn` preset scores whole sessions). The agent learns
+         next to nothing. One compiled program trains, evaluates and scores (docs/dicode.md,
+         "Cost"); a cold run compiles ~126 CPU-s before its first step (the craftax world
+         generator 26 s, the PPO-GTrXL chunk 69 s, 4 task programs 16 s, the reset 4 s), where
+         it compiled the generator into the reset, the step and the evaluation before
+         (docs/dicode.md, "Compile time"). Later runs load it from the persistent cache.
   learn  the curricula study of docs/dicode.md: an MLP agent (64, 64) instead of the GTrXL,
          3 sessions of 4 PPO updates x 16 environments x 64 steps (12,288 environment steps),
          the whole session scored (256 steps per environment, so task episodes finish), one

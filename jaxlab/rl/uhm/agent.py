@@ -76,8 +76,13 @@ OGBench tasks (`jaxlab.rl.uhm.task`, what experiments.uhm runs): task = load_tas
 Each network is a `jaxlab.core.train_state.TrainState` (module, params, optimizer state, target
 copy): `state.ac` (critic and actor, one optimizer: `q_values(state, ...)`, `policy(state, ...)`),
 `state.flow` and `state.reward` (None for agents without).
-Cost on 2 shared CPU cores (batch 256, 3x256 nets, cube-single 28-D obs; before the joint state):
-UHM ~109 ms/update vs ReBRAC ~35 ms (3.1x; paper on GPU ~1.8x), GHM ~114, DTD ~99, MBTD ~225.
+Cost (`python -m benchmarks.uhm`, which also times a transcription of FQL's ReBRAC update): per
+update, 3x256 networks, batch 256, XLA's FLOP count with the 5-step ODE loops counted 5 times:
+ReBRAC 1188 MFLOP on full updates, 668 on critic-only ones (lax.cond: no actor backward pass, as
+FQL jits one update per value of full_update), 928 on average (FQL's: 938); UHM 3190 on average,
+of which the two ODE solves (20 velocity-field evaluations: s_e for the target, the TD^2 path of
+the model loss) are ~1700: 3.4x ReBRAC on FLOP-bound hardware. The paper's ~1.8x is a GPU figure,
+where small matmuls are latency-bound. Wall-clock ratios on the shared 2-core CPU: benchmarks.uhm.
 """
 
 from __future__ import annotations

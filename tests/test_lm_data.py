@@ -158,6 +158,14 @@ def test_loader_is_a_seeded_permutation_split_over_processes(byte_shards):
   out = jax.jit(lambda p: lm_data.fetch(big, p, mesh))(jnp.int32(5))
   assert out.sharding.spec[0] == ("data", "fsdp")
   np.testing.assert_array_equal(np.asarray(out), big.rows(5))
+  # On device (no callback): equal rows at any position, across the epoch boundary too.
+  dev = lm_data.device_stream(loader, 2 * w + 4)
+  take = jax.jit(lambda s, p: lm_data.take(loader, s, p))
+  for pos in (0, 10, w - 2, w, 2 * w):
+    np.testing.assert_array_equal(take(dev, jnp.int32(pos)), loader.rows(pos))
+  out = jax.jit(lambda s, p: lm_data.take(big, s, p, mesh))(lm_data.device_stream(big, 16), 5)
+  assert out.sharding.spec[0] == ("data", "fsdp")
+  np.testing.assert_array_equal(np.asarray(out), big.rows(5))
   with pytest.raises(ConfigError) as e:
     lm_data.StreamLoader(stream, 4, seq_len=len(stream))
   assert e.value.field == "config.seq_len"
@@ -198,6 +206,14 @@ def test_killed_and_resumed_run_sees_identical_batches(byte_shards, tmp_path):
   for name in ("batch_hash", "pos"):
     np.testing.assert_array_equal(
       np.concatenate([b1.history[name], b2.history[name]]), a.history[name]
+    )
+  # The device-held stream (no host callback) gives the same batches and losses, also resumed.
+  data = {"stream": lm_data.device_stream(loader, 8 * 4)}
+  _, c1 = runtime.train(init, step, loop(4), key=key, workdir=tmp_path / "c", data=data)
+  _, c2 = runtime.train(init, step, loop(8), key=key, workdir=tmp_path / "c", data=data)
+  for name in ("batch_hash", "pos", "loss"):
+    np.testing.assert_array_equal(
+      np.concatenate([c1.history[name], c2.history[name]]), a.history[name]
     )
   np.testing.assert_array_equal(a.history["pos"], 4 * np.arange(8))
   expected = [np.sum(loader.rows(4 * i) * np.asarray(weights)) for i in range(8)]

@@ -4,9 +4,12 @@ A batch is ``{"tokens": int32[B, L + 1]}`` (inputs ``tokens[:, :-1]``, targets `
 In memory, `sample_windows` draws random windows of a 1-D corpus inside jit. From shards on disk
 (`jaxlab.lm.shards`), `StreamLoader` maps a *position* (windows consumed so far) to a batch: the
 split is cut into non-overlapping windows of ``seq_len + 1`` tokens (consecutive windows share one
-token), visited in a seeded per-epoch permutation. `fetch` reads that batch inside jit through a
-host callback; with a mesh, each device reads only its own rows (so each process reads its slice).
-The position lives in the train state (``LMState.data_position``) and is saved with every
+token), visited in a seeded per-epoch permutation. A stream that fits `DEVICE_BYTES` is fed
+without a host callback (`device_stream`, `take`): its tokens and the run's window ids go to the
+device as arguments, so the training step has no callback and lands in the persistent compilation
+cache. Beyond that, `fetch` reads each batch inside jit through a host callback (with a mesh, each
+device reads only its own rows); such runs compile their training step anew each run, as JAX does
+not cache programs with host callbacks. The position lives in the train state (``LMState.data_position``) and is saved with every
 checkpoint, so a resumed run sees exactly the batches an uninterrupted run would.
 """
 
@@ -122,6 +125,34 @@ class StreamLoader:
     count = jax.process_count() if count is None else count
     per = self.batch // count
     return self.rows(position, index * per, (index + 1) * per)
+
+
+# Largest stream (int32 tokens) and window-id table held on device; beyond, `fetch` reads the host.
+DEVICE_BYTES = 256 * 2**20
+TABLE_BYTES = 16 * 2**20  # ~4M positions; the table is built by `StreamLoader.window_ids`
+
+
+def device_stream(loader: StreamLoader, end: int) -> dict | None:
+  """``{"tokens": int32[N], "ids": int32[end]}`` for `take`, or None when over the caps.
+
+  ``ids[p]`` is the window of position ``p`` (`StreamLoader.window_ids`) for positions
+  ``0 .. end - 1``; a run of ``steps`` steps consumes positions below ``steps * batch``. The table
+  starts at 0 whatever step a run resumes from, so its shape (and the compiled step) is the same
+  for a fresh and a resumed run.
+  """
+  if 4 * len(loader.stream) > DEVICE_BYTES or 4 * end > TABLE_BYTES:
+    return None
+  tokens = loader.stream.read(0, len(loader.stream))
+  ids = np.asarray(loader.window_ids(0, end), np.int32)
+  return {"tokens": jnp.asarray(tokens, jnp.int32), "ids": jnp.asarray(ids)}
+
+
+def take(loader: StreamLoader, stream: dict, position, mesh=None, rules=None) -> jax.Array:
+  """Inside jit: the batch at ``position`` from `device_stream`'s arrays, equal to `fetch`'s."""
+  ids = jax.lax.dynamic_slice(stream["ids"], (position,), (loader.batch,))
+  width = loader.seq_len + 1
+  window = lambda w: jax.lax.dynamic_slice(stream["tokens"], (w * loader.seq_len,), (width,))
+  return sharding.constrain(jax.vmap(window)(ids), ("batch", None), mesh, rules)
 
 
 def fetch(loader: StreamLoader, position, mesh=None, rules=None) -> jax.Array:

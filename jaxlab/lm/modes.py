@@ -254,7 +254,9 @@ def train(config, workdir, loop, seed: int, mesh=None, setup=None):
     loader = lm_data.StreamLoader(train_stream, c.batch_size, c.seq_len, seed=seed)
     val_loader = lm_data.StreamLoader(val_stream, c.batch_size, c.seq_len, seed=seed)
     val = jnp.asarray(lm_data.window_batches(val_loader, c.val_batches))
+    stream = lm_data.device_stream(loader, loop.num_steps * c.batch_size)
     kw = dict(update=train_lib.streaming_update(loader, train_lib.update, mesh))
+    kw["data"] = None if stream is None else {"stream": stream}
     print(
       f"[lm] data: {index['tokenizer']} tokenizer ({index['vocab_size']} tokens), "
       f"{len(train_stream):,} train / {len(val_stream):,} validation tokens in "

@@ -143,14 +143,21 @@ def update(state: TrainState, batch, key=None):
 def streaming_update(loader: lm_data.StreamLoader, update_fn=update, mesh: Mesh | None = None):
   """``update(state, data, key)`` for `jaxlab.core.runtime.train` with ``data`` from shards.
 
-  Reads the batch at ``state.data_position`` (`jaxlab.lm.data.fetch`), adds the leaves of ``data``
-  (e.g. a teacher's parameters; may be None), runs ``update_fn`` and advances the position by one
-  batch. Use it with ``sample_fn=None``.
+  Reads the batch at ``state.data_position``: from ``data["stream"]`` when given (the arrays of
+  `jaxlab.lm.data.device_stream`; no host callback, so the step is persistently cached), else
+  through a host callback (`jaxlab.lm.data.fetch`; recompiled every run). Adds the other leaves of
+  ``data`` (e.g. a teacher's parameters; may be None), runs ``update_fn`` and advances the position
+  by one batch. Use it with ``sample_fn=None``.
   """
 
   def wrapped(state: LMState, data, key):
-    tokens = lm_data.fetch(loader, state.data_position, mesh)
-    batch = {"tokens": tokens, **(data or {})}
+    data = dict(data or {})
+    stream = data.pop("stream", None)
+    if stream is None:
+      tokens = lm_data.fetch(loader, state.data_position, mesh)
+    else:
+      tokens = lm_data.take(loader, stream, state.data_position, mesh)
+    batch = {"tokens": tokens, **data}
     new, metrics = update_fn(state, batch, key)
     return new.replace(data_position=state.data_position + loader.batch), metrics
 

@@ -4,8 +4,8 @@
 ``create``, ``update``, ``make_sample_fn``, ``policy``) and the OGBench task workflow that
 ``experiments.uhm`` runs (:mod:`jaxlab.rl.uhm.task`: ``load_task``, ``train``, ``evaluate_seeds``,
 ``write_report``, ``evaluate_checkpoint``); the parts are submodules: ``horizon`` (the n-step flow
-model), ``networks``, ``offline_data`` (OGBench sets as device arrays), ``study`` (sweeps and their
-tables). See docs/uhm.md.
+model), ``networks``, ``offline_data`` (OGBench sets as device arrays), ``diagnostics`` (held-out
+horizon-model and critic errors), ``study`` (sweeps and their tables). See docs/uhm.md.
 """
 
 from jaxlab.rl.uhm.agent import *  # noqa: F403

@@ -9,8 +9,9 @@ without a host callback (`device_stream`, `take`): its tokens and the run's wind
 device as arguments, so the training step has no callback and lands in the persistent compilation
 cache. Beyond that, `fetch` reads each batch inside jit through a host callback (with a mesh, each
 device reads only its own rows); such runs compile their training step anew each run, as JAX does
-not cache programs with host callbacks. The position lives in the train state (``LMState.data_position``) and is saved with every
-checkpoint, so a resumed run sees exactly the batches an uninterrupted run would.
+not cache programs with host callbacks. The position lives in the train state
+(``LMState.data_position``) and is saved with every checkpoint, so a resumed run sees exactly the
+batches an uninterrupted run would.
 """
 
 from __future__ import annotations
@@ -148,7 +149,10 @@ def device_stream(loader: StreamLoader, end: int) -> dict | None:
 
 
 def take(loader: StreamLoader, stream: dict, position, mesh=None, rules=None) -> jax.Array:
-  """Inside jit: the batch at ``position`` from `device_stream`'s arrays, equal to `fetch`'s."""
+  """Inside jit: the batch at ``position`` from `device_stream`'s arrays, equal to `fetch`'s.
+
+  ``position + batch`` must not pass the table's end: `dynamic_slice` would clamp, not fail.
+  """
   ids = jax.lax.dynamic_slice(stream["ids"], (position,), (loader.batch,))
   width = loader.seq_len + 1
   window = lambda w: jax.lax.dynamic_slice(stream["tokens"], (w * loader.seq_len,), (width,))

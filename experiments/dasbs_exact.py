@@ -37,7 +37,7 @@ import pathlib
 
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, provenance
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import require
 from jaxlab.core.metrics import write_json
@@ -97,6 +97,7 @@ def main(argv):
   if FLAGS.out and exact_check.previous_result(FLAGS.out, record) is not None:
     print(f"[dasbs_exact] {FLAGS.out} holds this result; nothing rewritten")
     return
+  provenance.announce()
   result = exact_check.run(spec, ctrl=ctrl, step=step, log=log, **kw)
   result = {**result, "settings": record}
   if workdir:

@@ -28,7 +28,7 @@ import sys
 
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, provenance
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.optim import decentralized as dec
 
@@ -79,6 +79,7 @@ def main(argv):
     if summary is not None:
       print(f"{workdir} holds this finished run (summary.json); nothing rewritten")
     else:
+      provenance.announce(run.mesh)
       kw = {"problem": problem, "steps": run.steps, "seed": run.seed, "mesh": run.mesh}
       if _SWEEP.value:
         summary = dec.compare.run_sweep(config, workdir, **kw)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, provenance
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.optim import goma
 
@@ -68,6 +68,7 @@ def main(argv):
     if workdir_lib.finished(workdir) is not None:
       print(f"{workdir} holds this finished run (summary.json); nothing rewritten")
       return
+    provenance.announce()
     result = goma.compare.run_comparison(
       cfg,
       _PROBLEM.value,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, provenance
 from jaxlab.core.errors import ConfigError
 from jaxlab.rl import qrim
 from jaxlab.rl.qrim import protocol as qrim_protocol
@@ -63,6 +63,7 @@ def main(argv):
     variant=(env, set_size, *(("study",) if FLAGS.study_seeds else ())),
     unused=("mesh", "keep", "ckpt_every", "profile", "log_every"),
   )
+  provenance.announce()
   if FLAGS.study_seeds:
     seeds = range(run.seed, run.seed + FLAGS.study_seeds)
     qrim_study.run(

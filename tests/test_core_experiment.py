@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from programs import run_program
@@ -162,3 +164,26 @@ def test_compile_cache_is_on_by_default_and_serves_the_second_run(tmp_path):
   assert sorted(p.name for p in cache.iterdir()) == entries
   rows = [json.loads((tmp_path / w / "summary.json").read_text()) for w in ("a", "b")]
   assert rows[0]["train/loss"] == rows[1]["train/loss"]
+
+
+def test_a_cache_left_broken_by_a_killed_process_is_repaired_and_written_again(tmp_path):
+  """A process killed between JAX's two writes of an entry leaves ``<key>-cache`` without
+  ``<key>-atime``; JAX's size-bounded cache then fails every later write (every run recompiles).
+  Enabling the cache repairs the folder first, so the next run's programs are written."""
+  cache = tmp_path / "xla"
+  cache.mkdir()
+  (cache / "jit_orphan-0123-cache").write_bytes(b"x" * 64)  # killed before its -atime
+  (cache / "jit_gone-4567-atime").write_bytes(b"\0" * 8)  # its -cache evicted, then killed
+  code = (
+    "import jax, jax.numpy as jnp\n"
+    "from jaxlab.core import experiment\n"
+    f"experiment.enable_compile_cache({str(cache)!r})\n"
+    "print(jax.jit(lambda x: jnp.sin(x) * 3.5 + x)(jnp.ones(3)).sum())\n"
+  )
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  names = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+  written = [n for n in names if n.endswith("-cache") and "orphan" not in n]
+  assert written, names  # without the repair: only the orphan is there
+  assert "jit_orphan-0123-atime" in names and "jit_gone-4567-atime" not in names, names
+  assert all(n[: -len("-cache")] + "-atime" in names for n in names if n.endswith("-cache"))

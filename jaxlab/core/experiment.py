@@ -98,12 +98,41 @@ def compile_cache_dir(flag_value: str | None = None) -> pathlib.Path | None:
   return path
 
 
+def repair_compile_cache(path: pathlib.Path) -> int:
+  """Makes every entry of the cache folder whole again; returns how many were repaired.
+
+  JAX's size-bounded cache writes an entry as two files, ``<key>-cache`` then ``<key>-atime``,
+  and before every write reads the ``-atime`` of every entry to find the least recently used.
+  A process killed between the two writes (out of memory, SIGKILL) leaves a ``-cache`` without
+  its ``-atime``, after which every later write into the folder fails (silently: a warning we
+  filter) and every run compiles from scratch. An orphaned ``-cache`` gets the oldest access
+  time (it is evicted first); an ``-atime`` without its ``-cache`` is removed.
+  """
+  if not path.is_dir():
+    return 0
+  names = set(os.listdir(path))
+  repaired = 0
+  for name in names:
+    try:
+      if name.endswith("-cache") and name[: -len("-cache")] + "-atime" not in names:
+        (path / (name[: -len("-cache")] + "-atime")).write_bytes((0).to_bytes(8, "little"))
+        repaired += 1
+      elif name.endswith("-atime") and name[: -len("-atime")] + "-cache" not in names:
+        (path / name).unlink()
+        repaired += 1
+    except OSError:  # another process evicted or repaired it meanwhile: nothing to do
+      pass
+  return repaired
+
+
 def enable_compile_cache(flag_value: str | None = None) -> pathlib.Path | None:
   """Turns on JAX's persistent compilation cache (every program does; a notebook may call it)."""
   path = compile_cache_dir(flag_value)
   runtime.watch_compiles()  # only with $JAXLAB_COMPILE_LOG (benchmarks/compile.py)
   if path is not None:
     import jax
+
+    repair_compile_cache(path)
 
     jax.config.update("jax_compilation_cache_dir", str(path))
     # Cache every compiled program, not only those that took a second (the chunks of short

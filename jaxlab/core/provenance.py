@@ -81,3 +81,14 @@ def describe(mesh=None) -> str:
     f"{p['process_count']} process(es), mesh {mesh_txt}, jax {p['versions']['jax']}, "
     f"commit {commit}, compile cache {cache}"
   )
+
+
+_announced = False
+
+
+def announce(mesh=None) -> None:
+  """Prints the `describe` start-up line once per process (process 0 only)."""
+  global _announced
+  if not _announced and jax.process_index() == 0:
+    print(describe(mesh), flush=True)
+  _announced = True

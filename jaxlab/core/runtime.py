@@ -416,8 +416,8 @@ def train(
     mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
     host = None
     try:
-      if loop.progress and jax.process_index() == 0:
-        print(provenance.describe(mesh), flush=True)
+      if loop.progress:
+        provenance.announce(mesh)
       state, start = _resume(state, mngr, wd, loop)
       # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
       host = _Host(loop, wd if start < loop.num_steps else None, start)

@@ -1,4 +1,4 @@
-"""QRIM's evidence study (issue 32): robust vs nominal PPO over seeds, and the backup's queries.
+"""QRIM's evidence study: robust vs nominal PPO over seeds, and the backup's queries.
 
     tables = study.run(qrim.get_config(), env="cartpole", set_size=64, updates=200,
                        seeds=range(5), root="docs/results/qrim_study")

@@ -35,6 +35,17 @@ def _readable_ylim(ax, name: str, ys: np.ndarray) -> None:
     )
 
 
+def _label(ax, xlabel: str, ylabel: str, title: str, grid: dict | None, legend: int = 8) -> None:
+  """Axis labels, an optional title (small if it may run to two lines), grid and legend."""
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  if title:
+    ax.set_title(title, fontsize=9 if legend < 8 else None)
+  if grid is not None:
+    ax.grid(True, **grid)
+  ax.legend(fontsize=legend)
+
+
 def _save(fig, path: str | pathlib.Path) -> pathlib.Path:
   path = pathlib.Path(path)
   fig.tight_layout()
@@ -92,12 +103,7 @@ def lines(
       [np.asarray(c[1], dtype=float).ravel() for c in curves.values()] or [np.zeros(0)]
     )
     _readable_ylim(ax, ylabel, all_y)
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
-  if title:
-    ax.set_title(title)
-  ax.grid(True, which="both", alpha=0.3)
-  ax.legend(fontsize=8)
+  _label(ax, xlabel, ylabel, title, {"which": "both", "alpha": 0.3})
   return _save(fig, path)
 
 
@@ -117,11 +123,7 @@ def histograms(
   fig, ax = plt.subplots(figsize=(6, 4))
   for label, a in arrays.items():
     ax.hist(a[np.isfinite(a)], bins=bins, density=True, alpha=0.5, label=label)
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel("density")
-  if title:
-    ax.set_title(title)
-  ax.legend(fontsize=8)
+  _label(ax, xlabel, "density", title, None)
   return _save(fig, path)
 
 
@@ -214,12 +216,7 @@ def profiles(
   grays = ("black", "dimgray", "darkgray")
   for i, (label, (xs, ys)) in enumerate(dashed.items()):
     ax.plot(np.asarray(xs), np.asarray(ys, float), "--", color=grays[i % 3], lw=1.5, label=label)
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
-  if title:
-    ax.set_title(title, fontsize=9)
-  ax.grid(True, alpha=0.3)
-  ax.legend(fontsize=7)
+  _label(ax, xlabel, ylabel, title, {"alpha": 0.3}, legend=7)
   return _save(fig, path)
 
 
@@ -243,10 +240,5 @@ def scatter(
   if diagonal and allv.size:
     lo, hi = float(allv.min()), float(allv.max())
     ax.plot([lo, hi], [lo, hi], "--", color="gray", lw=1, label="y = x")
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
-  if title:
-    ax.set_title(title, fontsize=9)
-  ax.grid(True, alpha=0.3)
-  ax.legend(fontsize=7)
+  _label(ax, xlabel, ylabel, title, {"alpha": 0.3}, legend=7)
   return _save(fig, path)

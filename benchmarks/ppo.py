@@ -64,9 +64,9 @@ def define_flags() -> None:
 
 
 def _steps() -> int:
-  """``--steps`` (jaxlab.core.experiment's flag): env steps per run (0 or unset: 5e5 CartPole,
-  32768 Craftax)."""
-  return flags.FLAGS.steps or 0
+  """``--steps`` (jaxlab.core.experiment's flag): env steps per run (unset: 5e5 CartPole, 32768
+  Craftax); an explicit ``--steps=0`` is bad input (`check_flags`), not "the default"."""
+  return 0 if flags.FLAGS.steps is None else flags.FLAGS.steps
 
 
 # --- the configuration both sides run (jaxlab's config, the one declaration of the defaults) ---
@@ -421,7 +421,9 @@ def check_flags() -> tuple[str, list[int], int, int]:
   t_len = _ROLLOUT.value or (64 if craftax else 128)
   total = _steps() or (32_768 if craftax else 500_000)
   experiment.require(_ROLLOUT.value >= 0, "rollout", f"must be >= 0, got {_ROLLOUT.value}")
-  experiment.require(_steps() >= 0, "steps", f"must be >= 0, got {_steps()}")
+  experiment.require(
+    flags.FLAGS.steps is None or flags.FLAGS.steps >= 1, "steps", f"must be >= 1, got {_steps()}"
+  )
   experiment.require(_SEEDS.value >= 1, "seeds", f"must be >= 1, got {_SEEDS.value}")
   for n in sizes:
     c = bench_config(env_name, n, t_len, total)

@@ -14,7 +14,7 @@ import optax
 import pytest
 from flax import struct
 
-from jaxlab.core import runtime
+from jaxlab.core import metrics, runtime
 
 
 class State(struct.PyTreeNode):
@@ -436,3 +436,12 @@ def test_restore_only_reads(tmp_path):
   with pytest.raises(runtime.ConfigError) as e:
     checkpoint.restore(tmp_path / "run", {"w": jnp.zeros(4)})
   assert e.value.field == "workdir"
+
+
+def test_t_interval_is_the_95_percent_student_t_interval():
+  # t_{0.975, 2} = 4.302653 (tables); sd([1, 2, 3]) = 1, n = 3
+  m, lo, hi = metrics.t_interval([1.0, 2.0, 3.0])
+  half = 4.302652729911275 / np.sqrt(3.0)
+  np.testing.assert_allclose((m, lo, hi), (2.0, 2.0 - half, 2.0 + half), rtol=1e-9)
+  m, lo, hi = metrics.t_interval([5.0])
+  assert m == 5.0 and np.isnan(lo) and np.isnan(hi)

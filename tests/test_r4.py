@@ -319,6 +319,7 @@ def test_experiment_rerun_is_safe(tmp_path):
   args += ["--config.ppo.minibatches=1", "--config.ppo.eval_envs=4", "--config.ppo.eval_steps=20"]
   r = run_program("experiments.r4", args, tmp_path, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
+  assert r.stdout.count("[jaxlab] ") == 1 and "compile cache " in r.stdout  # the start-up line
   before = _files(wd)
   assert {"summary.json", "config.json", "trajectories.npz", "agent.png"} <= set(before)
   recorded = json.loads(before["config.json"])

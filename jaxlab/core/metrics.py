@@ -136,3 +136,18 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def read_json(path: str | os.PathLike) -> dict:
   with open(path) as f:
     return json.load(f)
+
+
+def t_interval(xs) -> tuple[float, float, float]:
+  """Mean and 95 % Student-t interval of replicate scores, ``(mean, lo, hi)``; nan bounds for n < 2.
+
+  The one interval every study in jaxlab reports (seeds are the replicates).
+  """
+  from scipy import stats
+
+  xs = np.asarray(xs, np.float64)
+  m = float(np.mean(xs))
+  if len(xs) < 2:
+    return m, float("nan"), float("nan")
+  h = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / np.sqrt(len(xs)))
+  return m, m - h, m + h

@@ -21,14 +21,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from jaxlab.core.metrics import t_interval
+
 METRICS = ("return", "return_pct", "score")  # eval/<metric> of each summary.json
-
-
-def t_interval(xs) -> tuple[float, float, float]:
-  """Mean and 95 % Student-t interval (``jaxlab.rl.uhm.study.t_interval``, reused)."""
-  from jaxlab.rl.uhm.study import t_interval as interval
-
-  return interval(xs)
 
 
 def run(

@@ -39,6 +39,7 @@ import optax
 from jaxlab.core import metrics as metrics_lib
 from jaxlab.core import runtime
 from jaxlab.core.errors import check_choice, require
+from jaxlab.core.metrics import t_interval
 from jaxlab.core.train_state import TrainState
 from jaxlab.rl.itc import buffer as buffer_lib
 from jaxlab.rl.itc import decode as decode_lib
@@ -298,7 +299,6 @@ def run(config, workdir, log=print) -> dict:
 def table(per_seed: dict, decoders) -> dict:
   """``{decoder: {metric: [(mean, lo, hi) per horizon]}}`` over seeds (95 % t-intervals);
   ``real`` holds the real trajectories' flicker."""
-  from jaxlab.rl.uhm.study import t_interval
 
   out = {}
   for m in tuple(decoders) + ("real",):

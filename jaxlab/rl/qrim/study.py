@@ -35,10 +35,10 @@ import numpy as np
 from jaxlab.core import plots, runtime
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import require
+from jaxlab.core.metrics import t_interval
 from jaxlab.rl.qrim import config as qrim_config
 from jaxlab.rl.qrim import protocol, robust
 from jaxlab.rl.qrim import search as qrim_search
-from jaxlab.rl.uhm.study import t_interval
 
 BACKUP_SIZES = (16, 64, 256, 1024)
 

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxlab.core import plots, runtime
+from jaxlab.core import plots, provenance, runtime
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError
 from jaxlab.envs import gymnax, vec
@@ -185,6 +185,7 @@ def run(
   r4.check_memory(config, env, method)
   if workdir is not None:  # before computing: a read-only folder fails now, not after the run
     workdir_lib.check_writable(workdir, "workdir")
+  provenance.announce()  # once per process: the study's cells share one line
   rounds = config.online_rounds if protocol == "online" else config.eval_points
   key = jax.random.key(seed)
   k_pool, k_rate, k_fit, k_ppo, k_eval, k_online = jax.random.split(key, 6)

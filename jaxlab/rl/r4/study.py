@@ -34,8 +34,8 @@ import numpy as np
 
 from jaxlab.core import metrics
 from jaxlab.core.errors import ConfigError, require
+from jaxlab.core.metrics import t_interval
 from jaxlab.rl.r4 import config as r4_config
-from jaxlab.rl.uhm.study import t_interval  # the project's 95 % Student-t interval
 
 LEARNED = ("r4", "rbrl", "bt")  # reward learners; "true" is the upper control
 

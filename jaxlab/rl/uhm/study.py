@@ -34,6 +34,7 @@ import numpy as np
 
 from jaxlab.core import metrics, plots
 from jaxlab.core.errors import ConfigError, check_choice, require
+from jaxlab.core.metrics import t_interval  # re-exported: the sweep table's interval
 
 SUITES = {
   "standard": [
@@ -277,18 +278,6 @@ def finished(run: Run, steps: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------ aggregation
-def t_interval(xs) -> tuple[float, float, float]:
-  """Mean and 95 % Student-t interval of replicate scores (the interval is nan for n < 2)."""
-  from scipy import stats
-
-  xs = np.asarray(xs, np.float64)
-  m = float(np.mean(xs))
-  if len(xs) < 2:
-    return m, float("nan"), float("nan")
-  h = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / np.sqrt(len(xs)))
-  return m, m - h, m + h
-
-
 def replicates(run: Run) -> list[dict]:
   """Per training seed of a finished or partial run: final success %, its curve and updates/s."""
   wd = run.workdir

@@ -51,14 +51,14 @@ def data():
 _LOOP_ARGS = {f.name for f in __import__("dataclasses").fields(runtime.Loop)}
 
 
-def _train(tmp, data, steps, state=None, **kw):
+def _train(tmp, data, steps, state=None, update=_update, **kw):
   """The test run: loop fields and train() keywords in one call."""
   loop_kw = {"log_every": 10, "ckpt_every": 20, "progress": False}
   loop_kw.update({k: v for k, v in kw.items() if k in _LOOP_ARGS})
   train_kw = {k: v for k, v in kw.items() if k not in _LOOP_ARGS}
   state, result = runtime.train(
     _init() if state is None else state,
-    _update,
+    update,
     runtime.Loop(num_steps=steps, **loop_kw),
     workdir=tmp,
     key=jax.random.key_data(jax.random.key(3)),
@@ -102,6 +102,25 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path, data):
   # metrics.csv has each step once after the resume
   cols = runtime.read_csv(tmp_path / "split" / "metrics.csv")
   assert list(cols["step"]) == [10, 20, 30, 35, 40, 50, 60]
+
+
+def test_chunks_of_different_lengths_share_one_compiled_program(tmp_path, data):
+  """Chunks of 10, 10, 10, 5 and 3 steps (log_every 10, ckpt_every 35, 38 steps): one compile, the
+  per-step metrics of every step, and the same numbers as 38 steps cut into chunks of 2."""
+
+  def update(state, batch, key):  # a function of its own: a chunk no other test compiled
+    return _update(state, batch, key)
+
+  _train(tmp_path / "mixed", data, 38, update=update, ckpt_every=35)
+  chunk = runtime.make_chunk_fn(update, _sample)
+  assert chunk._cache_size() == 1
+  cols = runtime.read_csv(tmp_path / "mixed" / "metrics.csv")
+  assert list(cols["step"]) == [10, 20, 30, 38]  # rows at log_every and the last step
+  _, per_step = chunk(_init(), data, jax.random.key_data(jax.random.key(3)), 0, 3, 10)
+  assert per_step["loss"].shape == (3,) and chunk._cache_size() == 1
+  twos, _ = _train(tmp_path / "twos", data, 38, log_every=2, ckpt_every=38)
+  mixed, _ = _train(tmp_path / "mixed", data, 38, ckpt_every=35)  # finished: restored
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), twos, mixed)
 
 
 def test_one_step_chunks_equal_scanned_chunks(tmp_path, data):

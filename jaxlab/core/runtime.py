@@ -1,12 +1,13 @@
 """The training loop every long jaxlab run goes through.
 
-A run is a sequence of jitted chunks (``lax.scan`` over K update steps). Between chunks the host
-logs metrics (CSV + TensorBoard, :mod:`jaxlab.core.metrics`), advances a tqdm bar with steps/s,
-evaluates, and saves an orbax checkpoint (:mod:`jaxlab.core.checkpoint`). Step ``i`` always uses
-``fold_in(key, i)`` and chunk boundaries are global multiples of ``log_every``/``ckpt_every``/
-``eval_every``, so a run killed and restarted from its workdir ends bit-for-bit where an
-uninterrupted run would (on CPU). Without a workdir the same loop runs in memory (no files), which
-is how library code (``dasbs.train``, ``lm.capacity``) runs its inner loops::
+A run is a sequence of jitted chunks (a loop over K update steps; one compiled program serves every
+chunk length of a run). Between chunks the host logs metrics (CSV + TensorBoard,
+:mod:`jaxlab.core.metrics`), advances a tqdm bar with steps/s, evaluates, and saves an orbax
+checkpoint (:mod:`jaxlab.core.checkpoint`). Step ``i`` always uses ``fold_in(key, i)`` and chunk
+boundaries are global multiples of ``log_every``/``ckpt_every``/``eval_every``, so a run killed and
+restarted from its workdir ends bit-for-bit where an uninterrupted run would (on CPU). Without a
+workdir the same loop runs in memory (no files), which is how library code (``dasbs.train``,
+``lm.capacity``) runs its inner loops::
 
     state, result = train(state, update_fn, Loop(num_steps=1000, log_every=100), key=key,
                           workdir="runs/x", data=dataset, sample_fn=sample)
@@ -154,10 +155,14 @@ _CHUNK_FNS_KEPT = 8  # the newest few: closures may hold large arrays (data sets
 def make_chunk_fn(
   update_fn: UpdateFn, sample_fn: Callable | None = None, state_sharding: PyTree | None = None
 ) -> Callable:
-  """Returns ``chunk(state, data, key, start, length) -> (state, per_step_metrics)`` (jitted).
+  """Returns ``chunk(state, data, key, start, length, max_len=None) -> (state, per_step_metrics)``.
 
-  One jitted function per ``(update_fn, sample_fn, state_sharding)``: a notebook that calls
-  :func:`train` again with the same functions reuses the compiled chunks instead of compiling anew.
+  ``length`` steps from global step ``start``; ``max_len`` (default ``length``) is the longest
+  chunk the caller will ask for: every length up to it runs in one compiled program (a loop with a
+  traced trip count), so a run whose chunks differ in length (a remainder before an evaluation
+  or the last step) compiles once. One jitted function per ``(update_fn, sample_fn,
+  state_sharding)``: a notebook that calls :func:`train` again with the same functions reuses the
+  compiled chunks instead of compiling anew.
   """
   leaves, treedef = jax.tree.flatten(state_sharding)
   cache_key = (update_fn, sample_fn, treedef, tuple(leaves))
@@ -173,25 +178,50 @@ def make_chunk_fn(
 
 
 def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
+  def body(state, data, key, step):
+    k_sample, k_update = jax.random.split(jax.random.fold_in(key, step))
+    batch = data if sample_fn is None else sample_fn(data, k_sample)
+    state, metrics = update_fn(state, batch, k_update)
+    return state, jax.tree.map(lambda m: jnp.asarray(m).astype(jnp.float32), metrics)
 
-  def chunk(state, data, key, start, length):
-    def body(state, step):
-      k_sample, k_update = jax.random.split(jax.random.fold_in(key, step))
-      batch = data if sample_fn is None else sample_fn(data, k_sample)
-      return update_fn(state, batch, k_update)
+  # jitted so that the shape probe below and the loop share one trace of update_fn (jax caches
+  # the trace by argument types); XLA inlines the nested call
+  body = jax.jit(body)
 
-    steps = start + jnp.arange(length, dtype=jnp.int32)
-    if length == 1:  # no loop: XLA:CPU runs convolutions inside loops slowly (jax-ml/jax#12868)
-      state, metrics = body(state, steps[0])
-      per_step = jax.tree.map(lambda m: jnp.asarray(m)[None], metrics)
+  def chunk(state, data, key, start, length, max_len):
+    if max_len == 1:  # no loop: XLA:CPU runs convolutions inside loops slowly (jax-ml/jax#12868)
+      state, metrics = body(state, data, key, start)
+      per_step = jax.tree.map(lambda m: m[None], metrics)
     else:
-      state, per_step = jax.lax.scan(body, state, steps)
+      shapes = jax.eval_shape(body, state, data, key, start)[1]
+      buf = jax.tree.map(lambda m: jnp.zeros((max_len, *m.shape), m.dtype), shapes)
+
+      def step(i, carry):
+        state, buf = carry
+        state, metrics = body(state, data, key, start + i)
+        return state, jax.tree.map(lambda b, m: b.at[i].set(m), buf, metrics)
+
+      # a traced trip count: every chunk length <= max_len is this one program
+      state, per_step = jax.lax.fori_loop(0, length, step, (state, buf))
     if state_sharding is not None:
       state = jax.lax.with_sharding_constraint(state, state_sharding)
-    return state, jax.tree.map(lambda m: m.astype(jnp.float32), per_step)
+    return state, per_step
 
   donate = (0,) if jax.default_backend() != "cpu" else ()
-  return jax.jit(chunk, static_argnums=(4,), donate_argnums=donate)
+  jitted = jax.jit(chunk, static_argnums=(5,), donate_argnums=donate)
+
+  def run(state, data, key, start, length: int, max_len: int | None = None):
+    max_len = length if max_len is None else max_len
+    if not 1 <= length <= max_len:
+      raise ValueError(f"chunk length {length} must be in [1, max_len={max_len}]")
+    state, per_step = jitted(state, data, key, jnp.int32(start), jnp.int32(length), max_len)
+    if length < max_len:
+      per_step = jax.tree.map(lambda m: m[:length], per_step)
+    return state, per_step
+
+  run._cache_size = jitted._cache_size
+  run.jitted = jitted  # for lowering / inspection (benchmarks)
+  return run
 
 
 def chunk_boundaries(start: int, num_steps: int, *everies: int) -> list[int]:
@@ -271,12 +301,15 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
   step, mean, evals, hist, sps = start, {}, {}, [], float("nan")
   steady_steps, steady_s = 0, 0.0
   ends = chunk_boundaries(start, loop.num_steps, loop.log_every, loop.ckpt_every, loop.eval_every)
+  max_len = max(b - a for a, b in zip([start, *ends], ends, strict=False)) if ends else 1
   with checkpoint.sigterm_flag() as sigterm:
     for i, end in enumerate(ends):
       compiled = _cache_size(chunk_fn)
       t0 = time.perf_counter()
       with _profiled(loop, ctx["workdir"], i):
-        state, per_step = chunk_fn(state, ctx["data"], ctx["key"], jnp.int32(step), end - step)
+        state, per_step = chunk_fn(
+          state, ctx["data"], ctx["key"], jnp.int32(step), end - step, max_len
+        )
         per_step = jax.device_get(per_step)  # blocks: the chunk is done
       _note_first_step()
       seconds = time.perf_counter() - t0

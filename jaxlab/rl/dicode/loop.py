@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxlab.core import checkpoint, metrics, runtime
+from jaxlab.core import checkpoint, metrics, provenance, runtime
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.envs import vec
 from jaxlab.rl import ppo
@@ -730,6 +730,7 @@ class Loop:
     that many sessions (as a kill between sessions would, for tests). Returns the loop state."""
     total = self.config.sessions if sessions is None else sessions
     with workdir_lib.session(self.workdir, None):
+      provenance.announce()
       self.load()
       self._reject_interrupted()
       done = 0
@@ -916,7 +917,6 @@ def craftax_achievement_names() -> tuple[str, ...]:
 
 def finish(run: Loop, state: dict, curriculum: str) -> dict:
   """Evaluates the agent, writes summary.json and achievements.png; returns the summary."""
-  from jaxlab.core import provenance
   from jaxlab.rl.ppo import evaluation as ppo_eval
 
   t0 = time.perf_counter()

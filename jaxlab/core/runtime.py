@@ -31,7 +31,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxlab.core import checkpoint, metrics, plots, provenance
+from jaxlab.core import checkpoint, metrics, plots, provenance, resources
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.checkpoint import CKPT_DIR, SIGTERM_EXIT_CODE, Preempted, restore  # noqa: F401
 from jaxlab.core.errors import ConfigError
@@ -66,7 +66,10 @@ class Loop:
   stop_on_nonfinite: raise :class:`NonFiniteError` when a chunk's metrics hold NaN/inf.
   units_per_step, units_name: when ``units_per_step > 0`` (e.g. environment steps per PPO
     iteration), each chunk's metrics also hold ``units_name`` = steps/s x units_per_step (the wall
-    time of the chunk; the first chunk includes compilation).
+    time of the chunk).
+  memory_field: the flag or config field a :class:`ConfigError` names when one chunk's compiled
+    program needs more memory than a device has (XLA's memory analysis, checked before the
+    workdir is created); a program sets the field that sizes its batch or model.
   """
 
   num_steps: int
@@ -83,6 +86,7 @@ class Loop:
   stop_on_nonfinite: bool = True
   units_per_step: int = 0
   units_name: str = "units_per_sec"
+  memory_field: str = "config.batch_size"
 
   def __post_init__(self):
     if self.num_steps < 0:
@@ -209,19 +213,90 @@ def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
 
   donate = (0,) if jax.default_backend() != "cpu" else ()
   jitted = jax.jit(chunk, static_argnums=(5,), donate_argnums=donate)
+  executables = {}
+  i32 = jax.ShapeDtypeStruct((), jnp.int32)
+
+  def compile_chunk(state, data, key, max_len: int):
+    """The compiled chunk for these arguments' types and ``max_len``, compiled on first use.
+
+    Compiled ahead of time (not by calling ``jitted``) so that ``train`` can read its memory
+    analysis before it runs or writes anything; every chunk then runs this same executable.
+    """
+    cache_key = (max_len, _arg_types((state, data, key)))
+    exe = executables.get(cache_key)
+    if exe is None:
+      exe = executables[cache_key] = jitted.lower(state, data, key, i32, i32, max_len).compile()
+    return exe
 
   def run(state, data, key, start, length: int, max_len: int | None = None):
     max_len = length if max_len is None else max_len
     if not 1 <= length <= max_len:
       raise ValueError(f"chunk length {length} must be in [1, max_len={max_len}]")
-    state, per_step = jitted(state, data, key, jnp.int32(start), jnp.int32(length), max_len)
+    exe = compile_chunk(state, data, key, max_len)
+    state, per_step = exe(state, data, key, jnp.int32(start), jnp.int32(length))
     if length < max_len:
       per_step = jax.tree.map(lambda m: m[:length], per_step)
     return state, per_step
 
-  run._cache_size = jitted._cache_size
+  run._cache_size = lambda: len(executables)
+  run.compile = compile_chunk
   run.jitted = jitted  # for lowering / inspection (benchmarks)
   return run
+
+
+def _arg_types(args) -> tuple:
+  """What a compiled chunk is specific to: the pytree structure, each leaf's abstract type (shape,
+  dtype, weak type) and, for committed arrays, its sharding (as ``jax.jit`` keys its cache)."""
+  leaves, treedef = jax.tree.flatten(args)
+  types = tuple(
+    (x.aval, x.sharding if x.committed else None)
+    if isinstance(x, jax.Array)
+    else (jax.typeof(x), None)
+    for x in leaves
+  )
+  return treedef, types
+
+
+def chunk_bytes(compiled) -> int | None:
+  """Bytes a compiled program holds while it runs (XLA's memory analysis: arguments, outputs and
+  temporaries, less the outputs that alias donated arguments); None where XLA does not say."""
+  try:
+    m = compiled.memory_analysis()
+    nbytes = (
+      m.temp_size_in_bytes
+      + m.argument_size_in_bytes
+      + m.output_size_in_bytes
+      - m.alias_size_in_bytes
+    )
+  except Exception:  # not every backend (or jax version) implements it
+    return None
+  return int(nbytes) if nbytes > 0 else None
+
+
+def _max_len(start: int, ends: list[int]) -> int:
+  return max(b - a for a, b in zip([start, *ends], ends, strict=False)) if ends else 1
+
+
+def _chunk_ends(start: int, loop: Loop) -> list[int]:
+  return chunk_boundaries(start, loop.num_steps, loop.log_every, loop.ckpt_every, loop.eval_every)
+
+
+def check_chunk_memory(chunk_fn, loop: Loop, state, data, key, start: int) -> None:
+  """Compiles the chunk a run from ``start`` uses and refuses it (``ConfigError`` naming
+  ``loop.memory_field``) when XLA's memory analysis says it needs more than one device has."""
+  ends = _chunk_ends(start, loop)
+  if not ends or not hasattr(chunk_fn, "compile"):
+    return
+  nbytes = chunk_bytes(chunk_fn.compile(state, data, key, _max_len(start, ends)))
+  if nbytes is None:
+    return
+  limit = resources.device_memory()
+  if nbytes > limit:
+    raise ConfigError(
+      loop.memory_field,
+      f"needs about {resources.human(nbytes)} for one training chunk (XLA's memory analysis); "
+      f"this machine has {resources.human(limit)}",
+    )
 
 
 def chunk_boundaries(start: int, num_steps: int, *everies: int) -> list[int]:
@@ -300,11 +375,15 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
   host, mngr, eval_fn = ctx["host"], ctx["mngr"], ctx["eval_fn"]
   step, mean, evals, hist, sps = start, {}, {}, [], float("nan")
   steady_steps, steady_s = 0, 0.0
-  ends = chunk_boundaries(start, loop.num_steps, loop.log_every, loop.ckpt_every, loop.eval_every)
-  max_len = max(b - a for a, b in zip([start, *ends], ends, strict=False)) if ends else 1
+  ends = _chunk_ends(start, loop)
+  max_len = _max_len(start, ends)
+  # a resumed run's chunk is compiled (and its memory checked) here; a fresh run's already was
+  check_chunk_memory(chunk_fn, loop, state, ctx["data"], ctx["key"], start)
   with checkpoint.sigterm_flag() as sigterm:
     for i, end in enumerate(ends):
-      compiled = _cache_size(chunk_fn)
+      # the first chunk's program is compiled before it runs (check_chunk_memory), by this call
+      # when the count went up since train() began: that chunk still counts as one that compiled
+      compiled = ctx["compiled_before"] if i == 0 else _cache_size(chunk_fn)
       t0 = time.perf_counter()
       with _profiled(loop, ctx["workdir"], i):
         state, per_step = chunk_fn(
@@ -444,20 +523,28 @@ def train(
   the duration (a second process on it gets a ``ConfigError``).
   """
   wd = None if workdir is None else pathlib.Path(workdir).absolute()
+  t0 = time.perf_counter()
+  state, data, state_sharding = _place(state, data, mesh, state_sharding, data_sharding)
+  in_mesh = lambda: jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
+  if loop.progress:
+    provenance.announce(mesh)
+  with in_mesh():
+    chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding)
+    compiled_before = _cache_size(chunk_fn)
+    if wd is None or not (wd / CKPT_DIR).exists():
+      # A run without checkpoints starts at step 0: its chunk is compiled and its memory checked
+      # before the workdir is created, so one that cannot fit leaves nothing behind.
+      check_chunk_memory(chunk_fn, loop, state, data, key, 0)
   with workdir_lib.session(wd, config) as wd:
-    state, data, state_sharding = _place(state, data, mesh, state_sharding, data_sharding)
     mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
     host = None
     try:
-      if loop.progress:
-        provenance.announce(mesh)
       state, start = _resume(state, mngr, wd, loop)
       # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
       host = _Host(loop, wd if start < loop.num_steps else None, start)
       ctx = dict(host=host, mngr=mngr, eval_fn=eval_fn, workdir=wd, data=data, key=key)
-      t0 = time.perf_counter()
-      with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-        chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding)
+      ctx["compiled_before"] = compiled_before
+      with in_mesh():
         state, step, mean, evals, hist, steady = _run_chunks(state, chunk_fn, loop, ctx, start)
     finally:
       if host is not None:

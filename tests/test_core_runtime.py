@@ -120,7 +120,67 @@ def test_chunks_of_different_lengths_share_one_compiled_program(tmp_path, data):
   assert per_step["loss"].shape == (3,) and chunk._cache_size() == 1
   twos, _ = _train(tmp_path / "twos", data, 38, log_every=2, ckpt_every=38)
   mixed, _ = _train(tmp_path / "mixed", data, 38, ckpt_every=35)  # finished: restored
-  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), twos, mixed)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), twos, mixed
+  )
+
+
+def test_a_chunk_that_cannot_fit_is_refused_before_the_workdir_is_created(
+  tmp_path, data, monkeypatch
+):
+  """XLA's memory analysis of the compiled first chunk against the device's memory: over it, a
+  ConfigError naming the loop's memory_field, and nothing written; a resumed run is checked too
+  (its checkpoints are kept)."""
+  from jaxlab.core import resources
+  from jaxlab.core.errors import ConfigError
+
+  def update(state, batch, key):  # a chunk of its own, so its memory is analysed in this test
+    return _update(state, batch, key)
+
+  monkeypatch.setattr(resources, "device_memory", lambda: 1000)
+  with pytest.raises(ConfigError) as e:
+    _train(tmp_path / "run", data, 20, update=update, memory_field="config.width")
+  assert e.value.field == "config.width" and "XLA's memory analysis" in e.value.message
+  assert "this machine has 1000 B" in e.value.message
+  assert not (tmp_path / "run").exists()
+  monkeypatch.undo()
+  _train(tmp_path / "run", data, 20, update=update)  # stops (and saves) at 20
+  monkeypatch.setattr(resources, "device_memory", lambda: 1000)
+  with pytest.raises(ConfigError) as e:
+    _train(tmp_path / "run", data, 40, update=update)
+  assert e.value.field == "config.batch_size"  # the default memory_field
+  assert runtime.read_csv(tmp_path / "run" / "metrics.csv")["step"].tolist() == [10, 20]
+
+
+def test_a_chunk_that_fits_runs_the_executable_the_check_compiled(tmp_path, data, monkeypatch):
+  """The memory check compiles the chunk once; the run uses that executable (no second compile)
+  and computes what the jitted chunk computes. Without a memory analysis the check is skipped."""
+
+  def update(state, batch, key):
+    return _update(state, batch, key)
+
+  key = jax.random.key_data(jax.random.key(3))
+  state, _ = _train(tmp_path / "run", data, 30, update=update)
+  chunk = runtime.make_chunk_fn(update, _sample)
+  assert chunk._cache_size() == 1
+  nbytes = chunk.memory(_init(), data, key, 10)
+  assert chunk._cache_size() == 1
+  state_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(_init()))
+  assert state_bytes < nbytes < 2**30  # arguments included, a sane size
+  ref = _init()
+  for start in (0, 10, 20):
+    ref, _ = chunk.jitted(ref, data, key, jnp.int32(start), jnp.int32(10), 10)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), state, ref)
+
+  def other(state, batch, key):
+    return _update(state, batch, key)
+
+  from jaxlab.core import resources
+
+  monkeypatch.setattr(resources, "device_memory", lambda: 1000)
+  monkeypatch.setattr(runtime, "chunk_bytes", lambda compiled: None)  # XLA does not say
+  unchecked, _ = _train(tmp_path / "unchecked", data, 30, update=other)
+  np.testing.assert_array_equal(np.asarray(unchecked.w), np.asarray(state.w))
 
 
 def test_one_step_chunks_equal_scanned_chunks(tmp_path, data):

@@ -213,7 +213,7 @@ def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
 
   donate = (0,) if jax.default_backend() != "cpu" else ()
   jitted = jax.jit(chunk, static_argnums=(5,), donate_argnums=donate)
-  executables = {}
+  executables, sizes = {}, {}
   i32 = jax.ShapeDtypeStruct((), jnp.int32)
 
   def compile_chunk(state, data, key, max_len: int):
@@ -228,6 +228,14 @@ def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
       exe = executables[cache_key] = jitted.lower(state, data, key, i32, i32, max_len).compile()
     return exe
 
+  def memory(state, data, key, max_len: int) -> int | None:
+    """:func:`chunk_bytes` of that compiled chunk, read once: XLA's analysis serialises the
+    whole buffer assignment (0.15 s for a DASBS chunk), too slow to repeat on every train call."""
+    exe = compile_chunk(state, data, key, max_len)
+    if id(exe) not in sizes:  # the executables are kept, so their ids are not reused
+      sizes[id(exe)] = chunk_bytes(exe)
+    return sizes[id(exe)]
+
   def run(state, data, key, start, length: int, max_len: int | None = None):
     max_len = length if max_len is None else max_len
     if not 1 <= length <= max_len:
@@ -240,6 +248,7 @@ def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
 
   run._cache_size = lambda: len(executables)
   run.compile = compile_chunk
+  run.memory = memory
   run.jitted = jitted  # for lowering / inspection (benchmarks)
   return run
 
@@ -285,9 +294,9 @@ def check_chunk_memory(chunk_fn, loop: Loop, state, data, key, start: int) -> No
   """Compiles the chunk a run from ``start`` uses and refuses it (``ConfigError`` naming
   ``loop.memory_field``) when XLA's memory analysis says it needs more than one device has."""
   ends = _chunk_ends(start, loop)
-  if not ends or not hasattr(chunk_fn, "compile"):
+  if not ends or not hasattr(chunk_fn, "memory"):
     return
-  nbytes = chunk_bytes(chunk_fn.compile(state, data, key, _max_len(start, ends)))
+  nbytes = chunk_fn.memory(state, data, key, _max_len(start, ends))
   if nbytes is None:
     return
   limit = resources.device_memory()

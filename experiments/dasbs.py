@@ -76,6 +76,7 @@ def main(argv):
     plot=False,
     progress_keys=("loss", "ess", "stage"),
     eval_every=spec.phase_steps if ev.stage_eval_samples else 0,
+    memory_field="config.batch_size",  # a chunk's memory grows with batch_size x num_repl paths
   )
   evaluation.train_and_report(
     config,

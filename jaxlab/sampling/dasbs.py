@@ -274,29 +274,52 @@ def make_spec(config) -> Spec:
   return Spec(target=target, sched=sched, **{k: type(defaults[k])(c[k]) for k in fields})
 
 
+def memory_model(spec: Spec) -> tuple[float, float, float]:
+  """Bytes of (the parameters and optimiser state, one training row, one sampled row), where a
+  row is one path of D sites (training runs batch_size x num_repl of them at once).
+
+  Calibrated against XLA's memory analysis of the compiled training chunk (`runtime.chunk_bytes`)
+  and of `simulate` on CPU, L = 4-24, hidden 32/64, heads 4/8, depth 3/6, Ising and Potts:
+  within 3 % (tests/test_dasbs_memory.py). Training keeps every layer's activations for the
+  backward pass: about 4 (4 + mlp_ratio) floats per hidden unit and site, and 3.2 D x D arrays
+  per head (attention's logits and probabilities and their gradient). Sampling holds one layer's
+  (the logits of one head at a time) and the tau-leaping state, about 3.2 (4 + mlp_ratio) floats
+  per hidden unit and site."""
+  t = spec.target
+  if spec.model == "tabular":
+    row = 4 * t.D * t.N * 8
+    return 4 * 4 * spec.knots * t.D * t.N, row, row
+  out = 4 * t.D * t.N * 8  # log phi, targets and masks (B x D x N)
+  width = spec.hidden * (4 + spec.mlp_ratio)
+  train_row = spec.depth * 4 * t.D * (4 * width + 3.2 * spec.heads * t.D) + out
+  sample_row = 4 * t.D * (3.2 * width + spec.heads * t.D) + out
+  params = 4 * 4 * spec.depth * spec.hidden**2 * (4 + 2 * spec.mlp_ratio) * 2
+  return params, train_row, sample_row
+
+
+def training_bytes(spec: Spec) -> float:
+  """Bytes one training step needs (`memory_model`) for its batch_size x num_repl paths."""
+  params, train_row, _ = memory_model(spec)
+  return params + spec.batch_size * spec.num_repl * train_row
+
+
 def check_memory(spec: Spec, num_samples: int = 0, samples_field: str = "num_samples", devices=1):
   """Refuses a spec whose arrays cannot fit, before anything is built (`resources.check_fits`):
-  the model's activations for one training batch (batch_size x num_repl paths of D sites; the
-  attention is D x D per head) or ``num_samples`` simulated paths, and the replay buffer."""
+  the model's activations for one training batch (batch_size x num_repl paths of D sites, the
+  backward pass included: `memory_model`) or ``num_samples`` simulated paths, and the replay
+  buffer."""
   t = spec.target
   for field in ("batch_size", "num_repl", "buffer_size", "hidden", "sampling_steps"):
     resources.check_int32(f"config.{field}", getattr(spec, field))
   resources.check_int32("config.L", t.D, "the number of sites")
-  if spec.model == "tabular":
-    per_row = sample_row = 4 * t.D * t.N * 8
-    params = 4 * 4 * spec.knots * t.D * t.N
-  else:  # a layer's activations per path: the MLP and attention's D x D logits per head
-    layer = 4 * t.D * (spec.hidden * (4 + spec.mlp_ratio) + spec.heads * t.D)
-    per_row = spec.depth * layer + 4 * t.D * t.N * 8  # training keeps every layer's
-    sample_row = layer + 4 * t.D * t.N * 8  # sampling: one layer at a time
-    params = 4 * 4 * spec.depth * spec.hidden**2 * (4 + 2 * spec.mlp_ratio) * 2
+  params, per_row, sample_row = memory_model(spec)
   resources.check_fits(params, "config.hidden", "the parameters and optimiser state")
   field = "config.L" if spec.model != "tabular" else "config.knots"
   what = f"the model on one path of {t.D} sites"
   resources.check_fits(params + per_row, field, what, devices=devices)
   rows = spec.batch_size * spec.num_repl
-  what = f"the model's activations on {rows} paths of {t.D} sites"
-  resources.check_fits(params + rows * per_row, "config.batch_size", what, devices=devices)
+  what = f"the model's activations on {rows} paths of {t.D} sites (one training step)"
+  resources.check_fits(training_bytes(spec), "config.batch_size", what, devices=devices)
   if num_samples:  # sample_paths simulates in batches of the training batch; outputs stay small
     at_once = min(num_samples, spec.batch_size * spec.num_repl)
     what = (

@@ -153,8 +153,9 @@ def test_a_chunk_that_cannot_fit_is_refused_before_the_workdir_is_created(
 
 
 def test_a_chunk_that_fits_runs_the_executable_the_check_compiled(tmp_path, data, monkeypatch):
-  """The memory check compiles the chunk once; the run uses that executable (no second compile)
-  and computes what the jitted chunk computes. Without a memory analysis the check is skipped."""
+  """The memory check compiles the chunk once; the run uses that executable (jit's own dispatch
+  never runs it) and computes what the jitted chunk computes. On a CPU the arguments are not
+  counted against the host's available memory; without a memory analysis there is no check."""
 
   def update(state, batch, key):
     return _update(state, batch, key)
@@ -162,7 +163,7 @@ def test_a_chunk_that_fits_runs_the_executable_the_check_compiled(tmp_path, data
   key = jax.random.key_data(jax.random.key(3))
   state, _ = _train(tmp_path / "run", data, 30, update=update)
   chunk = runtime.make_chunk_fn(update, _sample)
-  assert chunk._cache_size() == 1
+  assert chunk._cache_size() == 1 and chunk.jitted._cache_size() == 0
   nbytes = chunk.memory(_init(), data, key, 10)
   assert chunk._cache_size() == 1
   state_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(_init()))
@@ -172,13 +173,21 @@ def test_a_chunk_that_fits_runs_the_executable_the_check_compiled(tmp_path, data
     ref, _ = chunk.jitted(ref, data, key, jnp.int32(start), jnp.int32(10), 10)
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), state, ref)
 
+  from jaxlab.core import resources
+
+  # on a CPU the limit is the host's available memory, which the arguments (state and data,
+  # already allocated) no longer count: what the chunk adds is what must fit
+  added = chunk.memory(_init(), data, key, 10, arguments=False)
+  assert added < nbytes
+  monkeypatch.setattr(resources, "device_memory", lambda: added)
+  again, _ = _train(tmp_path / "again", data, 30, update=update)
+  np.testing.assert_array_equal(np.asarray(again.w), np.asarray(state.w))
+
   def other(state, batch, key):
     return _update(state, batch, key)
 
-  from jaxlab.core import resources
-
   monkeypatch.setattr(resources, "device_memory", lambda: 1000)
-  monkeypatch.setattr(runtime, "chunk_bytes", lambda compiled: None)  # XLA does not say
+  monkeypatch.setattr(runtime, "chunk_bytes", lambda compiled, arguments=True: None)  # no analysis
   unchecked, _ = _train(tmp_path / "unchecked", data, 30, update=other)
   np.testing.assert_array_equal(np.asarray(unchecked.w), np.asarray(state.w))
 

@@ -228,13 +228,13 @@ def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
       exe = executables[cache_key] = jitted.lower(state, data, key, i32, i32, max_len).compile()
     return exe
 
-  def memory(state, data, key, max_len: int) -> int | None:
+  def memory(state, data, key, max_len: int, arguments: bool = True) -> int | None:
     """:func:`chunk_bytes` of that compiled chunk, read once: XLA's analysis serialises the
     whole buffer assignment (0.15 s for a DASBS chunk), too slow to repeat on every train call."""
     exe = compile_chunk(state, data, key, max_len)
     if id(exe) not in sizes:  # the executables are kept, so their ids are not reused
-      sizes[id(exe)] = chunk_bytes(exe)
-    return sizes[id(exe)]
+      sizes[id(exe)] = {a: chunk_bytes(exe, a) for a in (True, False)}
+    return sizes[id(exe)][arguments]
 
   def run(state, data, key, start, length: int, max_len: int | None = None):
     max_len = length if max_len is None else max_len
@@ -266,17 +266,14 @@ def _arg_types(args) -> tuple:
   return treedef, types
 
 
-def chunk_bytes(compiled) -> int | None:
-  """Bytes a compiled program holds while it runs (XLA's memory analysis: arguments, outputs and
-  temporaries, less the outputs that alias donated arguments); None where XLA does not say."""
+def chunk_bytes(compiled, arguments: bool = True) -> int | None:
+  """Bytes a compiled program holds while it runs (XLA's memory analysis: its arguments unless
+  ``arguments=False``, outputs and temporaries, less the outputs that alias donated arguments);
+  None where XLA does not say."""
   try:
     m = compiled.memory_analysis()
-    nbytes = (
-      m.temp_size_in_bytes
-      + m.argument_size_in_bytes
-      + m.output_size_in_bytes
-      - m.alias_size_in_bytes
-    )
+    nbytes = m.temp_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+    nbytes += m.argument_size_in_bytes if arguments else 0
   except Exception:  # not every backend (or jax version) implements it
     return None
   return int(nbytes) if nbytes > 0 else None
@@ -296,7 +293,10 @@ def check_chunk_memory(chunk_fn, loop: Loop, state, data, key, start: int) -> No
   ends = _chunk_ends(start, loop)
   if not ends or not hasattr(chunk_fn, "memory"):
     return
-  nbytes = chunk_fn.memory(state, data, key, _max_len(start, ends))
+  # On a CPU the limit is the host's available memory, which no longer counts the arguments (the
+  # state and data are already in this process); an accelerator's limit is its whole memory.
+  resident = jax.devices()[0].platform == "cpu"
+  nbytes = chunk_fn.memory(state, data, key, _max_len(start, ends), arguments=not resident)
   if nbytes is None:
     return
   limit = resources.device_memory()

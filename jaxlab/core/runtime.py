@@ -529,7 +529,9 @@ def train(
   inside jit (``None`` passes ``data`` as the batch); ``eval_fn(state, step) -> dict`` runs on the
   host between chunks. ``config`` is recorded in ``config.json``; resuming a workdir whose
   ``config.json`` differs raises :class:`ConfigError` naming the fields. The workdir is locked for
-  the duration (a second process on it gets a ``ConfigError``).
+  the duration (a second process on it gets a ``ConfigError``). The chunk is compiled before the
+  workdir is created; when XLA's memory analysis of it exceeds a device's memory the run is refused
+  (:class:`ConfigError` naming ``loop.memory_field``) with nothing written.
   """
   wd = None if workdir is None else pathlib.Path(workdir).absolute()
   t0 = time.perf_counter()

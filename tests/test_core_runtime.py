@@ -533,3 +533,20 @@ def test_t_interval_is_the_95_percent_student_t_interval():
   np.testing.assert_allclose((m, lo, hi), (2.0, 2.0 - half, 2.0 + half), rtol=1e-9)
   m, lo, hi = metrics.t_interval([5.0])
   assert m == 5.0 and np.isnan(lo) and np.isnan(hi)
+
+
+def test_equivalent_shardings_share_one_compiled_chunk():
+  """The LM's params are placed as ``P(None, 'fsdp', None, None)`` and come out of a chunk as
+  ``P(None, 'fsdp')`` (tests/test_lm_experiment.py::test_experiment_cli_mesh_run, slow): the
+  compiled chunk is keyed by the sharding up to trailing unsharded dimensions, so the second chunk
+  does not compile again; a different sharding still gets its own executable."""
+  from jax.sharding import NamedSharding, PartitionSpec
+
+  from jaxlab.core import mesh as mesh_lib
+
+  m = mesh_lib.make_mesh("data:2,fsdp:4")
+  x = jnp.ones((2, 8, 2, 2))
+  put = lambda *spec: jax.device_put(x, NamedSharding(m, PartitionSpec(*spec)))
+  key = lambda *spec: runtime._arg_types((put(*spec),))
+  assert key(None, "fsdp", None, None) == key(None, "fsdp")
+  assert key(None, "fsdp") != key("data", "fsdp")

@@ -258,12 +258,23 @@ def _arg_types(args) -> tuple:
   dtype, weak type) and, for committed arrays, its sharding (as ``jax.jit`` keys its cache)."""
   leaves, treedef = jax.tree.flatten(args)
   types = tuple(
-    (x.aval, x.sharding if x.committed else None)
+    (x.aval, _sharding_key(x.sharding) if x.committed else None)
     if isinstance(x, jax.Array)
     else (jax.typeof(x), None)
     for x in leaves
   )
   return treedef, types
+
+
+def _sharding_key(s):
+  """A sharding up to trailing unsharded dimensions: a chunk's output ``P(None, 'fsdp')`` is the
+  placed input's ``P(None, 'fsdp', None, None)``, and must not compile the chunk a second time."""
+  if isinstance(s, NamedSharding):
+    spec = tuple(s.spec)
+    while spec and spec[-1] is None:
+      spec = spec[:-1]
+    return ("named", s.mesh, spec, s.memory_kind)
+  return s
 
 
 def chunk_bytes(compiled, arguments: bool = True) -> int | None:

@@ -723,7 +723,8 @@ def test_sessions_with_different_task_sets_lower_to_one_program():
     cfg = loop_lib.ppo_config(c)
     state = ppo.init(env, policy, cfg, jax.random.key(0))
     chunk = runtime.make_chunk_fn(ppo.make_update(env, policy, cfg))
-    texts.append(chunk.lower(state, None, jax.random.key(1), 0, 1).as_text())
+    i32 = jax.ShapeDtypeStruct((), jnp.int32)
+    texts.append(chunk.jitted.lower(state, None, jax.random.key(1), i32, i32, 2).as_text())
   assert texts[0] == texts[1]
 
 

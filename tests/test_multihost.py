@@ -111,6 +111,7 @@ def test_a_dead_process_stops_the_job_and_a_restart_resumes(tmp_path):
   assert "resuming from checkpoint at step" in outs[0][1]
 
 
+@pytest.mark.slow  # 2 min on 2 cores; runtime parity: test_two_processes_equal_one_and_resume
 def test_uhm_two_processes_equal_one(tmp_path):
   """The main job on a mesh spanning both processes: same losses as one process with 4 devices."""
   args = ["--env=ogbench", "--steps=20", "--log_every=10", "--eval_episodes=1", "--mesh=data:-1"]

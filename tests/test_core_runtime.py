@@ -104,6 +104,37 @@ def test_resume_equals_uninterrupted_bitwise(tmp_path, data):
   assert list(cols["step"]) == [10, 20, 30, 35, 40, 50, 60]
 
 
+def test_a_fresh_run_logs_its_first_step_without_changing_its_rows(tmp_path, data, monkeypatch):
+  """The first chunk of a fresh run is one step (the user sees it run right after the compile);
+  metrics.csv keeps its rows at log_every, the first row still the mean of steps 1..10, and the
+  state is the one a run without the one-step chunk reaches."""
+  lengths = []
+  make = runtime.make_chunk_fn
+
+  def recording(*args, **kw):
+    chunk = make(*args, **kw)
+
+    def run(state, data, key, start, length, max_len=None):
+      lengths.append(length)
+      return chunk(state, data, key, start, length, max_len)
+
+    run.memory, run._cache_size = chunk.memory, chunk._cache_size
+    return run
+
+  monkeypatch.setattr(runtime, "make_chunk_fn", recording)
+  first, _ = _train(tmp_path / "first", data, 25, ckpt_every=0)
+  assert lengths == [1, 9, 10, 5]
+  lengths.clear()
+  plain, _ = _train(tmp_path / "plain", data, 25, ckpt_every=0, log_first_step=False)
+  assert lengths == [10, 10, 5]
+  a, b = (runtime.read_csv(tmp_path / n / "metrics.csv") for n in ("first", "plain"))
+  assert list(a["step"]) == list(b["step"]) == [10, 20, 25]
+  np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-6)
+  jax.tree.map(
+    lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), first, plain
+  )
+
+
 def test_chunks_of_different_lengths_share_one_compiled_program(tmp_path, data):
   """Chunks of 10, 10, 10, 5 and 3 steps (log_every 10, ckpt_every 35, 38 steps): one compile, the
   per-step metrics of every step, and the same numbers as 38 steps cut into chunks of 2."""

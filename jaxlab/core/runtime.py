@@ -70,6 +70,10 @@ class Loop:
   memory_field: the flag or config field a :class:`ConfigError` names when one chunk's compiled
     program needs more memory than a device has (XLA's memory analysis, checked before the
     workdir is created); a program sets the field that sizes its batch or model.
+  log_first_step: a fresh run's first chunk is one step, logged on its own (a row at step 1): the
+    user sees that the program compiled, runs and is finite right after the compile instead of
+    ``log_every`` steps later. The chunk program serves every length, so this compiles nothing
+    more, and the numbers do not change (each step's key is folded from its index).
   """
 
   num_steps: int
@@ -87,6 +91,7 @@ class Loop:
   units_per_step: int = 0
   units_name: str = "units_per_sec"
   memory_field: str = "config.batch_size"
+  log_first_step: bool = True
 
   def __post_init__(self):
     if self.num_steps < 0:
@@ -295,7 +300,10 @@ def _max_len(start: int, ends: list[int]) -> int:
 
 
 def _chunk_ends(start: int, loop: Loop) -> list[int]:
-  return chunk_boundaries(start, loop.num_steps, loop.log_every, loop.ckpt_every, loop.eval_every)
+  ends = chunk_boundaries(start, loop.num_steps, loop.log_every, loop.ckpt_every, loop.eval_every)
+  if loop.log_first_step and start == 0 and ends and ends[0] > 1:
+    return [1, *ends]
+  return ends
 
 
 def check_chunk_memory(chunk_fn, loop: Loop, state, data, key, start: int) -> None:
@@ -395,6 +403,7 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
   host, mngr, eval_fn = ctx["host"], ctx["mngr"], ctx["eval_fn"]
   step, mean, evals, hist, sps = start, {}, {}, [], float("nan")
   steady_steps, steady_s = 0, 0.0
+  first = None  # (per-step metrics, steps, seconds) of a one-step first chunk not yet logged
   ends = _chunk_ends(start, loop)
   max_len = _max_len(start, ends)
   # a resumed run's chunk is compiled (and its memory checked) here; a fresh run's already was
@@ -414,14 +423,21 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       seconds = time.perf_counter() - t0
       if compiled is not None and _cache_size(chunk_fn) == compiled:  # no compilation inside
         steady_steps, steady_s = steady_steps + end - step, steady_s + seconds
-      sps, step = (end - step) / seconds, end
-      mean = {k: float(np.mean(v)) for k, v in per_step.items()}
+      if loop.history:
+        hist.append(per_step)
+      n, logged = end - step, per_step
+      if first is not None:  # the row after the one-step first chunk covers it too, as without it
+        n, seconds = n + first[1], seconds + first[2]
+        logged = {k: np.concatenate([first[0][k], v]) for k, v in per_step.items()}
+        first = None
+      elif i == 0 and start == 0 and end == 1 and end % loop.log_every:
+        first = (per_step, 1, seconds)
+      sps, step = n / seconds, end
+      mean = {k: float(np.mean(v)) for k, v in logged.items()}
       if loop.stop_on_nonfinite:
         _check_finite(step, mean)
       if loop.units_per_step > 0:
         mean[loop.units_name] = sps * loop.units_per_step
-      if loop.history:
-        hist.append(per_step)
       host.log(step, mean, sps)
       if eval_fn is not None and (
         (loop.eval_every and step % loop.eval_every == 0) or step == loop.num_steps

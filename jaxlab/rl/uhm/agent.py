@@ -366,11 +366,20 @@ def create(
 
 
 def create_seeds(key, num_seeds: int, obs_dim: int, act_dim: int, config, **kwargs) -> UHMState:
-  """`create` for one seed (num_seeds == 1), or `num_seeds` states stacked on a leading axis."""
+  """`create` for one seed (num_seeds == 1), or `num_seeds` states stacked on a leading axis.
+
+  One jitted program: flax's eager ``init`` dispatches (and, on a fresh process, looks up in the
+  compilation cache) every small op on its own, which took seconds of a warm start."""
+  stats = kwargs.pop("obs_stats", None)
+
+  def make(k, stats):
+    return create(k, obs_dim, act_dim, config, obs_stats=stats, **kwargs)
+
   if num_seeds == 1:
-    return create(key, obs_dim, act_dim, config, **kwargs)
-  make = lambda k: create(k, obs_dim, act_dim, config, **kwargs)
-  return jax.vmap(make)(jax.random.split(key, num_seeds))
+    return jax.jit(make)(key, stats)
+  return jax.jit(lambda k, s: jax.vmap(lambda k_i: make(k_i, s))(jax.random.split(k, num_seeds)))(
+    key, stats
+  )
 
 
 def vmap_seeds(update_fn: Callable, sample_fn: Callable, num_seeds: int):

@@ -593,3 +593,29 @@ def test_decode_by_traced_index_equals_decode_by_name(decoders):
   for m, f in decoders.items():
     want = f(logits, jnp.asarray(prev), done, key)
     np.testing.assert_array_equal(by_index(D.METHODS.index(m)), want)
+
+
+def test_dyna_update_traces_the_imagination_once_and_keeps_the_state_structure(monkeypatch):
+  # The update traces the imagination once (its metrics' shape probe and the cond share a jitted
+  # trace) and runs the policy through a jitted apply that it swaps back before returning: the
+  # state that comes out has the structure that went in (the runtime loops and checkpoints it).
+  from jaxlab.rl.itc import dyna
+
+  env = _toy_env(2)
+  c = itc.get_config()
+  c.ppo.num_envs, c.ppo.num_steps, c.ppo.epochs, c.ppo.minibatches = 2, 3, 1, 1
+  c.tokenizer.codebook_size, c.tokenizer.max_candidates = 8, 8
+  c.wm.max_blocks, c.wm.embed, c.wm.layers, c.wm.heads = 2, 12, 1, 2
+  c.replay_size, c.warmup_steps, c.imag_updates, c.wm_updates, c.wm_batch = 12, 0, 2, 1, 2
+  c.imag_batch, c.imag_minibatches, c.burn_in, c.horizon, c.tok_passes = 2, 1, 1, 2, 1
+  cfg = dyna.DynaConfig.from_config(c, 2, num_updates=1)
+  policy = policies.GRUPolicy(2, 0, embed=4, hidden=4, head_hidden=(4,), activation="relu")
+  key = jax.random.key_data(jax.random.key(0))
+  state = jax.eval_shape(lambda k: dyna.init(env, policy, cfg, k), key)
+  calls = []
+  rollout = imagine.rollout
+  monkeypatch.setattr(imagine, "rollout", lambda *a, **k: calls.append(1) or rollout(*a, **k))
+  new, metrics = jax.eval_shape(dyna.make_update(env, cfg), state, None, key)
+  assert len(calls) == 1
+  assert jax.tree.structure(new) == jax.tree.structure(state)
+  assert metrics["imag_loss"].shape == () and metrics["imagining"].shape == ()

@@ -246,6 +246,15 @@ def _imagination(train, wm, book, replay, cfg: DynaConfig, key: Array):
   return ppo.scan(one, train, keys, unroll=cfg.imag_updates == 1)
 
 
+@functools.cache
+def _traced_once(apply_fn):
+  """``apply_fn`` jitted. The policy runs on ``[1, N]`` frames four times per iteration (the real
+  rollout's step and last value, the imagined step and last value): jax traces and lowers a
+  jitted function once per argument types, so the CNN is traced once for all four; XLA inlines
+  the calls."""
+  return jax.jit(apply_fn)
+
+
 def make_update(env, cfg: DynaConfig):
   """``update(state, batch, key) -> (state, metrics)``: one Dyna iteration (module docstring)."""
   cfg.validate()
@@ -254,7 +263,9 @@ def make_update(env, cfg: DynaConfig):
     del batch
     k_roll, k_learn, k_wm, k_img = jax.random.split(key, 4)
     carry0 = state.ppo.carry
-    ps, traj = ppo.rollout(state.ppo, env, cfg.ppo, k_roll)
+    apply_fn = state.ppo.train.apply_fn  # put back at the end: the state's structure is kept
+    policy = state.ppo.train.replace(apply_fn=_traced_once(apply_fn))
+    ps, traj = ppo.rollout(state.ppo.replace(train=policy), env, cfg.ppo, k_roll)
     _, _, last_value = ps.train(ps.carry, ps.obs[None], ps.reset[None])
     train, parts = ppo.learn(
       ps.train, traj, carry0, last_value[0], cfg.ppo, k_learn, recurrent=True
@@ -267,18 +278,23 @@ def make_update(env, cfg: DynaConfig):
     iteration = state.iteration + 1
     env_steps = iteration * cfg.steps_per_iteration
     active = (env_steps > cfg.warmup_steps) & (cfg.imag_updates > 0)
-    zeros = jax.eval_shape(lambda t: _imagination(t, wm, book, replay, cfg, k_img)[1], train)
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), zeros)
 
-    def run(train):
-      train, m = _imagination(train, wm, book, replay, cfg, k_img)
+    # Jitted so that the shape probe of its metrics (for the skipped branch's zeros) and the
+    # cond share ONE trace of the imagination, the largest part of the update: jax caches a
+    # jitted function's trace by argument types, XLA inlines the call.
+    @jax.jit
+    def run(train, wm, book, replay, key):
+      train, m = _imagination(train, wm, book, replay, cfg, key)
       return train, jax.tree.map(jnp.mean, m)
 
     if cfg.imag_updates:
-      train, img = jax.lax.cond(active, run, lambda t: (t, zeros), train)
+      ops = (wm, book, replay, k_img)
+      zeros = jax.eval_shape(run, train, *ops)[1]
+      zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros)
+      train, img = jax.lax.cond(active, lambda t: run(t, *ops), lambda t: (t, zeros), train)
     else:
       img = {}
-    ps = ps.replace(train=train, stats=stats)
+    ps = ps.replace(train=train.replace(apply_fn=apply_fn), stats=stats)
     metrics = {
       **parts,
       **episode,

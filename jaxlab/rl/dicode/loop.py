@@ -138,23 +138,33 @@ def counted(env: vec.VecEnv, num_units: int, window_start: int, stop: int = NEVE
   def reset(key):
     obs, inner = env.reset(key)
     n = obs.shape[0]
-    z = jnp.zeros((k,), jnp.float32)
+    z = _zeros((k,), np.float32)
     return obs, Counted(
       inner,
-      jnp.int32(0),
-      jnp.int32(window_start),
+      _host(np.int32(0)),
+      _host(np.int32(window_start)),
       z,
       z,
       z,
-      jnp.zeros((k, a), jnp.float32),
-      jnp.int32(stop),
-      jnp.zeros((n,), bool),
-      jnp.zeros((n,), jnp.float32),
-      jnp.zeros((n,), jnp.int32),
-      jnp.zeros((n, a), jnp.float32),
+      _zeros((k, a), np.float32),
+      _host(np.int32(stop)),
+      _zeros((n,), bool),
+      _zeros((n,), np.float32),
+      _zeros((n,), np.int32),
+      _zeros((n, a), np.float32),
     )
 
   return dataclasses.replace(env, reset=reset, step=_counted_step(env.step, k, a))
+
+
+def _host(x):
+  """A host value on the device by a transfer: eager ``jnp.zeros`` / ``jnp.int32`` each run a
+  small XLA program (compiled, or read from the persistent cache, on every run)."""
+  return jax.device_put(np.asarray(x))
+
+
+def _zeros(shape, dtype):
+  return _host(np.zeros(shape, dtype))
 
 
 def counts(state: Counted) -> dict[str, np.ndarray]:
@@ -182,10 +192,24 @@ def first_episodes(state: Counted) -> dict[str, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=8)
-def _params_init(policy) -> Callable:
+def _agent_init(policy, config: ppo.PPOConfig, num_achievements: int) -> Callable:
+  """``init(key, obs) -> (train, carry, reset, stats)``: the agent's part of ``ppo.init``'s state
+  as ONE compiled program (the network's initialisation, the optimizer's zeros, the carry and
+  the statistics op by op were a dozen small programs, each compiled or read from the cache)."""
+  tx = ppo.make_optimizer(config)
+
   def init(key, obs):
     n = obs.shape[0]
-    return policy.init(key, policy.initial_carry(n), obs[None], jnp.ones((1, n), bool))["params"]
+    carry = policy.initial_carry(n)
+    params = policy.init(key, carry, obs[None], jnp.ones((1, n), bool))["params"]
+    stats = {
+      "episode_return": jnp.zeros((), jnp.float32),
+      "episode_length": jnp.zeros((), jnp.float32),
+    }
+    if num_achievements:
+      stats["achievements"] = jnp.zeros((num_achievements,), jnp.float32)
+    train = ppo.TrainState.create(policy, params, tx)
+    return train, carry, jnp.ones((n,), bool), stats
 
   return jax.jit(init)
 
@@ -197,22 +221,11 @@ def init_state(env, policy, config: ppo.PPOConfig, key) -> ppo.PPOState:
   pools' worlds, megabytes) as a constant and compile anew for every task set."""
   k_env, k_net = jax.random.split(key)
   obs, env_state = env.reset(k_env)
-  n = config.num_envs
-  params = _params_init(policy)(k_net, obs)
-  stats = {
-    "episode_return": jnp.zeros((), jnp.float32),
-    "episode_length": jnp.zeros((), jnp.float32),
-  }
-  if env.achievement_names:
-    stats["achievements"] = jnp.zeros((len(env.achievement_names),), jnp.float32)
-  train = ppo.TrainState.create(policy, params, ppo.make_optimizer(config))
+  init = _agent_init(policy, config, len(env.achievement_names or ()))
+  train, carry, reset, stats = init(k_net, obs)
+  # TrainState.create's step is the Python int 0 (as ppo.init keeps it); a program returns arrays.
   return ppo.PPOState(
-    train=train,
-    env_state=env_state,
-    obs=obs,
-    reset=jnp.ones((n,), bool),
-    carry=policy.initial_carry(n),
-    stats=stats,
+    train=train.replace(step=0), env_state=env_state, obs=obs, reset=reset, carry=carry, stats=stats
   )
 
 
@@ -231,18 +244,23 @@ def make_update(env: vec.VecEnv, policy, config: ppo.PPOConfig) -> Callable:
   ppo.validate(config, recurrent)
   per_update = config.num_envs * config.num_steps
 
+  # jitted, with everything it reads as arguments, so that the shape probe and the cond's branch
+  # share ONE trace of the learning step (jax caches a jitted function's trace by argument
+  # types); XLA inlines the call, so the program computes what the inline version did
+  @jax.jit
+  def fit(train, traj, carry0, last_value, key):
+    return ppo.learn(train, traj, carry0, last_value, config, key, recurrent=recurrent)
+
   def update(state, learn, key):
     k_roll, k_learn = jax.random.split(key)
     carry0 = state.carry
     state, traj = ppo.rollout(state, env, config, k_roll)
     _, _, last_value = state.train(state.carry, state.obs[None], state.reset[None])
-
-    def fit(train):
-      return ppo.learn(train, traj, carry0, last_value[0], config, k_learn, recurrent=recurrent)
-
-    parts = jax.eval_shape(fit, state.train)[1]
-    skip = lambda train: (train, jax.tree.map(lambda p: jnp.zeros(p.shape, p.dtype), parts))
-    train, parts = jax.lax.cond(learn, fit, skip, state.train)
+    used = {k: traj[k] for k in ("obs", "reset", "action", "log_prob", "value", "reward", "done")}
+    args = (used, carry0, last_value[0], k_learn)
+    parts = jax.eval_shape(fit, state.train, *args)[1]
+    skip = lambda train, *_: (train, jax.tree.map(lambda p: jnp.zeros(p.shape, p.dtype), parts))
+    train, parts = jax.lax.cond(learn, fit, skip, state.train, *args)
     stats, episode = ppo.episode_stats(state.stats, traj["info"], env)
     iteration = train.step // (config.epochs * config.minibatches)
     env_steps = iteration.astype(jnp.float32) * per_update

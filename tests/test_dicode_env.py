@@ -302,6 +302,31 @@ def test_kill_threshold_and_spawn_thinning(grass):
   assert abs(frac - 0.3) < 0.07
 
 
+def test_spawn_scan_equals_the_two_attempts_written_out(grass):
+  """`_spawn` runs its two spawn attempts as a length-2 scan; the same keys and probabilities
+  written out twice (its earlier form) give the same worlds, bit for bit."""
+  params, static = world.env_params(), world.static_params()
+
+  def unrolled(state, key, m):
+    spawn = jnp.stack([m[_P["passive_spawn"]], m[_P["melee_spawn"]], m[_P["ranged_spawn"]]])
+    health = m[_P["mob_health"]]
+    after = gl.spawn_mobs(state, key, params, static)
+    keep = jnp.minimum(spawn, 1.0)
+    state = multitask._thin_new_mobs(state, after, jax.random.fold_in(key, 1), keep, health)
+    extra = gl.spawn_mobs(state, jax.random.fold_in(key, 2), params, static)
+    prob = jnp.clip(spawn - 1.0, 0.0, 1.0)
+    return multitask._thin_new_mobs(state, extra, jax.random.fold_in(key, 3), prob, health)
+
+  m = _with(passive_spawn=1.9, melee_spawn=1.6, ranged_spawn=0.5, mob_health=1.5)
+  keys = jax.random.split(jax.random.key(3), 16)
+  # night on an uncleared floor: craftax's monster spawn chances are high enough to spawn
+  state = grass.replace(light_level=jnp.float32(0.0))
+  scanned = jax.jit(jax.vmap(lambda k: multitask._spawn(state, k, params, static, m)))(keys)
+  written = jax.jit(jax.vmap(lambda k: unrolled(state, k, m)))(keys)
+  _assert_same(scanned, written)
+  assert int(scanned.passive_mobs.mask.sum()) > int(state.passive_mobs.mask.sum())
+
+
 # ---- seed tasks and the multitask environment (full Craftax worlds) -----------------------------
 
 

@@ -147,14 +147,24 @@ def _thin_new_mobs(before, after, key, keep_prob, health_mult):
 
 
 def _spawn(state, key, params, static, m):
-  """craftax's `spawn_mobs` with the spawn multipliers and the spawn-health multiplier."""
+  """craftax's `spawn_mobs` with the spawn multipliers and the spawn-health multiplier: a first
+  spawn attempt kept with probability min(m, 1), then a second kept with probability m - 1.
+
+  The two attempts are one `lax.scan` of length 2 (keys and probabilities as its inputs, the
+  same for each attempt as written out twice): craftax's spawn is about a tenth of the step's
+  program, and written out it was there twice."""
   spawn = jnp.stack([m[_P["passive_spawn"]], m[_P["melee_spawn"]], m[_P["ranged_spawn"]]])
   health = m[_P["mob_health"]]
-  after = gl.spawn_mobs(state, key, params, static)
-  state = _thin_new_mobs(state, after, jax.random.fold_in(key, 1), jnp.minimum(spawn, 1.0), health)
-  extra = gl.spawn_mobs(state, jax.random.fold_in(key, 2), params, static)
-  extra_prob = jnp.clip(spawn - 1.0, 0.0, 1.0)
-  return _thin_new_mobs(state, extra, jax.random.fold_in(key, 3), extra_prob, health)
+  spawn_keys = jnp.stack([key, jax.random.fold_in(key, 2)])
+  thin_keys = jnp.stack([jax.random.fold_in(key, 1), jax.random.fold_in(key, 3)])
+  probs = jnp.stack([jnp.minimum(spawn, 1.0), jnp.clip(spawn - 1.0, 0.0, 1.0)])
+
+  def attempt(state, xs):
+    k_spawn, k_thin, prob = xs
+    after = gl.spawn_mobs(state, k_spawn, params, static)
+    return _thin_new_mobs(state, after, k_thin, prob, health), None
+
+  return jax.lax.scan(attempt, state, (spawn_keys, thin_keys, probs))[0]
 
 
 def _update_plants(state, static, ripe_age):
@@ -369,12 +379,19 @@ def _key_leaf(spec) -> bool:
   return jax.dtypes.issubdtype(spec.dtype, jax.dtypes.prng_key)
 
 
+def _to_device(x):
+  """A numpy array on the device as a transfer: `jnp.asarray` of a host array runs a `stage`
+  program (one compilation, or persistent-cache read, per shape and dtype); `device_put` runs
+  none. Same values and dtype (64-bit host types are canonicalised the same way)."""
+  return jax.device_put(np.asarray(x))
+
+
 def _host_stack(xs):
   """`jnp.stack(xs)` through numpy: an eager stack compiles one XLA program per leaf shape."""
   if _key_leaf(xs[0]):
     data = np.stack([np.asarray(jax.random.key_data(x)) for x in xs])
     return jax.random.wrap_key_data(data, impl=jax.random.key_impl(xs[0]))
-  return jnp.asarray(np.stack([np.asarray(x) for x in xs]))
+  return _to_device(np.stack([np.asarray(x) for x in xs]))
 
 
 def pool_to_arrays(pool) -> dict[str, np.ndarray]:
@@ -392,10 +409,10 @@ def pool_from_arrays(arrays, pool_size: int):
   for i, spec in enumerate(specs):
     x = np.asarray(arrays[f"leaf{i:03d}"])
     if _key_leaf(spec):
-      x = jax.random.wrap_key_data(jnp.asarray(x, jnp.uint32))
+      x = jax.random.wrap_key_data(_to_device(x.astype(np.uint32)))
     elif x.shape != (pool_size, *spec.shape) or x.dtype != spec.dtype:
       raise ValueError(f"pool leaf {i}: {x.shape}/{x.dtype}, expected {spec.shape}/{spec.dtype}")
-    leaves.append(jnp.asarray(x))
+    leaves.append(_to_device(x))
   if len(arrays) != len(specs):
     raise ValueError(f"pool has {len(arrays)} leaves, expected {len(specs)}")
   return jax.tree.unflatten(treedef, leaves)
@@ -438,14 +455,16 @@ def build_table(
   pool = jax.tree.map(lambda *xs: _host_stack(xs + (xs[0],) * pad), *pools)
   return TaskTable(
     pool=pool,
-    fresh=jnp.asarray(padded(fresh, False)),
-    mults=jnp.asarray(padded(mults, 1.0)),
-    relevant=jnp.asarray(padded(relevant_table(tasks), False)),
-    static_bonus=jnp.asarray(padded(static_bonus(tasks, bonus_k, bonus_floor), 0.0), jnp.float32),
-    slot=jnp.asarray(padded(np.asarray(slots, np.int32), 0)),
-    logits=jnp.asarray(padded(logits, -np.inf), jnp.float32),
-    original_return=jnp.asarray(original_return, jnp.float32),
-    first=jnp.asarray(first, jnp.int32),
+    fresh=_to_device(padded(fresh, False)),
+    mults=_to_device(padded(mults, 1.0)),
+    relevant=_to_device(padded(relevant_table(tasks), False)),
+    static_bonus=_to_device(
+      padded(static_bonus(tasks, bonus_k, bonus_floor), 0.0).astype(np.float32)
+    ),
+    slot=_to_device(padded(np.asarray(slots, np.int32), 0)),
+    logits=_to_device(padded(logits, -np.inf).astype(np.float32)),
+    original_return=_to_device(np.float32(original_return)),
+    first=_to_device(np.int32(first)),
   )
 
 
@@ -551,7 +570,7 @@ def session_env(
   reset, step = session_fns(
     num_envs, num_slots, bonus, float(bonus_k), float(bonus_floor), reset_ratio, fresh_worlds
   )
-  obs_dim = int(np.prod(jax.eval_shape(render_craftax_symbolic, _shape_state()).shape))
+  obs_dim = _obs_dim(table.pool)
   return vec.VecEnv(
     name=f"dicode:{env_id}",
     num_envs=num_envs,
@@ -611,5 +630,16 @@ def make(
   )
 
 
-def _shape_state():
-  return jax.eval_shape(world.base_world, jax.random.key(0))
+_OBS_DIMS: dict = {}
+
+
+def _obs_dim(pool) -> int:
+  """The rendered observation's length, from the shapes of a pool's worlds (leaves [K, P, ...]):
+  tracing craftax's world generator for one world's shapes (`jax.eval_shape`) is a second trace
+  of the generator on every run (about a second), and the table already holds such worlds."""
+  spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[2:], x.dtype), pool)
+  leaves, treedef = jax.tree.flatten(spec)
+  key = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves))
+  if key not in _OBS_DIMS:
+    _OBS_DIMS[key] = int(np.prod(jax.eval_shape(render_craftax_symbolic, spec).shape))
+  return _OBS_DIMS[key]

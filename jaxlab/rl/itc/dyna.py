@@ -150,18 +150,19 @@ class DynaState:
 def init(env, policy, cfg: DynaConfig, key: Array) -> DynaState:
   """Resets the environments, initialises policy, world model, empty codebook and replay.
 
-  Two compiled programs, no eager work: `ppo.init` (the environments' reset and the policy; run
-  op by op, Craftax's world generation alone dispatched 541 small programs, 17 minutes at load
-  25) and the world model, codebook and replay (:func:`_init_rest`, cached per config)."""
-  k_ppo, k_wm = jax.random.split(key)
+  Two compiled programs, no eager work: the world model, codebook and replay (:func:`_init_rest`,
+  cached per config; it also splits ``key``, which eagerly is two more programs to look up) and
+  `ppo.init` (the environments' reset and the policy; run op by op, Craftax's world generation
+  alone dispatched 541 small programs, 17 minutes at load 25)."""
+  k_ppo, wm, book, replay = _init_rest(cfg, tuple(env.obs_shape))(key)
   ps = ppo.init(env, policy, cfg.ppo, k_ppo)
-  wm, book, replay = _init_rest(cfg, tuple(env.obs_shape))(k_wm)
   return DynaState(ppo=ps, wm=wm, book=book, replay=replay, iteration=jnp.int32(0))
 
 
 @functools.cache
 def _init_rest(cfg: DynaConfig, obs_shape: tuple[int, ...]):
-  def rest(k_wm):
+  def rest(key):
+    k_ppo, k_wm = jax.random.split(key)
     wm = wm_lib.WorldModel(cfg.wm)
     t = cfg.wm.max_blocks
     tokens = jnp.zeros((1, t, cfg.wm.tokens_per_frame), jnp.int32)
@@ -169,7 +170,7 @@ def _init_rest(cfg: DynaConfig, obs_shape: tuple[int, ...]):
     tx = optax.chain(optax.clip_by_global_norm(cfg.wm_max_grad_norm), optax.adam(cfg.wm_lr))
     cap = cfg.replay_size // cfg.ppo.num_envs
     replay = buffer_lib.init(cfg.ppo.num_envs, cap, obs_shape)
-    return TrainState.create(wm, params, tx), tok_lib.init(cfg.tokenizer), replay
+    return k_ppo, TrainState.create(wm, params, tx), tok_lib.init(cfg.tokenizer), replay
 
   return jax.jit(rest)
 
@@ -255,6 +256,13 @@ def _traced_once(apply_fn):
   return jax.jit(apply_fn)
 
 
+@functools.cache
+def _traced_tx(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """``tx`` with a jitted update: the real and the imagined PPO steps update the same policy
+  parameters with the same optimizer, so their Adam updates are one trace."""
+  return optax.GradientTransformation(tx.init, jax.jit(tx.update))
+
+
 def make_update(env, cfg: DynaConfig):
   """``update(state, batch, key) -> (state, metrics)``: one Dyna iteration (module docstring)."""
   cfg.validate()
@@ -263,8 +271,8 @@ def make_update(env, cfg: DynaConfig):
     del batch
     k_roll, k_learn, k_wm, k_img = jax.random.split(key, 4)
     carry0 = state.ppo.carry
-    apply_fn = state.ppo.train.apply_fn  # put back at the end: the state's structure is kept
-    policy = state.ppo.train.replace(apply_fn=_traced_once(apply_fn))
+    train0 = state.ppo.train  # its apply_fn and tx are put back at the end: same structure
+    policy = train0.replace(apply_fn=_traced_once(train0.apply_fn), tx=_traced_tx(train0.tx))
     ps, traj = ppo.rollout(state.ppo.replace(train=policy), env, cfg.ppo, k_roll)
     _, _, last_value = ps.train(ps.carry, ps.obs[None], ps.reset[None])
     train, parts = ppo.learn(
@@ -294,7 +302,7 @@ def make_update(env, cfg: DynaConfig):
       train, img = jax.lax.cond(active, lambda t: run(t, *ops), lambda t: (t, zeros), train)
     else:
       img = {}
-    ps = ps.replace(train=train.replace(apply_fn=apply_fn), stats=stats)
+    ps = ps.replace(train=train.replace(apply_fn=train0.apply_fn, tx=train0.tx), stats=stats)
     metrics = {
       **parts,
       **episode,

@@ -256,13 +256,6 @@ def _traced_once(apply_fn):
   return jax.jit(apply_fn)
 
 
-@functools.cache
-def _traced_tx(tx: optax.GradientTransformation) -> optax.GradientTransformation:
-  """``tx`` with a jitted update: the real and the imagined PPO steps update the same policy
-  parameters with the same optimizer, so their Adam updates are one trace."""
-  return optax.GradientTransformation(tx.init, jax.jit(tx.update))
-
-
 def make_update(env, cfg: DynaConfig):
   """``update(state, batch, key) -> (state, metrics)``: one Dyna iteration (module docstring)."""
   cfg.validate()
@@ -271,8 +264,8 @@ def make_update(env, cfg: DynaConfig):
     del batch
     k_roll, k_learn, k_wm, k_img = jax.random.split(key, 4)
     carry0 = state.ppo.carry
-    train0 = state.ppo.train  # its apply_fn and tx are put back at the end: same structure
-    policy = train0.replace(apply_fn=_traced_once(train0.apply_fn), tx=_traced_tx(train0.tx))
+    train0 = state.ppo.train  # its apply_fn is put back at the end: the structure is kept
+    policy = train0.replace(apply_fn=_traced_once(train0.apply_fn))
     ps, traj = ppo.rollout(state.ppo.replace(train=policy), env, cfg.ppo, k_roll)
     _, _, last_value = ps.train(ps.carry, ps.obs[None], ps.reset[None])
     train, parts = ppo.learn(
@@ -302,7 +295,7 @@ def make_update(env, cfg: DynaConfig):
       train, img = jax.lax.cond(active, lambda t: run(t, *ops), lambda t: (t, zeros), train)
     else:
       img = {}
-    ps = ps.replace(train=train.replace(apply_fn=train0.apply_fn, tx=train0.tx), stats=stats)
+    ps = ps.replace(train=train.replace(apply_fn=train0.apply_fn), stats=stats)
     metrics = {
       **parts,
       **episode,

@@ -75,8 +75,8 @@ def make_policy(name: str, env, config):
 
 
 def schedule(steps: int, eval_every: int) -> tuple[int, int, int]:
-  """Default ``(log_every, eval_every, ckpt_every)``: multiples of one chunk length, since every
-  distinct chunk length is a separate compilation of the whole PPO iteration scan."""
+  """Default ``(log_every, eval_every, ckpt_every)``: about 20 log rows, and evaluations and
+  checkpoints on multiples of ``log_every``, so that they fall on log rows."""
   log_every = max(1, min(100, steps // 20))
   eval_every = eval_every or log_every * max(1, steps // (10 * log_every))
   ckpt_every = eval_every * max(1, steps // (4 * eval_every))

@@ -167,6 +167,17 @@ def _zeros(shape, dtype):
   return _host(np.zeros(shape, dtype))
 
 
+# Key arithmetic as one program each: eagerly, a split and the unpacking of its result are
+# separate small programs (threefry is integer arithmetic: the same keys either way).
+_split2 = jax.jit(lambda key: tuple(jax.random.split(key)))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _split_rows(key, rows: int, cols: int):
+  """``split(key, rows * cols).reshape(rows, cols)`` as a tuple of its rows."""
+  return tuple(jax.random.split(key, rows * cols).reshape(rows, cols))
+
+
 def counts(state: Counted) -> dict[str, np.ndarray]:
   s = jax.device_get(state)
   return {
@@ -219,7 +230,7 @@ def init_state(env, policy, config: ppo.PPOConfig, key) -> ppo.PPOState:
   into a program of its own: the session's reset already is one compiled program that takes the
   task table as an ARGUMENT, whereas a program around ``env.reset`` would capture the table (the
   pools' worlds, megabytes) as a constant and compile anew for every task set."""
-  k_env, k_net = jax.random.split(key)
+  k_env, k_net = _split2(key)
   obs, env_state = env.reset(k_env)
   init = _agent_init(policy, config, len(env.achievement_names or ()))
   train, carry, reset, stats = init(k_net, obs)
@@ -240,7 +251,8 @@ def make_update(env: vec.VecEnv, policy, config: ppo.PPOConfig) -> Callable:
   SFL's level scoring) run the SAME compiled program: the environment step and the policy are
   compiled once per run instead of once per use.
   """
-  recurrent = ppo.is_recurrent(policy)
+  # ppo.is_recurrent, from the carry's shapes: built eagerly it is two small XLA programs
+  recurrent = jax.tree.leaves(jax.eval_shape(lambda: policy.initial_carry(1))) != []
   ppo.validate(config, recurrent)
   per_update = config.num_envs * config.num_steps
 
@@ -351,8 +363,7 @@ class PoolCache:
     per session: the same generator program (``world.base_worlds`` on P keys) as the pools."""
     from jaxlab.rl.dicode import world
 
-    keys = jax.random.split(key, count * self.pool_size).reshape(count, self.pool_size)
-    pools = [world.base_worlds(k) for k in keys]
+    pools = [world.base_worlds(k) for k in _split_rows(key, count, self.pool_size)]
     return [jax.block_until_ready(p) for p in pools]
 
   def levels(self, level_keys):
@@ -582,7 +593,7 @@ class Loop:
     )
     t0 = time.perf_counter()
     state, result = runtime.train(
-      state, update, loop, key=jax.random.fold_in(key, 1), data=jnp.asarray(True)
+      state, update, loop, key=jax.random.fold_in(key, 1), data=_host(np.bool_(True))
     )
     self.carried = {"train": state.train, "stats": state.stats}
     info = {
@@ -607,7 +618,7 @@ class Loop:
     per_chunk = c.updates_per_session * c.ppo.num_steps
     for i in range(-(-steps // per_chunk)):
       k = jax.random.fold_in(key, 1 + i)
-      state, _ = chunk(state, jnp.asarray(False), k, jnp.int32(0), c.updates_per_session)
+      state, _ = chunk(state, _host(np.bool_(False)), k, _host(np.int32(0)), c.updates_per_session)
       if until_done and bool(np.asarray(state.env_state.first_done).all()):
         break
     return state.env_state

@@ -365,11 +365,14 @@ def pool_keys(key, pool_size: int):
   return keys, halves[:, 0], halves[:, 1]
 
 
+_pool_keys = jax.jit(pool_keys, static_argnums=1)  # one program, not four small eager ones
+
+
 def build_pool(task: task_lib.Task, key, pool_size: int, base=None):
   """`pool_size` starting worlds of `task` (leaves [P, ...]): world i equals
   `world.generate(task, pool_keys(key, P)[0][i])`. `base` (worlds [P, ...]) replaces craftax's
   generator, for tests; otherwise the base worlds come from `world.base_worlds` (compiled once)."""
-  _, k_base, k_task = pool_keys(key, pool_size)
+  _, k_base, k_task = _pool_keys(key, pool_size)
   if base is None:
     base = world.base_worlds(k_base)
   return _apply_fn(task)(base, k_task)
@@ -412,7 +415,9 @@ def pool_from_arrays(arrays, pool_size: int):
       x = jax.random.wrap_key_data(_to_device(x.astype(np.uint32)))
     elif x.shape != (pool_size, *spec.shape) or x.dtype != spec.dtype:
       raise ValueError(f"pool leaf {i}: {x.shape}/{x.dtype}, expected {spec.shape}/{spec.dtype}")
-    leaves.append(_to_device(x))
+    else:
+      x = _to_device(x)
+    leaves.append(x)
   if len(arrays) != len(specs):
     raise ValueError(f"pool has {len(arrays)} leaves, expected {len(specs)}")
   return jax.tree.unflatten(treedef, leaves)
@@ -482,7 +487,7 @@ def session_fns(
   per shape, whatever the tasks, because every task-specific value is read from `table`."""
   params, static = world.env_params(), world.static_params()
   resets = max(1, num_envs // reset_ratio)
-  no_achievements = jnp.zeros(len(task_lib.achievement_ids()), bool)
+  no_achievements = np.zeros(len(task_lib.achievement_ids()), bool)  # a constant, not a program
 
   def start(table, key, n, in_order=False):
     """`n` new episodes: unit by the table's weights (or in table order from `table.first`),

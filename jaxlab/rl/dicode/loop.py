@@ -577,20 +577,12 @@ class Loop:
 
   def train_session(self, plan, session: int):
     """Trains ``updates_per_session`` PPO updates on ``plan``; returns (window counts, metrics)."""
-    c = self.config
     plan.session = session
     env = self._session_env(plan)
     update, _ = self.program(env)
     key = jax.random.fold_in(self.key, session)
     state = self._agent_state(env, jax.random.fold_in(key, 0))
-    loop = runtime.Loop(
-      c.updates_per_session,
-      log_every=c.updates_per_session,
-      ckpt_every=0,
-      progress=False,
-      tensorboard=False,
-      plot=False,
-    )
+    loop = self._runtime_loop()
     t0 = time.perf_counter()
     state, result = runtime.train(
       state, update, loop, key=jax.random.fold_in(key, 1), data=_host(np.bool_(True))
@@ -606,6 +598,23 @@ class Loop:
       window = {k: v.sum(0, keepdims=True) for k, v in counts(state.env_state).items()}
     return window, info
 
+  def _runtime_loop(self) -> runtime.Loop:
+    c = self.config
+    return runtime.Loop(
+      c.updates_per_session,
+      log_every=c.updates_per_session,
+      ckpt_every=0,
+      progress=False,
+      tensorboard=False,
+      plot=False,
+    )
+
+  def _chunk_len(self) -> int:
+    """The chunk program's length (``max_len``) a session trains with: the runtime's first chunk
+    of a fresh run is one step, so U updates are chunks of 1 and U - 1 (max_len U - 1)."""
+    loop = self._runtime_loop()
+    return runtime._max_len(0, runtime._chunk_ends(0, loop))
+
   def play(self, plan, steps: int, key, until_done: bool = False):
     """The agent plays ``plan`` WITHOUT learning, through the training program, for ``steps``
     environment steps (rounded up to whole chunks of ``updates_per_session`` updates; episodes
@@ -615,10 +624,15 @@ class Loop:
     env = self._session_env(plan, stop=steps)
     _, chunk = self.program(env)
     state = self._agent_state(env, jax.random.fold_in(key, 0))
-    per_chunk = c.updates_per_session * c.ppo.num_steps
+    per_chunk, u = c.updates_per_session * c.ppo.num_steps, c.updates_per_session
+    # the U updates of a part in calls of the training's chunk program (its max_len), not a
+    # program of U steps compiled for playing; the same key and step numbers as one U-step call
+    m = self._chunk_len()
+    flag = _host(np.bool_(False))
     for i in range(-(-steps // per_chunk)):
       k = jax.random.fold_in(key, 1 + i)
-      state, _ = chunk(state, _host(np.bool_(False)), k, _host(np.int32(0)), c.updates_per_session)
+      for start in range(0, u, m):
+        state, _ = chunk(state, flag, k, start, min(m, u - start), m)
       if until_done and bool(np.asarray(state.env_state.first_done).all()):
         break
     return state.env_state

@@ -6,8 +6,8 @@
 For each program, its default command (the one its docstring starts with) runs twice in a fresh
 temporary folder with its own persistent compilation cache: cold (empty cache), then warm (the
 cache the cold run filled, a new workdir). A run stops at its first training step: the first
-chunk of ``jaxlab.core.runtime.train`` has run, as ``$JAXLAB_COMPILE_LOG`` records
-(``runtime.watch_compiles``); programs that do not train through the runtime (goma,
+chunk of ``jaxlab.core.runtime.train`` (one step in a fresh run, ``Loop.log_first_step``) has run,
+as ``$JAXLAB_COMPILE_LOG`` records (``runtime.watch_compiles``); programs that do not train through the runtime (goma,
 decentralized, dasbs_exact) run to the end, marked ``end``. A run past ``--timeout`` is killed and
 reported as ``> T``. Printed per program: seconds from launch to the first step cold and warm and
 their ratio (both measured here, one after the other, with the load beside them), the warm run's

@@ -5,17 +5,17 @@
 
 For each program, its default command (the one its docstring starts with) runs twice in a fresh
 temporary folder with its own persistent compilation cache: cold (empty cache), then warm (the
-cache the cold run filled, a new workdir). A run stops at its first training step: the first
-chunk of ``jaxlab.core.runtime.train`` (one step in a fresh run, ``Loop.log_first_step``) has run,
-as ``$JAXLAB_COMPILE_LOG`` records (``runtime.watch_compiles``); programs that do not train through the runtime (goma,
-decentralized, dasbs_exact) run to the end, marked ``end``. A run past ``--timeout`` is killed and
-reported as ``> T``. Printed per program: seconds from launch to the first step cold and warm and
-their ratio (both measured here, one after the other, with the load beside them), the warm run's
-persistent-cache hits and its fresh compilations (0 when the cache served everything: compile
-requests - hits), the compilations of the cold run, the warm run's seconds in jax (tracing,
-lowering to StableHLO and reading the cache: what is left of compiling), and the StableHLO text
-of every program the cold run compiled (``JAX_DUMP_IR_TO``, without location info: total and
-largest module).
+cache the cold run filled, a new workdir). A run stops at its first training step: the first chunk
+of ``jaxlab.core.runtime.train`` (one step in a fresh run, ``Loop.log_first_step``) has run, as
+``$JAXLAB_COMPILE_LOG`` records (``runtime.watch_compiles``); programs that do not train through
+the runtime (goma, decentralized, dasbs_exact) run to the end, marked ``end``. A run past
+``--timeout`` is killed and reported as ``> T``. Printed per program: seconds from launch to the
+first step cold and warm and their ratio (both measured here, one after the other, with the load
+beside them), the warm run's persistent-cache hits and its fresh compilations (0 when the cache
+served everything: compile requests - hits), the compilations of the cold run, the warm run's
+seconds in jax (tracing, lowering to StableHLO and reading the cache: what is left of compiling),
+and the StableHLO text of every program the cold run compiled (``JAX_DUMP_IR_TO``, without location
+info: total and largest module).
 
 Not covered: experiments.uhm_eval (re-evaluates a saved run) and experiments.uhm_sweep (writes a
 command list; its runs are experiments.uhm's).

@@ -459,6 +459,22 @@ def _toy_env(num_envs: int):
   return vec.VecEnv("toy", num_envs, (63, 63, 3), 2, 1, (), 10.0, reset, step)
 
 
+def _tiny_dyna(imag_updates: int):
+  """(DynaConfig, GRU policy) of a Dyna iteration at toy sizes on `_toy_env(2)`."""
+  from jaxlab.rl.itc import dyna
+
+  c = itc.get_config()
+  c.ppo.num_envs, c.ppo.num_steps, c.ppo.epochs, c.ppo.minibatches = 2, 3, 1, 1
+  c.tokenizer.codebook_size, c.tokenizer.max_candidates = 8, 8
+  c.wm.max_blocks, c.wm.embed, c.wm.layers, c.wm.heads = 2, 12, 1, 2
+  c.replay_size, c.warmup_steps, c.imag_updates, c.wm_updates, c.wm_batch = 12, 0, 0, 1, 2
+  if imag_updates:
+    c.imag_updates, c.imag_batch, c.imag_minibatches = imag_updates, 2, 1
+  c.burn_in, c.horizon, c.tok_passes = 1, 2, 1
+  cfg = dyna.DynaConfig.from_config(c, 2, num_updates=1)
+  return cfg, policies.GRUPolicy(2, 0, embed=4, hidden=4, head_hidden=(4,), activation="relu")
+
+
 @pytest.mark.slow  # about a CPU-minute: two compilations of the whole Dyna iteration
 def test_dyna_checkpoint_resumes(tmp_path):
   # One Dyna iteration, then a second run of the same workdir continues from its checkpoint
@@ -467,14 +483,7 @@ def test_dyna_checkpoint_resumes(tmp_path):
   from jaxlab.rl.itc import dyna
 
   env = _toy_env(2)
-  c = itc.get_config()
-  c.ppo.num_envs, c.ppo.num_steps, c.ppo.epochs, c.ppo.minibatches = 2, 3, 1, 1
-  c.tokenizer.codebook_size, c.tokenizer.max_candidates = 8, 8
-  c.wm.max_blocks, c.wm.embed, c.wm.layers, c.wm.heads = 2, 12, 1, 2
-  c.replay_size, c.warmup_steps, c.imag_updates, c.wm_updates, c.wm_batch = 12, 0, 0, 1, 2
-  c.burn_in, c.horizon, c.tok_passes = 1, 2, 1
-  cfg = dyna.DynaConfig.from_config(c, 2, num_updates=1)
-  policy = policies.GRUPolicy(2, 0, embed=4, hidden=4, head_hidden=(4,), activation="relu")
+  cfg, policy = _tiny_dyna(imag_updates=0)
   update = dyna.make_update(env, cfg)
   key = jax.random.key_data(jax.random.key(0))
   fresh = lambda: dyna.init(env, policy, cfg, jax.random.fold_in(key, 1))
@@ -602,14 +611,7 @@ def test_dyna_update_traces_the_imagination_once_and_keeps_the_state_structure(m
   from jaxlab.rl.itc import dyna
 
   env = _toy_env(2)
-  c = itc.get_config()
-  c.ppo.num_envs, c.ppo.num_steps, c.ppo.epochs, c.ppo.minibatches = 2, 3, 1, 1
-  c.tokenizer.codebook_size, c.tokenizer.max_candidates = 8, 8
-  c.wm.max_blocks, c.wm.embed, c.wm.layers, c.wm.heads = 2, 12, 1, 2
-  c.replay_size, c.warmup_steps, c.imag_updates, c.wm_updates, c.wm_batch = 12, 0, 2, 1, 2
-  c.imag_batch, c.imag_minibatches, c.burn_in, c.horizon, c.tok_passes = 2, 1, 1, 2, 1
-  cfg = dyna.DynaConfig.from_config(c, 2, num_updates=1)
-  policy = policies.GRUPolicy(2, 0, embed=4, hidden=4, head_hidden=(4,), activation="relu")
+  cfg, policy = _tiny_dyna(imag_updates=2)
   key = jax.random.key_data(jax.random.key(0))
   state = jax.eval_shape(lambda k: dyna.init(env, policy, cfg, k), key)
   calls = []

@@ -70,10 +70,11 @@ class Loop:
   memory_field: the flag or config field a :class:`ConfigError` names when one chunk's compiled
     program needs more memory than a device has (XLA's memory analysis, checked before the
     workdir is created); a program sets the field that sizes its batch or model.
-  log_first_step: a fresh run's first chunk is one step, logged on its own (a row at step 1): the
-    user sees that the program compiled, runs and is finite right after the compile instead of
-    ``log_every`` steps later. The chunk program serves every length, so this compiles nothing
-    more, and the numbers do not change (each step's key is folded from its index).
+  log_first_step: a fresh run's first chunk is one step, shown on the progress bar and checked for
+    non-finite metrics: the user sees that the program compiled and runs right after the compile
+    instead of ``log_every`` steps later. metrics.csv keeps its rows (the next row covers that
+    step too). The chunk program serves every length, so this compiles nothing more, and the
+    numbers do not change (each step's key is folded from its index).
   """
 
   num_steps: int
@@ -431,7 +432,7 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
         n, seconds = n + first[1], seconds + first[2]
         logged = {k: np.concatenate([first[0][k], v]) for k, v in per_step.items()}
         first = None
-      elif i == 0 and start == 0 and end == 1 and end % loop.log_every:
+      elif loop.log_first_step and i == 0 and start == 0 and end == 1 and loop.log_every > 1:
         first = (per_step, 1, seconds)
       sps, step = n / seconds, end
       mean = {k: float(np.mean(v)) for k, v in logged.items()}

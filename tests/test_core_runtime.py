@@ -73,6 +73,10 @@ def test_chunk_boundaries():
   assert runtime.chunk_boundaries(0, 50, 10, 25) == [10, 20, 25, 30, 40, 50]
   assert runtime.chunk_boundaries(25, 50, 10, 0) == [30, 40, 50]
   assert runtime.chunk_boundaries(7, 9, 100) == [9]
+  # a fresh run's one-step first chunk leaves the rest of the first interval as the longest
+  assert runtime.chunk_length(runtime.Loop(5, log_every=5)) == 4
+  assert runtime.chunk_length(runtime.Loop(5, log_every=5, log_first_step=False)) == 5
+  assert runtime.chunk_length(runtime.Loop(25, log_every=10), start=20) == 5
 
 
 def test_train_writes_outputs_and_learns(tmp_path, data):

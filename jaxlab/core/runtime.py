@@ -301,6 +301,13 @@ def _max_len(start: int, ends: list[int]) -> int:
   return max(b - a for a, b in zip([start, *ends], ends, strict=False)) if ends else 1
 
 
+def chunk_length(loop: Loop, start: int = 0) -> int:
+  """The ``max_len`` of the one chunk program a run of ``loop`` from ``start`` compiles: its
+  longest chunk. A caller that runs steps through that program itself (e.g. an evaluation in
+  parts) passes it to reuse the compiled chunk."""
+  return _max_len(start, _chunk_ends(start, loop))
+
+
 def _chunk_ends(start: int, loop: Loop) -> list[int]:
   ends = chunk_boundaries(start, loop.num_steps, loop.log_every, loop.ckpt_every, loop.eval_every)
   if loop.log_first_step and start == 0 and ends and ends[0] > 1:

@@ -613,7 +613,7 @@ class Loop:
     """The chunk program's length (``max_len``) a session trains with: the runtime's first chunk
     of a fresh run is one step, so U updates are chunks of 1 and U - 1 (max_len U - 1)."""
     loop = self._runtime_loop()
-    return runtime._max_len(0, runtime._chunk_ends(0, loop))
+    return runtime.chunk_length(loop)
 
   def play(self, plan, steps: int, key, until_done: bool = False):
     """The agent plays ``plan`` WITHOUT learning, through the training program, for ``steps``

@@ -135,3 +135,21 @@ def test_sharded_step_equals_unsharded(mlp_problem):
 def test_constrain_is_noop_without_mesh():
   x = jnp.arange(8.0)
   assert sharding.constrain(x, ("batch",), None) is x
+
+
+def test_to_device_matches_asarray_and_compiles_nothing(caplog):
+  from jaxlab.core.sharding import to_device
+
+  def compiles(fn, x):
+    caplog.clear()
+    with caplog.at_level("WARNING"), jax.log_compiles():
+      out = fn(x)
+    return out, sum("ompil" in r.getMessage() for r in caplog.records)
+
+  for i, dtype in enumerate((np.int64, np.float64, bool)):
+    x = np.ones((3, 17 + i), dtype)  # shapes no other test used: a jnp.asarray would compile
+    got, n = compiles(to_device, x)
+    want, n_asarray = compiles(jnp.asarray, x)
+    assert n == 0 and n_asarray > 0, (n, n_asarray)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -11,6 +11,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -30,6 +31,14 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 Rules = Sequence[tuple[str, Any]]
+
+
+def to_device(x) -> jax.Array:
+  """A host value (numpy array or scalar) on the default device, by a transfer: ``jnp.asarray``,
+  ``jnp.zeros`` or ``jnp.int32`` of a host value each run a small XLA program, compiled (or read
+  from the persistent cache) once per shape and dtype on every run; ``device_put`` runs none.
+  Same values and dtype (64-bit host types are canonicalised the same way)."""
+  return jax.device_put(np.asarray(x))
 
 
 def _as_tuple(x) -> tuple:

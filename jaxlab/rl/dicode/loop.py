@@ -57,6 +57,7 @@ from flax import struct
 
 from jaxlab.core import checkpoint, metrics, provenance, runtime
 from jaxlab.core import workdir as workdir_lib
+from jaxlab.core.sharding import to_device as _host
 from jaxlab.envs import vec
 from jaxlab.rl import ppo
 from jaxlab.rl.dicode import curriculum as curriculum_lib
@@ -155,12 +156,6 @@ def counted(env: vec.VecEnv, num_units: int, window_start: int, stop: int = NEVE
     )
 
   return dataclasses.replace(env, reset=reset, step=_counted_step(env.step, k, a))
-
-
-def _host(x):
-  """A host value on the device by a transfer: eager ``jnp.zeros`` / ``jnp.int32`` each run a
-  small XLA program (compiled, or read from the persistent cache, on every run)."""
-  return jax.device_put(np.asarray(x))
 
 
 def _zeros(shape, dtype):

@@ -79,6 +79,7 @@ from craftax.craftax.renderer import render_craftax_symbolic
 from flax import struct
 
 from jaxlab.core.errors import ConfigError
+from jaxlab.core.sharding import to_device as _to_device
 from jaxlab.envs import craftax, vec
 from jaxlab.rl.dicode import task as task_lib
 from jaxlab.rl.dicode import world
@@ -380,13 +381,6 @@ def build_pool(task: task_lib.Task, key, pool_size: int, base=None):
 
 def _key_leaf(spec) -> bool:
   return jax.dtypes.issubdtype(spec.dtype, jax.dtypes.prng_key)
-
-
-def _to_device(x):
-  """A numpy array on the device as a transfer: `jnp.asarray` of a host array runs a `stage`
-  program (one compilation, or persistent-cache read, per shape and dtype); `device_put` runs
-  none. Same values and dtype (64-bit host types are canonicalised the same way)."""
-  return jax.device_put(np.asarray(x))
 
 
 def _host_stack(xs):

@@ -13,8 +13,8 @@ the runtime (goma, decentralized, dasbs_exact) run to the end, marked ``end``. A
 first step cold and warm and their ratio (both measured here, one after the other, with the load
 beside them), the warm run's persistent-cache hits and its fresh compilations (0 when the cache
 served everything: compile requests - hits), the compilations of the cold run, the warm run's
-seconds in jax (tracing, lowering to StableHLO and reading the cache: what is left of compiling),
-and the StableHLO text of every program the cold run compiled (``JAX_DUMP_IR_TO``, without location
+seconds in jax, apart: tracing and lowering to StableHLO (``trace s``), and reading the cache
+(``read s``: loading the compiled executables, see ``benchmarks.cache_read``), and the StableHLO text of every program the cold run compiled (``JAX_DUMP_IR_TO``, without location
 info: total and largest module).
 
 Not covered: experiments.uhm_eval (re-evaluates a saved run) and experiments.uhm_sweep (writes a
@@ -165,20 +165,21 @@ def row(name: str, m: dict, timeout: float) -> str:
   compiles = cold["count"].get("compile", 0)
   hits = warm["count"].get("hit", 0) if warm else "-"
   fresh = warm["count"].get("compile", 0) - warm["count"].get("hit", 0) if warm else "-"
-  traced = "-"
+  traced = read = "-"
   if warm:
-    traced = f"{sum(warm['seconds'].get(k, 0.0) for k in ('trace', 'lower', 'compile')):.1f}"
+    traced = f"{sum(warm['seconds'].get(k, 0.0) for k in ('trace', 'lower')):.1f}"
+    read = f"{warm['seconds'].get('compile', 0.0):.1f}"
   load = f"{cold['load']:.1f}" + (f"/{warm['load']:.1f}" if warm else "")
   return (
     f"{name:<14}{_seconds(cold, timeout):>11}{_seconds(warm, timeout):>11}{ratio:>7}"
-    f"{compiles:>9}{hits!s:>6}{fresh!s:>6}{traced:>8}{m['modules']:>8}{m['hlo'] / 1e6:>9.2f}"
+    f"{compiles:>9}{hits!s:>6}{fresh!s:>6}{traced:>8}{read:>7}{m['modules']:>8}{m['hlo'] / 1e6:>9.2f}"
     f"{m['largest'] / 1e6:>9.2f}  {load}"
   )
 
 
 HEADER = (
   f"{'program':<14}{'cold s':>11}{'warm s':>11}{'ratio':>7}{'compiles':>9}{'hits':>6}"
-  f"{'fresh':>6}{'jax s':>8}{'modules':>8}{'HLO MB':>9}{'max MB':>9}  load (cold/warm)"
+  f"{'fresh':>6}{'trace s':>8}{'read s':>7}{'modules':>8}{'HLO MB':>9}{'max MB':>9}  load (cold/warm)"
 )
 
 

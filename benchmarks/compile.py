@@ -14,8 +14,9 @@ first step cold and warm and their ratio (both measured here, one after the othe
 beside them), the warm run's persistent-cache hits and its fresh compilations (0 when the cache
 served everything: compile requests - hits), the compilations of the cold run, the warm run's
 seconds in jax, apart: tracing and lowering to StableHLO (``trace s``), and reading the cache
-(``read s``: loading the compiled executables, see ``benchmarks.cache_read``), and the StableHLO text of every program the cold run compiled (``JAX_DUMP_IR_TO``, without location
-info: total and largest module).
+(``read s``: loading the compiled executables, see ``benchmarks.cache_read``), and the StableHLO
+text of every program the cold run compiled (``JAX_DUMP_IR_TO``, without location info: total
+and largest module).
 
 Not covered: experiments.uhm_eval (re-evaluates a saved run) and experiments.uhm_sweep (writes a
 command list; its runs are experiments.uhm's).
@@ -172,14 +173,15 @@ def row(name: str, m: dict, timeout: float) -> str:
   load = f"{cold['load']:.1f}" + (f"/{warm['load']:.1f}" if warm else "")
   return (
     f"{name:<14}{_seconds(cold, timeout):>11}{_seconds(warm, timeout):>11}{ratio:>7}"
-    f"{compiles:>9}{hits!s:>6}{fresh!s:>6}{traced:>8}{read:>7}{m['modules']:>8}{m['hlo'] / 1e6:>9.2f}"
-    f"{m['largest'] / 1e6:>9.2f}  {load}"
+    f"{compiles:>9}{hits!s:>6}{fresh!s:>6}{traced:>8}{read:>7}{m['modules']:>8}"
+    f"{m['hlo'] / 1e6:>9.2f}{m['largest'] / 1e6:>9.2f}  {load}"
   )
 
 
 HEADER = (
   f"{'program':<14}{'cold s':>11}{'warm s':>11}{'ratio':>7}{'compiles':>9}{'hits':>6}"
-  f"{'fresh':>6}{'trace s':>8}{'read s':>7}{'modules':>8}{'HLO MB':>9}{'max MB':>9}  load (cold/warm)"
+  f"{'fresh':>6}{'trace s':>8}{'read s':>7}{'modules':>8}{'HLO MB':>9}{'max MB':>9}"
+  "  load (cold/warm)"
 )
 
 

@@ -1,6 +1,6 @@
 """What a warm start pays per persistent-cache entry: reading it and deserializing the executable.
 
-  python -m benchmarks.cache_read --cache=~/.cache/jaxlab/xla          # the default cache folder
+  python -m benchmarks.cache_read                       # jaxlab's cache folder (--compile_cache)
   python -m benchmarks.cache_read --cache=/tmp/itc-xla --top=5
 
 A warm run skips XLA's compile, not the load of what it compiled: for every program jax reads the
@@ -10,8 +10,8 @@ that load; the compile seconds the cold run recorded in the entry (jax stores wh
 the ratio load / compile; the optimized HLO's instruction count and its YNNPACK fusions.
 
 XLA:CPU's deserializer looks each YNNPACK fusion up by a scan over every instruction of the module,
-so the load grows with fusions x instructions. ITC's training chunk (about 100k instructions, 340
-YNN fusions) loads in 6.1-7.2 s, and in 3.8 s when compiled with
+so the load grows with fusions x instructions. ITC's training chunk (about 75k instructions, 340
+YNN fusions) loads in 5.6-7.2 s on 2 idle cores, and in 3.8 s when compiled with
 ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=``. That flag costs PPO CartPole about a quarter
 of its steady env steps/s, so jaxlab leaves it to the user (docs/itc.md).
 """
@@ -29,7 +29,9 @@ from jaxlab.core import experiment
 
 UNUSED_FLAGS = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "profile")
 
-_CACHE = flags.DEFINE_string("cache", None, "A persistent compilation cache folder to read.")
+_CACHE = flags.DEFINE_string(
+  "cache", None, "A persistent compilation cache folder to read (default: the programs' folder)."
+)
 _TOP = flags.DEFINE_integer("top", 10, "Entries to load, largest first.")
 
 
@@ -81,8 +83,11 @@ HEADER = (
 def main(argv):
   del argv
   experiment.common("cache_read_benchmark", unused=UNUSED_FLAGS)
-  experiment.require(_CACHE.value is not None, "cache", "name a cache folder, --cache=<folder>")
-  folder = pathlib.Path(os.path.expanduser(_CACHE.value))
+  default = experiment.compile_cache_dir()  # where a program's run keeps them
+  experiment.require(
+    _CACHE.value is not None or default is not None, "cache", "the cache is off; name a folder"
+  )
+  folder = pathlib.Path(os.path.expanduser(_CACHE.value)) if _CACHE.value else default
   experiment.require(folder.is_dir(), "cache", f"{folder} is not a folder")
   experiment.check_positive("top", _TOP.value)
   found = entries(folder)

@@ -37,7 +37,9 @@ def _ynn(stdout):
 @pytest.mark.parametrize("env, fused", [({}, True), (YNN_OFF, False)], ids=["default", "ynn_off"])
 def test_it_counts_the_ynn_fusions_the_flag_turns_off(tmp_path, env, fused):
   cache = _filled(tmp_path, "xla", env)
-  r = run_program("benchmarks.cache_read", [f"--cache={cache}"], tmp_path, timeout=120)
+  # without --cache it reads the programs' folder ($JAXLAB_COMPILE_CACHE, as --compile_cache)
+  args, where = ([], {"JAXLAB_COMPILE_CACHE": str(cache)}) if fused else ([f"--cache={cache}"], {})
+  r = run_program("benchmarks.cache_read", args, tmp_path, env=where, timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
   counts = _ynn(r.stdout)
   assert "jit__lambda" in counts, r.stdout

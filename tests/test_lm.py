@@ -324,7 +324,14 @@ def test_sharded_step_equals_unsharded(impl, spec, ref_step):
   np.testing.assert_allclose(float(m["loss"]), ref_loss, rtol=1e-5)
   for (path, g), r in zip(jax.tree_util.tree_leaves_with_path(grads), jax.tree.leaves(ref_grads)):
     np.testing.assert_allclose(g, r, atol=1e-6, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-5), new.params, ref_params)
+  # The step: the unsharded optimizer applied to this run's own gradients. Against ref_params
+  # instead, Adam's g / (|g| + eps) turns a gradient difference within the tolerance above into up
+  # to lr on a weight whose gradient is near 0 (4e-5 on one weight of 2048 on some CPUs).
+  ref_state = ref_step[4]
+  host_grads = jax.device_get(grads)
+  updates, _ = tx.update(host_grads, ref_state.opt_state, ref_state.params)
+  expected = optax.apply_updates(ref_state.params, updates)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6), new.params, expected)
 
 
 # ------------------------------------------------------------------------------- checkpoint resume

@@ -66,7 +66,11 @@ UNUSED_FLAGS = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "
 
 
 def read_log(path: pathlib.Path) -> dict:
-  """Counts and summed seconds of each event of a compile log, and the first step's time."""
+  """Counts and summed seconds of each event of a compile log before the first step, and its time.
+
+  Events after ``first_step`` are left out: the program keeps compiling (its next chunk, an
+  evaluation) until the kill reaches it, and how far it gets depends on the poll, not the cache.
+  """
   out = {"count": {}, "seconds": {}, "first_step": None}
   if not path.exists():
     return out
@@ -76,7 +80,8 @@ def read_log(path: pathlib.Path) -> dict:
       continue  # a line cut by the kill
     event, value = parts[0], float(parts[1])
     if event == "first_step":
-      out["first_step"] = out["first_step"] or value
+      out["first_step"] = value
+      break
     else:
       out["count"][event] = out["count"].get(event, 0) + 1
       out["seconds"][event] = out["seconds"].get(event, 0.0) + value

@@ -604,6 +604,36 @@ def test_decode_by_traced_index_equals_decode_by_name(decoders):
     np.testing.assert_array_equal(by_index(D.METHODS.index(m)), want)
 
 
+def test_decode_by_index_into_choices_holds_only_those_decoders():
+  # The rollout picture switches between its own two decoders: the program must hold no host
+  # callback unless itc_hungarian is one of them (JAX's persistent cache skips such programs,
+  # so every run would compile the picture again).
+  prev, nxt = _frames(1, num=4)
+  logits, done, key = _uncertain_logits(nxt), jnp.zeros((4,), bool), jax.random.key(4)
+  by_index = lambda c: jax.jit(lambda i: D.decode(logits, jnp.asarray(prev), done, key, i, CFG, c))
+  choices = ("argmax", "sample")  # the index counts in choices, not in METHODS
+  for i, m in enumerate(choices):
+    want = D.decode(logits, jnp.asarray(prev), done, key, m, CFG)
+    np.testing.assert_array_equal(by_index(choices)(i), want)
+  for choices in (("itc", "sample"), ("argmax", "itc_hungarian"), D.METHODS):
+    text = by_index(choices).lower(0).as_text()
+    assert ("callback" in text) == ("itc_hungarian" in choices), choices
+  with pytest.raises(Exception, match="decode"):
+    D.decode(logits, jnp.asarray(prev), done, key, jnp.int32(0), CFG, ("sample", "beam"))
+
+
+def test_rollout_picture_program_has_no_host_callback():
+  from jaxlab.rl.itc import agent, dyna
+
+  cfg, policy = _tiny_dyna(0)
+  state = jax.eval_shape(lambda k: dyna.init(_toy_env(2), policy, cfg, k), jax.random.key(0))
+  choices = (cfg.decode, "sample")
+  assert cfg.decode != "itc_hungarian"
+  picture = agent._picture_fn(cfg, 2, choices)
+  args = (state.wm, state.book, state.replay, jax.random.key(1), jnp.int32(0))
+  assert "callback" not in picture.lower(*args).as_text()
+
+
 def test_dyna_update_traces_the_imagination_once_and_keeps_the_state_structure(monkeypatch):
   # The update traces the imagination once (its metrics' shape probe and the cond share a jitted
   # trace) and runs the policy through a jitted apply that it swaps back before returning: the

@@ -16,7 +16,6 @@ from jaxlab.core.errors import require
 from jaxlab.rl.itc import buffer as buffer_lib
 from jaxlab.rl.itc import dyna, imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
-from jaxlab.rl.itc.decode import METHODS
 from jaxlab.rl.ppo import policies
 
 # Compiler options of a program that runs once per run (the picture): the backend's optimisation
@@ -64,10 +63,11 @@ def rollout_picture(state: dyna.DynaState, cfg: dyna.DynaConfig, steps: int, pat
   """A real replayed sequence, its tokenization and the world model's open-loop imagination
   under the same actions, decoded by ``cfg.decode`` and by independent sampling (a PNG)."""
   steps = min(steps, cfg.wm.max_blocks)
-  picture = _picture_fn(cfg, steps)
+  choices = tuple(dict.fromkeys([cfg.decode, "sample"]))
+  picture = _picture_fn(cfg, steps, choices)
   rows = {}
-  for method in dict.fromkeys([cfg.decode, "sample"]):
-    index = jnp.int32(METHODS.index(method))  # traced: both decoders share one program
+  for method in choices:
+    index = jnp.int32(choices.index(method))  # traced: both decoders share one program
     real, tokenized, imagined = picture(state.wm, state.book, state.replay, key, index)
     rows.setdefault("real", real)
     rows.setdefault("real (tokenized)", tokenized)
@@ -78,9 +78,11 @@ def rollout_picture(state: dyna.DynaState, cfg: dyna.DynaConfig, steps: int, pat
 
 
 @functools.cache
-def _picture_fn(cfg: dyna.DynaConfig, steps: int):
-  """The picture's frames as ONE jitted program of (world model, codebook, replay, key, decoder
-  index): the rows of every decoder come from the same compilation."""
+def _picture_fn(cfg: dyna.DynaConfig, steps: int, choices: tuple[str, ...]):
+  """The picture's frames as ONE jitted program of (world model, codebook, replay, key, index into
+  ``choices``): the rows of every decoder come from the same compilation. Only the picture's own
+  decoders are in it: with ``itc_hungarian``'s host callback the program would be compiled anew
+  on every run (JAX's persistent cache skips such programs)."""
 
   def picture(wm, book, replay, key, index):
     seq = buffer_lib.sample(replay, key, 1, steps + 1)
@@ -94,6 +96,7 @@ def _picture_fn(cfg: dyna.DynaConfig, steps: int):
       jax.random.fold_in(key, 1),
       method=index,
       itc_cfg=cfg.itc,
+      choices=choices,
     )
     decode = lambda t: tok_lib.decode(book, t, cfg.tokenizer)[0]
     return seq["obs"][0, 1:], decode(tokens)[1:], decode(imagined)

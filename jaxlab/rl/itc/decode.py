@@ -175,16 +175,28 @@ def itc_tokens(probs, proposal, prev, done, cfg: ITCConfig, exact: bool = False)
   return jnp.where(copy, prev[jnp.clip(src, 0, n - 1)], proposal)
 
 
-def decode(logits: Array, prev: Array, done: Array, key: Array, method: str, cfg: ITCConfig):
+def decode(
+  logits: Array,
+  prev: Array,
+  done: Array,
+  key: Array,
+  method: str,
+  cfg: ITCConfig,
+  choices: tuple[str, ...] = METHODS,
+):
   """Next-frame tokens ``[B, L]`` from logits ``[B, L, V]``, previous tokens ``[B, L]``, ``done``.
 
   ``sample``: independent Gumbel-max samples; ``argmax``: the mode per position; ``itc`` /
   ``itc_hungarian``: the ITC correspondence decoding (module docstring) on top of the samples.
-  ``method`` may also be a traced index into :data:`METHODS`: one program then holds every
-  decoder (``lax.switch``; only the chosen one runs), for comparisons that compile once.
+  ``method`` may also be a traced index into ``choices`` (names from :data:`METHODS`): one
+  program then holds those decoders (``lax.switch``; only the chosen one runs), for comparisons
+  that compile once. Only choices with ``itc_hungarian`` put a host callback in the program, and
+  JAX's persistent cache does not keep programs with host callbacks.
   """
   if not isinstance(method, str):
-    branches = [lambda lg, p, d, k, m=m: decode(lg, p, d, k, m, cfg) for m in METHODS]
+    for m in choices:
+      check_choice("decode", m, METHODS)
+    branches = [lambda lg, p, d, k, m=m: decode(lg, p, d, k, m, cfg) for m in choices]
     return jax.lax.switch(method, branches, logits, prev, done, key)
   check_choice("decode", method, METHODS)
   if method == "argmax":

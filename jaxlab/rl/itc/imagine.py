@@ -100,10 +100,20 @@ def rollout(
 
 
 def open_loop(
-  wm_train, book, tokens0: Array, actions: Array, done0: Array, key: Array, *, method: str, itc_cfg
+  wm_train,
+  book,
+  tokens0: Array,
+  actions: Array,
+  done0: Array,
+  key: Array,
+  *,
+  method: str,
+  itc_cfg,
+  choices: tuple[str, ...] = decode_lib.METHODS,
 ) -> Array:
   """Tokens ``[B, T, L]`` the world model imagines after ``tokens0 [B, L]`` under the given
-  ``actions [B, T]`` (for pictures and decoding comparisons; ``T <= max_blocks``)."""
+  ``actions [B, T]`` (for pictures and decoding comparisons; ``T <= max_blocks``). ``method``: a
+  decoder's name, or a traced index into ``choices`` (``decode.decode``)."""
   wm = wm_train.model_def
   b, t_len = actions.shape
   max_blocks = wm.cfg.max_blocks
@@ -115,7 +125,7 @@ def open_loop(
     k_wm, k_dec = jax.random.split(jax.random.fold_in(key, t))
     ctx_t = ctx_t.at[:, t].set(tokens)
     logits, _, done = _wm_step(wm, wm_train.params, book, ctx_t, ctx_a, t, k_wm)
-    nxt = decode_lib.decode(logits, tokens, done_prev, k_dec, method, itc_cfg)
+    nxt = decode_lib.decode(logits, tokens, done_prev, k_dec, method, itc_cfg, choices)
     return (ctx_t, nxt, done), nxt
 
   _, out = jax.lax.scan(step, (ctx_t, tokens0, done0), jnp.arange(t_len))

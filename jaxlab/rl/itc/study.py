@@ -184,6 +184,7 @@ def heldout_windows(data: dict, horizon: int, skip: int, stride: int) -> dict:
 def imagine_all(wm, book, windows: dict, key: Array, cfg: dyna.DynaConfig, decoders) -> dict:
   """Per decoder: ``{metric: [H]}`` of the world model's open-loop imagination of ``windows``
   (same key for every decoder), and ``real_flicker``. One program: decoders by ``lax.switch``."""
+  decoders = tuple(decoders)
   h = windows["action"].shape[1]
   obs = windows["obs"].astype(jnp.float32) / 255.0
   real = tok_lib.encode(book, obs, cfg.tokenizer)  # [W, H + 1, L]
@@ -192,7 +193,15 @@ def imagine_all(wm, book, windows: dict, key: Array, cfg: dyna.DynaConfig, decod
 
   def metrics(index):
     out = imagine.open_loop(
-      wm, book, real[:, 0], windows["action"], done0, key, method=index, itc_cfg=cfg.itc
+      wm,
+      book,
+      real[:, 0],
+      windows["action"],
+      done0,
+      key,
+      method=index,
+      itc_cfg=cfg.itc,
+      choices=decoders,
     )
     return {
       "token_acc": token_accuracy(out, real[:, 1:]),
@@ -202,7 +211,7 @@ def imagine_all(wm, book, windows: dict, key: Array, cfg: dyna.DynaConfig, decod
 
   # One traced imagination for all decoders (`decode.decode` switches on a traced index), run
   # once per decoder: compile time does not grow with the number of decoders.
-  index = jnp.asarray([decode_lib.METHODS.index(m) for m in decoders], jnp.int32)
+  index = jnp.arange(len(decoders), dtype=jnp.int32)
   stacked = jax.lax.map(metrics, index)
   res = {m: jax.tree.map(lambda x, i=i: x[i], stacked) for i, m in enumerate(decoders)}
   res["real"] = {"flicker": flicker(real[:, 1:], real[:, 0])}

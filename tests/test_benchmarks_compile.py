@@ -1,4 +1,4 @@
-"""benchmarks.compile: what it counts of a compile log."""
+"""benchmarks.compile and benchmarks.imports: what they count."""
 
 from benchmarks import compile as compile_bench
 
@@ -24,3 +24,15 @@ def test_read_log_of_a_program_without_a_first_step_counts_everything(tmp_path):
   assert out["first_step"] is None
   assert out["count"] == {"compile": 2, "write": 1} and out["seconds"]["compile"] == 3.5
   assert compile_bench.read_log(tmp_path / "missing.log")["count"] == {}
+
+
+def test_import_cost_measures_a_fresh_process_and_refuses_a_failed_import():
+  import pytest
+
+  from benchmarks import imports
+
+  cpu, wall = imports.import_cost("json")
+  assert 0 < cpu < 30 and cpu <= wall + 1.0
+  with pytest.raises(RuntimeError, match="import no_such_module_here failed"):
+    imports.import_cost("no_such_module_here")
+  assert "ml_dtypes" in imports.versions()

@@ -7,15 +7,20 @@ jaxlab's PPO iteration (``ppo.make_update`` with the PureJaxRL CartPole config o
 ``benchmarks.ppo``) runs through ``runtime.make_chunk_fn`` (the program a run executes), from the
 same state, over the same iterations and keys, as ``--calls`` chunks of equal length; each chunk's
 state feeds the next and its metrics are read before the next call, as ``runtime.train`` does.
-``--pipelined`` also dispatches each chunk before reading the previous chunk's metrics. Rounds
+``--reference`` (default on) also times the reference PPO of ``benchmarks.ppo`` (one jitted
+``train``, PureJaxRL's style) over as many iterations, in the same rounds: its ratio to jaxlab's
+one call is what the update itself costs, apart from the chunking. ``--pipelined`` also
+dispatches each chunk before reading the previous chunk's metrics. Rounds
 alternate the variants (the load changes slowly). Printed per variant: the median wall and CPU
 seconds over ``--rounds`` and the ratio to one call (> 1: slower), with the load before and after.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +38,9 @@ _ITERATIONS = flags.DEFINE_integer("iterations", 480, "PPO iterations timed per 
 _CALLS = flags.DEFINE_list("calls", ["1", "10", "120"], "Chunk counts (each divides iterations).")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
 _PIPELINED = flags.DEFINE_bool("pipelined", True, "Also time dispatch-ahead chunks.")
+_REFERENCE = flags.DEFINE_bool(
+  "reference", True, "Also time benchmarks.ppo's reference PPO over the same iterations."
+)
 
 
 def make(num_envs: int, iterations: int):
@@ -48,6 +56,21 @@ def make(num_envs: int, iterations: int):
   state, metrics = chunk(state, None, key, jnp.int32(0), 1, iterations)
   jax.device_get(metrics)
   return chunk, state, key
+
+
+def make_reference(num_envs: int, iterations: int) -> Callable[[], tuple[float, float]]:
+  """The reference PPO (``benchmarks.ppo.make_train``, one jitted ``train``) over ``iterations``
+  iterations of the same config, compiled: a function returning (wall s, CPU s) of one call."""
+  c = bench_ppo.bench_config("cartpole", num_envs, 128, num_envs * 128 * iterations)
+  key = jax.random.key(0)
+  train = jax.jit(bench_ppo.make_train(c, "cartpole")).lower(key).compile()
+
+  def timed_reference():
+    wall, cpu = time.perf_counter(), time.process_time()
+    jax.block_until_ready(train(key))
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+  return timed_reference
 
 
 def timed(chunk, state, key, iterations: int, calls: int, pipelined: bool) -> tuple[float, float]:
@@ -82,14 +105,23 @@ def main(argv):
   if _PIPELINED.value:
     variants += [(k, True) for k in calls if k > 1]
   chunk, state, key = make(n, iterations)
-  for k, p in variants:  # every length compiled and run once before timing
-    timed(chunk, state, key, iterations, k, p)
-  load0, times = os.getloadavg()[0], {v: [] for v in variants}
+  run = {v: functools.partial(timed, chunk, state, key, iterations, *v) for v in variants}
+  if _REFERENCE.value:
+    run["reference"] = make_reference(n, iterations)
+  for f in run.values():  # every length compiled and run once before timing
+    f()
+  load0, times = os.getloadavg()[0], {v: [] for v in run}
   for _ in range(_ROUNDS.value):
-    for v in variants:
-      times[v].append(timed(chunk, state, key, iterations, *v))
+    for v, f in run.items():
+      times[v].append(f())
   base = np.median(np.asarray(times[(min(calls), False)]), axis=0)
   print(f"cartpole N={n} T=128: {iterations} iterations, median of {_ROUNDS.value} rounds")
+  if "reference" in times:
+    wall, cpu = np.median(np.asarray(times.pop("reference")), axis=0)
+    print(
+      f"  reference PPO, one jitted train:    wall {wall:.3f} s ({wall / base[0]:.2f}x)  "
+      f"cpu {cpu:.3f} s ({cpu / base[1]:.2f}x)"
+    )
   for (k, p), t in times.items():
     wall, cpu = np.median(np.asarray(t), axis=0)
     print(

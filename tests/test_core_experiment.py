@@ -187,3 +187,45 @@ def test_a_cache_left_broken_by_a_killed_process_is_repaired_and_written_again(t
   assert written, names  # without the repair: only the orphan is there
   assert "jit_orphan-0123-atime" in names and "jit_gone-4567-atime" not in names, names
   assert all(n[: -len("-cache")] + "-atime" in names for n in names if n.endswith("-cache"))
+
+
+_BACKGROUND_REPORTS = r"""
+import _thread, ctypes, sys, threading, time
+from jaxlab.core import experiment
+
+experiment._quiet_background_reports()
+
+def python_thread():
+  raise RuntimeError("python thread failed")
+
+def native_report():  # native code reporting a failed callback: PyErr_Print -> sys.excepthook
+  assert ctypes.pythonapi.PyRun_SimpleString(b"raise RuntimeError('Event loop is closed')") == -1
+
+def raw_thread():
+  raise RuntimeError("raw thread failed")
+
+for target in (python_thread, native_report):
+  t = threading.Thread(target=target, name=target.__name__)
+  t.start()
+  t.join()
+_thread.start_new_thread(raw_thread, ())
+time.sleep(0.5)
+raise ValueError("the main thread's own error")
+"""
+
+
+def test_background_errors_are_one_line_each_and_the_main_error_keeps_its_traceback(tmp_path):
+  r = subprocess.run(
+    [sys.executable, "-c", _BACKGROUND_REPORTS], capture_output=True, text=True, cwd=tmp_path
+  )
+  lines = r.stderr.strip().splitlines()
+  warnings = [line for line in lines if line.startswith("warning:")]
+  assert warnings[:2] == [
+    "warning: background thread python_thread: RuntimeError: python thread failed",
+    "warning: background thread native_report: RuntimeError: Event loop is closed",
+  ], r.stderr
+  assert len(warnings) == 3 and warnings[2].startswith(
+    "warning: Exception ignored in thread started by: <function raw_thread"
+  ), r.stderr
+  assert warnings[2].endswith(": RuntimeError: raw thread failed"), r.stderr
+  assert r.stderr.count("Traceback") == 1 and lines[-1].startswith("ValueError: the main"), r.stderr

@@ -266,18 +266,15 @@ def test_disk_full_is_one_line_and_the_run_resumes_after(tmp_path, small_disk):
     "--config.dim=2000",
   ]
   r = _run("experiments.example", args, tmp_path)
-  # jaxlab's own report is one line, exit 1. Under load, orbax's asyncio writer threads can still
-  # print "Event loop is closed" tracebacks of their own around it (one to three seen, before it
-  # and, between the report and the exit, after it; docs/reliability.md); any other traceback, or
-  # one through jaxlab's code, fails.
+  # jaxlab's own report is one line, exit 1. Orbax's and tensorstore's writer threads can fail
+  # after the failed write (asyncio's loop already closed): each such report is one warning line
+  # (experiment._quiet_background_reports), never a traceback that interleaves with the error.
   assert r.returncode == 1, r.stderr[-2000:]
-  lines = r.stderr.strip().splitlines()
-  errors = [i for i, line in enumerate(lines) if line.startswith("error:")]
-  assert len(errors) == 1 and lines[errors[0]].startswith("error: disk full"), r.stderr[-2000:]
-  after = lines[errors[0] + 1 :]
-  assert not after or after[-1] == "RuntimeError: Event loop is closed", r.stderr[-2000:]
-  closed_loop = r.stderr.count("RuntimeError: Event loop is closed")
-  assert r.stderr.count("Traceback") <= closed_loop, r.stderr[-2000:]
+  lines = [line for line in r.stderr.splitlines() if line.strip() and not line.startswith("run:")]
+  errors = [line for line in lines if line.startswith("error:")]
+  assert len(errors) == 1 and errors[0].startswith("error: disk full"), r.stderr[-2000:]
+  assert all(line.startswith(("error:", "warning:")) for line in lines), r.stderr[-2000:]
+  assert "Traceback" not in r.stderr, r.stderr[-2000:]
   assert "jaxlab/" not in r.stderr, r.stderr[-2000:]
   subprocess.run(["mount", "-o", "remount,size=20m", str(small_disk)], check=True)
   again = _run("experiments.example", args, tmp_path)

@@ -432,15 +432,47 @@ def _flag_error(msg: str) -> tuple[str, str]:
   return name, f"{reason.strip().splitlines()[-1].strip()} (got {value!r})"
 
 
+def _background_line(where: str, exc_type, exc_value) -> None:
+  print(
+    f"warning: {where}: {getattr(exc_type, '__name__', exc_type)}: {exc_value}"[:300],
+    file=sys.stderr,
+    flush=True,
+  )
+
+
 def _thread_failure(args) -> None:
   """A failing background thread (e.g. a checkpoint writer on a full disk) logs one line; the
   main thread's error is what the user acts on."""
   name = args.thread.name if args.thread is not None else "?"
-  print(
-    f"warning: background thread {name}: {args.exc_type.__name__}: {args.exc_value}"[:300],
-    file=sys.stderr,
-    flush=True,
-  )
+  _background_line(f"background thread {name}", args.exc_type, args.exc_value)
+
+
+def _quiet_background_reports() -> None:
+  """Every error reported outside the main thread's control flow becomes one warning line.
+
+  Three routes print tracebacks that are not the run's error: ``threading.excepthook`` (a Python
+  thread), ``sys.excepthook`` called from a thread that is not the main one (native code such as
+  tensorstore's future callbacks calls ``PyErr_Print`` when asyncio's loop is already closed), and
+  ``sys.unraisablehook`` (errors in finalizers and in ``_thread`` threads). Printed line by line,
+  such a traceback interleaves with the main thread's one-line error on a full disk. The main
+  thread's own uncaught errors keep their full traceback.
+  """
+  threading.excepthook = _thread_failure
+  main_hook = sys.excepthook
+
+  def excepthook(exc_type, exc_value, tb):
+    if threading.current_thread() is threading.main_thread():
+      return main_hook(exc_type, exc_value, tb)
+    _background_line(f"background thread {threading.current_thread().name}", exc_type, exc_value)
+
+  def unraisable(args):
+    where = args.err_msg or "Exception ignored in"
+    if args.object is not None:
+      where = f"{where}: {args.object!r}"[:120]
+    _background_line(where, args.exc_type, args.exc_value)
+
+  sys.excepthook = excepthook
+  sys.unraisablehook = unraisable
 
 
 _HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
@@ -505,7 +537,7 @@ def help_text(argv: Sequence[str]) -> str:
 def run(main) -> None:
   """``absl.app.run`` with jaxlab's flag-error convention (exit 2, one clear line)."""
 
-  threading.excepthook = _thread_failure
+  _quiet_background_reports()
   if any(a in _HELP_ARGS for a in sys.argv[1:]):
     try:
       print(help_text(sys.argv), flush=True)

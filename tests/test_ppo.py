@@ -569,6 +569,36 @@ def test_shared_rollout_step_records():
   assert rollouts.rollout(env.step, act, carry, jax.random.key(1), 5, records=False)[1] is None
 
 
+def test_rollout_records_equal_the_step_by_step_scan():
+  """rollout rebuilds ``reset`` and ``returned_episode`` after its loop: they must be exactly the
+  records of the step function scanned as is (initial reset flags included)."""
+  from jaxlab.rl.ppo import rollouts
+
+  env = counter_env(3)
+  obs, state = env.reset(jax.random.key(0))
+  act = lambda c, o, r, k: (c, jax.random.randint(k, (3,), 0, 2), {"u": o[:, 0] + r})
+  carry = (state, obs, jnp.array([True, False, True]), ())
+  got_carry, got = rollouts.rollout(env.step, act, carry, jax.random.key(1), 7)
+  step = rollouts.step_fn(env.step, act, jax.random.key(1))
+  want_carry, want = jax.lax.scan(step, carry, jnp.arange(7))
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  jax.tree.map(np.testing.assert_array_equal, (got_carry, got), (want_carry, want))
+
+
+@pytest.mark.parametrize("action_dim", [0, 2])
+def test_log_prob_entropy_equals_the_two_functions(action_dim):
+  pol = policies.make(
+    "mlp", 0 if action_dim else 3, action_dim=action_dim, hidden=(8,), activation="tanh"
+  )
+  obs, reset = jax.random.normal(jax.random.key(0), (2, 5, 4)), jnp.zeros((2, 5), bool)
+  params = pol.init(jax.random.key(1), (), obs, reset)
+  _, dist, _ = pol.apply(params, (), obs, reset)
+  action = policies.sample(dist, jax.random.key(2))
+  lp, ent = policies.log_prob_entropy(dist, action)
+  np.testing.assert_allclose(lp, policies.log_prob(dist, action), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(ent, policies.entropy(dist), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.slow
 def test_experiment_solves_cartpole(tmp_path):
   """The default command: eval return >= 475. Measured: ~45 s on 2 shared CPU cores."""

@@ -38,7 +38,7 @@ from jaxlab.core import sharding
 from jaxlab.core.errors import require
 from jaxlab.core.train_state import TrainState
 from jaxlab.rl.ppo import policies, rollouts
-from jaxlab.rl.ppo.loss import LossTerms, gae, ppo_loss
+from jaxlab.rl.ppo.loss import LOSS_PARTS, LossTerms, gae, ppo_loss
 
 Array = jax.Array
 
@@ -276,10 +276,11 @@ def _minibatches(data: dict, carry0: Any, config: PPOConfig, recurrent: bool, ke
 
 def _loss_fn(params, batch: dict, train: TrainState, config: PPOConfig):
   _, dist, value = train(batch["carry"], batch["obs"], batch["reset"], params=params)
+  log_prob, entropy = policies.log_prob_entropy(dist, batch["action"])
   terms = LossTerms(
-    log_prob=policies.log_prob(dist, batch["action"]),
+    log_prob=log_prob,
     value=value,
-    entropy=policies.entropy(dist),
+    entropy=entropy,
     old_log_prob=batch["log_prob"],
     old_value=batch["value"],
     advantage=batch["advantage"],
@@ -315,14 +316,17 @@ def _learn(train: TrainState, data, carry0, config, recurrent, mesh, key):
 
     def minibatch(train, xs):
       mb, carry = xs
-      return train.apply_loss(_loss_fn, {**mb, "carry": carry}, train, config)
+      train, parts = train.apply_loss(_loss_fn, {**mb, "carry": carry}, train, config)
+      # one stacked vector, not one stacked scalar per part: each is an update per minibatch
+      return train, jnp.stack([parts[k] for k in LOSS_PARTS])
 
     if not recurrent:  # an MLP's carry is () and the same for every minibatch
       return scan(lambda tr, mb: minibatch(tr, (mb, carries)), train, mbs, config.unroll)
     return scan(minibatch, train, (mbs, carries), config.unroll)
 
   train, parts = scan(epoch, train, jax.random.split(key, config.epochs), config.unroll)
-  return train, jax.tree.map(jnp.mean, parts)
+  means = jnp.mean(parts, axis=(0, 1))
+  return train, {k: means[i] for i, k in enumerate(LOSS_PARTS)}
 
 
 def _episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:

@@ -39,6 +39,10 @@ def gae(
   return adv, adv + value
 
 
+# the parts ppo_loss returns, in a fixed order (PPO stacks them per minibatch as one vector)
+LOSS_PARTS = ("loss", "pg_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
+
+
 class LossTerms(NamedTuple):
   """What the loss sees of one minibatch: the new network outputs and the rollout's records."""
 

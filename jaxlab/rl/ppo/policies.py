@@ -78,6 +78,15 @@ def log_prob(dist: dict, action: Array) -> Array:
   return jnp.sum(-0.5 * z**2 - dist["log_std"] - 0.5 * math.log(2 * math.pi), axis=-1)
 
 
+def log_prob_entropy(dist: dict, action: Array) -> tuple[Array, Array]:
+  """``(log_prob(dist, action), entropy(dist))`` from one log-softmax (the PPO loss needs both)."""
+  if "logits" not in dist:
+    return log_prob(dist, action), entropy(dist)
+  logp = jax.nn.log_softmax(dist["logits"])
+  taken = jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+  return taken, -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
 def entropy(dist: dict) -> Array:
   if "logits" in dist:
     logp = jax.nn.log_softmax(dist["logits"])

@@ -60,12 +60,32 @@ def step_fn(env_step: Callable, act: Callable, key) -> Callable:
 
 def rollout(env_step: Callable, act: Callable, carry, key, num_steps: int, records: bool = True):
   """``num_steps`` steps in one ``lax.scan`` -> ``(carry, trajectory)`` (``[T, N]`` records;
-  ``None`` without ``records``, which keeps the scan from stacking them)."""
+  ``None`` without ``records``, which keeps the scan from stacking them).
+
+  Two records repeat others and are rebuilt after the loop instead of stacked in it (each stacked
+  record is an update per step, and at a few environments a step is a few microseconds of such
+  operations): ``reset[t + 1]`` is ``done[t]``, and ``info["returned_episode"]`` is ``done``
+  (:mod:`jaxlab.envs.vec`).
+  """
   step = step_fn(env_step, act, key)
   if not records:
     body = lambda c, t: (step(c, t)[0], None)
     return jax.lax.scan(body, carry, jnp.arange(num_steps))
-  return jax.lax.scan(step, carry, jnp.arange(num_steps))
+
+  rebuilt = set()  # filled while the body is traced
+
+  def body(c, t):
+    c, rec = step(c, t)
+    rebuilt.update({"returned_episode"} & set(rec["info"]))
+    info = {k: v for k, v in rec["info"].items() if k != "returned_episode"}
+    return c, {k: v for k, v in rec.items() if k != "reset"} | {"info": info}
+
+  reset0 = carry[2]
+  carry, traj = jax.lax.scan(body, carry, jnp.arange(num_steps))
+  if rebuilt:
+    traj["info"]["returned_episode"] = traj["done"]
+  traj["reset"] = jnp.concatenate([reset0[None], traj["done"][:-1]])
+  return carry, traj
 
 
 def alive(done) -> jax.Array:

@@ -104,9 +104,7 @@ class ActorCritic(nn.Module):
 
 
 def _gymnax_env(name: str, n: int):
-  import gymnax
-
-  env, params = gymnax.make(gymnax_envs.resolve(name))
+  env, params = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(name))
 
   def reset(key):
     return jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, n), params)

@@ -5,6 +5,8 @@ See docs/online_envs.md.
 
 import collections
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -296,3 +298,19 @@ def test_craftax_other_variants(name):
   obs2, _, _, _, info = jax.jit(env.step)(state, jnp.zeros((2,), jnp.int32), jax.random.key(1))
   assert obs.shape == obs2.shape == (2, *env.obs_shape)
   assert info["achievements"].shape == (2, len(env.achievement_names))
+
+
+def test_gymnax_import_defers_seaborn_until_used():
+  """gymnax imports seaborn (and scipy.stats) for rendering only; jaxlab imports it on first use."""
+  code = (
+    "import sys\n"
+    "from jaxlab.envs import gymnax\n"
+    "gymnax.make('cartpole', 2)\n"
+    "assert 'scipy.stats' not in sys.modules, 'seaborn was imported'\n"
+    "from gymnax.environments.misc import pong\n"
+    "assert len(pong.sns.color_palette('cubehelix', 3)) == 3\n"
+    "import seaborn\n"
+    "assert seaborn.color_palette is pong.sns.color_palette\n"
+  )
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]

@@ -11,6 +11,10 @@ themselves. Names and layout: docs/online_envs.md.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import types
+
 import jax
 import jax.numpy as jnp
 
@@ -43,14 +47,36 @@ def resolve(name: str, field: str = "env") -> str:
   raise ConfigError(field, f"unknown gymnax environment {name!r}; allowed: {', '.join(ENVS)}")
 
 
+class _Deferred(types.ModuleType):
+  """Stands in ``sys.modules`` for a package until one of its attributes is used, then imports
+  it and hands the attribute over (later imports get the package itself)."""
+
+  def __getattr__(self, attr):
+    if sys.modules.get(self.__name__) is self:
+      del sys.modules[self.__name__]
+    return getattr(importlib.import_module(self.__name__), attr)
+
+
+def import_gymnax():
+  """``import gymnax``, with seaborn imported on its first use: gymnax's Pong imports seaborn at
+  module level for rendering only, and seaborn with scipy.stats is about 1 s of every process's
+  start on a CPU (``python -X importtime -c "import gymnax"``)."""
+  if "seaborn" not in sys.modules:
+    spec = importlib.util.find_spec("seaborn")
+    if spec is not None:
+      stub = sys.modules["seaborn"] = _Deferred("seaborn")
+      stub.__spec__ = spec  # what the import system reads of a module it finds in sys.modules
+  import gymnax  # late: `import gymnax` is slow and needs the `six` package
+
+  return gymnax
+
+
 def make(name: str, num_envs: int, *, field: str = "env") -> vec.VecEnv:
   """A batch of `num_envs` gymnax environments (see `jaxlab.envs.vec` for the contract)."""
   env_id = resolve(name, field)
   if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
     raise ConfigError("config.num_envs", f"must be a positive integer, got {num_envs!r}")
-  import gymnax  # imported late: `import gymnax` is slow and needs the `six` package
-
-  env, params = gymnax.make(env_id)
+  env, params = import_gymnax().make(env_id)
   space = env.action_space(params)
   discrete = hasattr(space, "n")
   num_actions = int(space.n) if discrete else 0

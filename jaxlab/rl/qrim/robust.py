@@ -76,9 +76,7 @@ class ParamState:
 def make(name: str, thetas) -> vec.VecEnv:
   """A VecEnv of ``len(thetas)`` environments, environment i with parameters ``thetas[i]``;
   :func:`set_theta` changes them in a running state (episodes in flight continue under them)."""
-  import gymnax
-
-  env, base = gymnax.make(gymnax_envs.resolve(name))
+  env, base = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(name))
   thetas = jnp.asarray(thetas, jnp.float32)
   n = thetas.shape[0]
   proto = gymnax_envs.make(name, n)

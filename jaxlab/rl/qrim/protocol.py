@@ -38,18 +38,26 @@ def query_scaling(search, config, key: Array) -> list[dict]:
   sizes = [2**e for e in range(4, config.max_log2 + 1)]
   length = sizes[-1]
   mini = jax.jit(jax.vmap(qrim_search.make_minimizer(search)))
+  # one program per size for the sets (op by op, each size compiled five small programs)
+  sets = jax.jit(_random_sets, static_argnums=(2, 3, 4))
   rows = []
   for i, n in enumerate(sizes):
-    k_f, k_run = jax.random.split(jax.random.fold_in(key, i))
-    perm = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(k_f, config.trials))
-    f = jnp.full((config.trials, length), jnp.inf).at[:, :n].set(perm)  # min 0; inf = absent
-    if search.mode == "statevector":
-      f = f[:, :n]
-    idx, info = mini(f.astype(jnp.float32), jax.random.split(k_run, config.trials))
+    width = n if search.mode == "statevector" else length
+    f, run_keys = sets(key, i, n, width, config.trials)
+    idx, info = mini(f, run_keys)
     found = np.asarray(jnp.take_along_axis(f, idx[:, None], 1)[:, 0] == 0)
     intervals = {k: _interval(np.asarray(v, float)) for k, v in info.items()}
     rows.append({"n": n, "success": float(found.mean()), **intervals})
   return rows
+
+
+def _random_sets(key: Array, i, n: int, width: int, trials: int) -> tuple[Array, Array]:
+  """``trials`` random orderings of ``0..n-1`` padded with inf to ``width`` (the absent
+  elements; the minimum is 0), and the search's keys, from the ``i``-th key of ``key``."""
+  k_f, k_run = jax.random.split(jax.random.fold_in(key, i))
+  perm = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(k_f, trials))
+  f = jnp.full((trials, width), jnp.inf).at[:, :n].set(perm)
+  return f.astype(jnp.float32), jax.random.split(k_run, trials)
 
 
 def query_slopes(rows: list[dict]) -> tuple[float, float]:

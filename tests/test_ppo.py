@@ -597,6 +597,15 @@ def test_log_prob_entropy_equals_the_two_functions(action_dim):
   lp, ent = policies.log_prob_entropy(dist, action)
   np.testing.assert_allclose(lp, policies.log_prob(dist, action), rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose(ent, policies.entropy(dist), rtol=1e-6, atol=1e-7)
+  if not action_dim:  # the categorical case against NumPy (the functions share helpers)
+    logits = np.asarray(dist["logits"], np.float64)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    a = np.asarray(action)
+    np.testing.assert_allclose(
+      lp, np.log(np.take_along_axis(p, a[..., None], -1))[..., 0], atol=1e-5
+    )
+    np.testing.assert_allclose(ent, -(p * np.log(p)).sum(-1), atol=1e-5)
 
 
 @pytest.mark.slow

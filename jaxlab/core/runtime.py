@@ -428,8 +428,8 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       compiled = ctx["compiled_before"] if i == 0 else _cache_size(chunk_fn)
       t0 = time.perf_counter()
       with _profiled(loop, ctx["workdir"], i):
+        # returns host metrics, so it blocks until the chunk is done
         state, per_step = chunk_fn(state, ctx["data"], ctx["key"], step, end - step, max_len)
-        per_step = jax.device_get(per_step)  # blocks: the chunk is done
       _note_first_step()
       seconds = time.perf_counter() - t0
       if compiled is not None and _cache_size(chunk_fn) == compiled:  # no compilation inside

@@ -72,8 +72,7 @@ def mode(dist: dict) -> Array:
 
 def log_prob(dist: dict, action: Array) -> Array:
   if "logits" in dist:
-    logp = jax.nn.log_softmax(dist["logits"])
-    return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    return _taken(jax.nn.log_softmax(dist["logits"]), action)
   z = (action - dist["mean"]) * jnp.exp(-dist["log_std"])
   return jnp.sum(-0.5 * z**2 - dist["log_std"] - 0.5 * math.log(2 * math.pi), axis=-1)
 
@@ -83,14 +82,20 @@ def log_prob_entropy(dist: dict, action: Array) -> tuple[Array, Array]:
   if "logits" not in dist:
     return log_prob(dist, action), entropy(dist)
   logp = jax.nn.log_softmax(dist["logits"])
-  taken = jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
-  return taken, -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+  return _taken(logp, action), _categorical_entropy(logp)
+
+
+def _taken(logp: Array, action: Array) -> Array:
+  return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def _categorical_entropy(logp: Array) -> Array:
+  return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
 def entropy(dist: dict) -> Array:
   if "logits" in dist:
-    logp = jax.nn.log_softmax(dist["logits"])
-    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    return _categorical_entropy(jax.nn.log_softmax(dist["logits"]))
   return jnp.sum(dist["log_std"] + 0.5 * math.log(2 * math.pi * math.e), axis=-1)
 
 

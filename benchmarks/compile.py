@@ -54,12 +54,13 @@ PROGRAMS = {
   "dasbs_exact": [],
   "dicode": ["--proposer=offline"],
   "itc": [],
+  "itc_cpu": ["--config=experiments/configs/itc.py:cpu"],  # target: <= 3 min cold
 }
 NO_WORKDIR = ("dasbs_exact",)  # its --workdir is an input (a trained run), not an output
-MODULES = {"dasbs_cpu": "dasbs"}  # a second command of one program
+MODULES = {"dasbs_cpu": "dasbs", "itc_cpu": "itc"}  # a second command of one program
 
 _PROGRAMS = flags.DEFINE_list(
-  "programs", list(PROGRAMS), "Programs to time (experiments.<name>; dasbs_cpu: its CPU preset)."
+  "programs", list(PROGRAMS), "Programs to time (experiments.<name>; dasbs_cpu, itc_cpu: their CPU presets)."
 )
 _TIMEOUT = flags.DEFINE_integer("timeout", 180, "Seconds per run; a longer run is cut, '> T'.")
 UNUSED_FLAGS = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "profile")

@@ -60,7 +60,9 @@ NO_WORKDIR = ("dasbs_exact",)  # its --workdir is an input (a trained run), not 
 MODULES = {"dasbs_cpu": "dasbs", "itc_cpu": "itc"}  # a second command of one program
 
 _PROGRAMS = flags.DEFINE_list(
-  "programs", list(PROGRAMS), "Programs to time (experiments.<name>; dasbs_cpu, itc_cpu: their CPU presets)."
+  "programs",
+  list(PROGRAMS),
+  "Programs to time (experiments.<name>; dasbs_cpu, itc_cpu: their CPU presets).",
 )
 _TIMEOUT = flags.DEFINE_integer("timeout", 180, "Seconds per run; a longer run is cut, '> T'.")
 UNUSED_FLAGS = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "profile")

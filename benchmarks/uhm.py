@@ -13,12 +13,15 @@ code shared with jaxlab), runs as a jitted lax.scan of `--steps` updates on batc
 same in-jit sampler. Compile excluded; the programs are timed in turn, `--reps` rounds, and the
 best round of each is kept (the machine is shared: every program saw the same load, printed
 beside the figures). Printed: ms/update of each, jaxlab ReBRAC / FQL ReBRAC (goal <= 1.0),
+XLA's FLOP count per full and critic-only update of each (ODE loops unrolled for the count),
 UHM / ReBRAC and UHM / FQL ReBRAC (paper, GPU: 2.4 ms / 1.3 ms = 1.8), and the sampler's throughput
 (batches/s) against a NumPy gather. With --num_seeds=S it also times S training seeds vmapped in
 one program (as `experiments.uhm --num_seeds`) against S separate runs. The data set is the
 embedded OGBench cube-single set when ogbench is installed, else random.
 """
 
+import contextlib
+import functools
 import os
 import pathlib
 import time
@@ -125,6 +128,76 @@ def time_agent(agent: str, cfg, data, steps: int, num_seeds: int = 1) -> float:
   """ms per update of one agent (of all `num_seeds` vmapped seeds together), compile excluded."""
   fn, args, n = agent_program(agent, cfg, data, steps, num_seeds)
   return 1e3 * time_chunk(fn, *args) / n
+
+
+@contextlib.contextmanager
+def _counting(full: bool):
+  """While tracing for a FLOP count: ``lax.cond`` takes the full-update (or critic-only) branch
+  and ``lax.scan`` unrolls, because XLA's cost analysis counts a loop body once whatever its trip
+  count (the ODE solves) and a conditional's branches apart from how often each runs."""
+  cond, scan = jax.lax.cond, jax.lax.scan
+  jax.lax.cond = lambda pred, true_fn, false_fn, *ops: (true_fn if full else false_fn)(*ops)
+  jax.lax.scan = functools.partial(scan, unroll=True)
+  try:
+    yield
+  finally:
+    jax.lax.cond, jax.lax.scan = cond, scan
+
+
+def _mflops(fn, *args) -> float:
+  cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+  return (cost[0] if isinstance(cost, list) else cost)["flops"] / 1e6
+
+
+def update_mflops(agent: str, cfg, data) -> tuple[float, float]:
+  """XLA's MFLOP count of one ``agent`` update: (full update, critic-only update)."""
+  cfg = _agent_config(cfg, agent)
+  dims = (data.observations.shape[1], data.actions.shape[1])
+  state = uhm.create(jax.random.key(0), *dims, cfg, obs_stats=offline_data.obs_stats(data))
+  batch = uhm.make_sample_fn(cfg)(data, jax.random.key(1))
+  out = []
+  for full in (True, False):
+    with _counting(full):
+      # a new function each time: jit reuses the trace of a function it has seen
+      out.append(_mflops(lambda s, b, k: uhm.update(s, b, k), state, batch, jax.random.key(2)))
+  return out[0], out[1]
+
+
+def fql_mflops(cfg, data) -> tuple[float, float]:
+  """The same count for the FQL ReBRAC reference: (full update, critic-only update)."""
+  cfg = _agent_config(cfg, "rebrac")
+  dims = (data.observations.shape[1], data.actions.shape[1])
+  params, opt_state = fql_rebrac_init(jax.random.key(0), *dims, cfg)
+  batch = uhm.make_sample_fn(cfg)(data, jax.random.key(1))
+  return tuple(
+    _mflops(
+      lambda p, o, b, k, f=full: fql_rebrac_update(p, o, b, k, cfg, f),
+      params,
+      opt_state,
+      batch,
+      jax.random.key(2),
+    )
+    for full in (True, False)
+  )
+
+
+def print_flops(agents, cfg, data) -> None:
+  """MFLOP per update of each agent and of the reference; the mean weighs full and critic-only
+  updates as a run does (one full update in actor_freq)."""
+  f = cfg.actor_freq
+  mean = lambda full, critic: (full + (f - 1) * critic) / f
+  counts = {a: update_mflops(a, cfg, data) for a in agents}
+  counts[FQL] = fql_mflops(cfg, data)
+  print(f"MFLOP per update (XLA's count, ODE loops unrolled; one full update in {f}):")
+  for name, (full, critic) in counts.items():
+    print(
+      f"  {name:10s} full {full:7.0f}  critic-only {critic:7.0f}  mean {mean(full, critic):7.0f}"
+    )
+  m = {k: mean(*v) for k, v in counts.items()}
+  if "rebrac" in m:
+    print(f"  jaxlab ReBRAC / FQL ReBRAC {m['rebrac'] / m[FQL]:5.2f}x")
+    if "uhm" in m:
+      print(f"  UHM / jaxlab ReBRAC        {m['uhm'] / m['rebrac']:5.2f}x")
 
 
 # ------------------------------------------------------------------ reference: FQL's ReBRAC update
@@ -350,6 +423,7 @@ def main(argv):
     if ref:
       print(_ratio_line("UHM / jaxlab ReBRAC", results["uhm"], ref, "paper, GPU: 2.4/1.3 = 1.8"))
     print(_ratio_line("UHM / FQL ReBRAC", results["uhm"], fql, "paper, GPU: 2.4/1.3 = 1.8"))
+  print_flops(agents, cfg, data)
   if FLAGS.profile:
     profile_update(cfg, data, "uhm" if "uhm" in agents else agents[0], FLAGS.reps)
   if FLAGS.num_seeds > 1:

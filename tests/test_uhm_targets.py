@@ -263,8 +263,10 @@ def test_ghm_model_fixed_point_needs_the_shift():
 def _public_rebrac_params(params, batch, steps, cfg):
   """FQL's ReBRAC update (agents/rebrac.py + main.py), written out independently: one Adam over
   {critic, actor}, loss = critic + actor on full updates i % actor_freq == 0 (i = 1, 2, ...), the
-  actor's Q at the pre-update critic, targets moved only on full updates. Noise 0."""
+  actor's Q at the pre-update critic, targets moved only on full updates. Noise 0. Also returns
+  the actor loss of each full update {i: value}."""
   opt = optax.adam(cfg.lr)
+  actor_losses = {}
   opt_state = opt.init(params)
   target = jax.tree.map(jnp.copy, params)
   obs, act = batch["observations"], batch["actions"]
@@ -296,12 +298,17 @@ def _public_rebrac_params(params, batch, steps, cfg):
         + cfg.alpha_actor * jnp.mean(jnp.sum((a - act) ** 2, -1))
       )
 
+    if full:
+      a = actor_apply(params, obs)
+      q = critic_apply(params, obs, a).min(0)
+      bc = jnp.mean(jnp.sum((a - act) ** 2, -1))
+      actor_losses[i] = float(-jnp.mean(q) / jnp.abs(q).mean() + cfg.alpha_actor * bc)
     grads = jax.grad(loss_fn)(params)
     updates, opt_state = opt.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
     if full:
       target = jax.tree.map(lambda p, t: cfg.tau * p + (1 - cfg.tau) * t, params, target)
-  return params, target
+  return params, target, actor_losses
 
 
 def test_rebrac_update_matches_fql_transcription():
@@ -320,12 +327,17 @@ def test_rebrac_update_matches_fql_transcription():
   batch = {k: jnp.asarray(v[:64]) for k, v in _batch().items()}
   batch["observations"] = batch["observations"] + jnp.linspace(-1, 1, 64)[:, None]
   step = jax.jit(uhm.update)
-  seen = []
+  seen, actor_loss = [], []
   for i in range(5):
-    state, _ = step(state, batch, jax.random.PRNGKey(i))
+    state, metrics = step(state, batch, jax.random.PRNGKey(i))
     seen.append((state.ac.params, state.ac.target_params))
+    actor_loss.append(float(metrics["actor_loss"]))
   # state.config: cfg validated (its unset discount is NO_TASK_VALUES["discount"])
-  ref_p, ref_t = _public_rebrac_params(p0, batch, 5, state.config)
+  ref_p, ref_t, ref_actor = _public_rebrac_params(p0, batch, 5, state.config)
+  # Critic-only updates (1, 3, 5) skip the actor and report the latest full update's actor loss
+  # (none before update 2: zero).
+  np.testing.assert_allclose(actor_loss[1::2], [ref_actor[2], ref_actor[4]], rtol=1e-4)
+  assert actor_loss[0] == 0.0 and actor_loss[2] == actor_loss[1] and actor_loss[4] == actor_loss[3]
   for got, ref in ((state.ac.params, ref_p), (state.ac.target_params, ref_t)):
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6), got, ref)
   # Cadence: update 1 leaves actor and targets alone; targets move on updates 2 and 4 only; the

@@ -78,10 +78,10 @@ copy): `state.ac` (critic and actor, one optimizer: `q_values(state, ...)`, `pol
 `state.flow` and `state.reward` (None for agents without).
 Cost (`python -m benchmarks.uhm`, which also times a transcription of FQL's ReBRAC update): per
 update, 3x256 networks, batch 256, XLA's FLOP count with the 5-step ODE loops counted 5 times:
-ReBRAC 1188 MFLOP on full updates, 668 on critic-only ones (lax.cond: no actor backward pass, as
-FQL jits one update per value of full_update), 928 on average (FQL's: 938); UHM 3190 on average,
+ReBRAC 1189 MFLOP on full updates, 668 on critic-only ones (lax.cond: no actor term at all, as
+FQL jits one update per value of full_update), 928 on average (FQL's: 938); UHM 3120 on average,
 of which the two ODE solves (20 velocity-field evaluations: s_e for the target, the TD^2 path of
-the model loss) are ~1700: 3.4x ReBRAC on FLOP-bound hardware. The paper's ~1.8x is a GPU figure,
+the model loss) are ~1600: 3.4x ReBRAC on FLOP-bound hardware. The paper's ~1.8x is a GPU figure,
 where small matmuls are latency-bound. Wall-clock ratios on the shared 2-core CPU: benchmarks.uhm.
 """
 
@@ -283,6 +283,9 @@ def _validated(config) -> ml_collections.FrozenConfigDict:
 # --------------------------------------------------------------------------------------------------
 
 
+ACTOR_METRICS = ("actor_loss", "actor_q_loss", "bc_mse", "actor_q")
+
+
 class UHMState(struct.PyTreeNode):
   """The agent's networks, each a TrainState holding module, params, optimizer and target copy."""
 
@@ -292,6 +295,9 @@ class UHMState(struct.PyTreeNode):
   obs_mean: jax.Array  # O, standardisation of the flow model's conditioning inputs
   obs_std: jax.Array  # O
   delta_std: jax.Array  # O, scale of the displacement coordinates (flow_delta)
+  # ACTOR_METRICS of the latest full update (zeros before the first): critic-only updates skip the
+  # actor entirely, as FQL's do, and report these instead of computing them again
+  actor_metrics: dict[str, jax.Array]
   config: ml_collections.FrozenConfigDict = struct.field(pytree_node=False)
   reward_fn: Callable | None = struct.field(pytree_node=False, default=None)
 
@@ -360,6 +366,7 @@ def create(
     obs_mean=f32("mean"),
     obs_std=f32("std"),
     delta_std=f32("delta_std"),
+    actor_metrics={k: jnp.zeros((), jnp.float32) for k in ACTOR_METRICS},
     config=c,
     reward_fn=reward_fn,
   )
@@ -730,24 +737,21 @@ def actor_critic_loss(params, state: UHMState, batch, G_B, full_update):
   the DDPG+BC actor loss -Q(s, mu(s)) / mean|Q| + alpha_actor ||mu(s) - a||^2 (the critic inside
   the actor loss is held at this step's pre-update parameters, as in FQL).
 
-  full_update: a Python bool (what `update` passes, one branch of a lax.cond each: with False no
-  gradient flows through the actor term, whose value is still reported) or a traced bool."""
+  full_update: a Python bool (what `update` passes, one branch of a lax.cond each: with False the
+  actor term is not computed and the info has no ACTOR_METRICS) or a traced bool."""
   c = state.config
   q_ExB = q_values(state, batch["observations"], batch["actions"], params)
   critic = jnp.mean((q_ExB - G_B[None]) ** 2)
-  # On critic-only steps the actor term is a metric: no backward pass through it.
-  actor_params = jax.lax.stop_gradient(params) if full_update is False else params
-  act = policy(state, batch["observations"], actor_params)
+  info = dict(critic_loss=critic, q_mean=jnp.mean(q_ExB), target_mean=jnp.mean(G_B))
+  if full_update is False:  # computing the actor term anyway cost ~12 % of a ReBRAC update on CPU
+    return critic, info
+  act = policy(state, batch["observations"], params)
   q = jnp.min(q_values(state, batch["observations"], act, jax.lax.stop_gradient(params)), 0)
   scale = jax.lax.stop_gradient(1.0 / (jnp.mean(jnp.abs(q)) + 1e-6)) if c.normalize_q_loss else 1.0
   q_loss = -scale * jnp.mean(q)
   bc = jnp.mean(jnp.sum((act - batch["actions"]) ** 2, -1))
   actor = q_loss + c.alpha_actor * bc
-  if full_update is True or full_update is False:
-    loss = critic + actor if full_update else critic
-  else:
-    loss = critic + jnp.where(full_update, actor, 0.0)
-  info = dict(critic_loss=critic, q_mean=jnp.mean(q_ExB), target_mean=jnp.mean(G_B))
+  loss = critic + (actor if full_update is True else jnp.where(full_update, actor, 0.0))
   info.update(actor_loss=actor, actor_q_loss=q_loss, bc_mse=bc, actor_q=jnp.mean(q))
   return loss, info
 
@@ -784,11 +788,15 @@ def update(state: UHMState, batch: dict, key) -> tuple[UHMState, dict]:
 
   def ac_step(full: bool):
     # FQL jit-compiles its update once per value of full_update; a lax.cond does the same inside
-    # one program, so critic-only steps skip the actor's backward pass and the target update.
+    # one program, so critic-only steps skip the actor and the target update.
     ac, info = state.ac.apply_loss(actor_critic_loss, state, batch, G, full)
-    return (ac.update_target(c.tau) if full else ac), info
+    if not full:
+      return ac, state.actor_metrics, info
+    return ac.update_target(c.tau), {k: info.pop(k) for k in ACTOR_METRICS}, info
 
-  ac, info = jax.lax.cond(full_update, lambda: ac_step(True), lambda: ac_step(False))
-  metrics.update(info)
-  state = state.replace(ac=ac)
+  ac, actor_metrics, info = jax.lax.cond(
+    full_update, lambda: ac_step(True), lambda: ac_step(False)
+  )
+  metrics.update(info, **actor_metrics)
+  state = state.replace(ac=ac, actor_metrics=actor_metrics)
   return state, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}

@@ -794,9 +794,7 @@ def update(state: UHMState, batch: dict, key) -> tuple[UHMState, dict]:
       return ac, state.actor_metrics, info
     return ac.update_target(c.tau), {k: info.pop(k) for k in ACTOR_METRICS}, info
 
-  ac, actor_metrics, info = jax.lax.cond(
-    full_update, lambda: ac_step(True), lambda: ac_step(False)
-  )
+  ac, actor_metrics, info = jax.lax.cond(full_update, lambda: ac_step(True), lambda: ac_step(False))
   metrics.update(info, **actor_metrics)
   state = state.replace(ac=ac, actor_metrics=actor_metrics)
   return state, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}

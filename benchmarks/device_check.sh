@@ -112,8 +112,9 @@ pick() { if [ "$MODE" = gpu ]; then echo "$1"; else echo "$2"; fi; }
 check lm1b $(pick 140 900) benchmarks.lm --part=throughput \
   $(pick "--model=1b --steps=10" "--model=tiny --steps=2")
 # 2. UHM vs ReBRAC update cost at FQL's 4x512 networks (batch 256), random data on the GPU image.
+#    --noflops: the FLOP counts do not depend on the device and cost compiles (docs/uhm.md has them).
 check uhm $(pick 80 900) benchmarks.uhm --config=experiments/configs/uhm.py:paper \
-  --agents=rebrac,uhm $(pick "--steps=200" "--steps=3 --config.batch_size=16")
+  --agents=rebrac,uhm --noflops $(pick "--steps=200" "--steps=3 --config.batch_size=16")
 # 3. PPO on Craftax-Classic-Symbolic: jaxlab's PPO vs the PureJaxRL-style reference, same process.
 check ppo $(pick 200 1500) benchmarks.ppo --env=craftax-classic-symbolic --seeds=1 \
   $(pick "--num_envs=1024 --rollout=64 --steps=524288" "--num_envs=8 --rollout=8 --steps=128")

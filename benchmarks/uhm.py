@@ -13,7 +13,8 @@ code shared with jaxlab), runs as a jitted lax.scan of `--steps` updates on batc
 same in-jit sampler. Compile excluded; the programs are timed in turn, `--reps` rounds, and the
 best round of each is kept (the machine is shared: every program saw the same load, printed
 beside the figures). Printed: ms/update of each, jaxlab ReBRAC / FQL ReBRAC (goal <= 1.0),
-XLA's FLOP count per full and critic-only update of each (ODE loops unrolled for the count),
+XLA's FLOP count per full and critic-only update of each (ODE loops unrolled for the count;
+--noflops skips it),
 UHM / ReBRAC and UHM / FQL ReBRAC (paper, GPU: 2.4 ms / 1.3 ms = 1.8), and the sampler's throughput
 (batches/s) against a NumPy gather. With --num_seeds=S it also times S training seeds vmapped in
 one program (as `experiments.uhm --num_seeds`) against S separate runs. The data set is the
@@ -41,6 +42,7 @@ from jaxlab.rl.uhm import offline_data
 flags.DEFINE_list("agents", ["rebrac", "uhm"], "Agents to time (rebrac, uhm, ghm, dtd, mbtd).")
 flags.DEFINE_integer("num_seeds", 0, "Also time this many vmapped seeds vs separate runs (0: no).")
 flags.DEFINE_bool("paper_scale", False, "FQL's 4x512 actor / critic / flow networks (`:paper`).")
+flags.DEFINE_bool("flops", True, "Also print XLA's FLOP count per update (six more compiles).")
 flags.DEFINE_integer("reps", 5, "Timing rounds (each program once per round; best round kept).")
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config_file(
@@ -423,7 +425,8 @@ def main(argv):
     if ref:
       print(_ratio_line("UHM / jaxlab ReBRAC", results["uhm"], ref, "paper, GPU: 2.4/1.3 = 1.8"))
     print(_ratio_line("UHM / FQL ReBRAC", results["uhm"], fql, "paper, GPU: 2.4/1.3 = 1.8"))
-  print_flops(agents, cfg, data)
+  if FLAGS.flops:
+    print_flops(agents, cfg, data)
   if FLAGS.profile:
     profile_update(cfg, data, "uhm" if "uhm" in agents else agents[0], FLAGS.reps)
   if FLAGS.num_seeds > 1:

@@ -151,18 +151,18 @@ def _mflops(fn, *args) -> float:
   return (cost[0] if isinstance(cost, list) else cost)["flops"] / 1e6
 
 
-def update_mflops(agent: str, cfg, data) -> tuple[float, float]:
-  """XLA's MFLOP count of one ``agent`` update: (full update, critic-only update)."""
+def update_mflops(agent: str, cfg, data, branches=(True, False)) -> tuple[float, ...]:
+  """XLA's MFLOP count of one ``agent`` update, per branch: (full update, critic-only update)."""
   cfg = _agent_config(cfg, agent)
   dims = (data.observations.shape[1], data.actions.shape[1])
   state = uhm.create(jax.random.key(0), *dims, cfg, obs_stats=offline_data.obs_stats(data))
   batch = uhm.make_sample_fn(cfg)(data, jax.random.key(1))
   out = []
-  for full in (True, False):
+  for full in branches:
     with _counting(full):
       # a new function each time: jit reuses the trace of a function it has seen
       out.append(_mflops(lambda s, b, k: uhm.update(s, b, k), state, batch, jax.random.key(2)))
-  return out[0], out[1]
+  return tuple(out)
 
 
 def fql_mflops(cfg, data) -> tuple[float, float]:

@@ -1,6 +1,5 @@
 """benchmarks.uhm's FLOP count: what it counts, and jaxlab's ReBRAC against FQL's at equal work."""
 
-import jax
 import numpy as np
 import pytest
 
@@ -37,19 +36,11 @@ def test_rebrac_counts_match_fql_and_critic_only_skips_the_actor(setup):
   assert abs(critic / fql_critic - 1) < 0.05 and abs(full / fql_full - 1) < 0.05
 
 
-def _full_update_mflops(cfg, data) -> float:
-  state = uhm.create(jax.random.key(0), 6, 2, cfg)
-  batch = uhm.make_sample_fn(cfg)(data, jax.random.key(1))
-  with bench._counting(full=True):
-    return bench._mflops(lambda s, b, k: uhm.update(s, b, k), state, batch, jax.random.key(2))
-
-
 def test_count_unrolls_the_ode_loops(setup):
   cfg, data = setup
   c = cfg.as_configdict()
-  c.agent = "uhm"
   counts = []
   for steps in (5, 10):
     c.flow_steps = steps
-    counts.append(_full_update_mflops(uhm.validate_config(c), data))
+    counts.append(bench.update_mflops("uhm", uhm.validate_config(c), data, branches=(True,))[0])
   assert counts[1] > 1.25 * counts[0]  # XLA alone counts a loop body once: the two would be equal

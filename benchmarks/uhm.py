@@ -17,7 +17,7 @@ XLA's FLOP count per full and critic-only update of each (ODE loops unrolled for
 --noflops skips it),
 UHM / ReBRAC and UHM / FQL ReBRAC (paper, GPU: 2.4 ms / 1.3 ms = 1.8), and the sampler's throughput
 (batches/s) against a NumPy gather. With --num_seeds=S it also times S training seeds vmapped in
-one program (as `experiments.uhm --num_seeds`) against S separate runs. The data set is the
+one program (as `experiments.uhm --seeds=S`) against S separate runs. The data set is the
 embedded OGBench cube-single set when ogbench is installed, else random.
 """
 
@@ -111,19 +111,22 @@ def agent_program(agent: str, cfg, data, steps: int, num_seeds: int = 1):
   dims = (data.observations.shape[1], data.actions.shape[1])
   stats = offline_data.obs_stats(data)
   state = uhm.create_seeds(jax.random.key(0), num_seeds, *dims, cfg, obs_stats=stats)
-  update, sample = uhm.update, uhm.make_sample_fn(cfg)
-  if num_seeds > 1:
-    update, sample = uhm.vmap_seeds(update, sample, num_seeds)
+  sample = uhm.make_sample_fn(cfg)
+  one = lambda s, k: uhm.update(s, sample(data, k), k)
+  # several seeds as `experiments.uhm --seeds` trains them: the runtime's seed axis, UHM's vmap
+  step = one if num_seeds == 1 else uhm.seed_vmap(one)
+  key = jax.random.key(1) if num_seeds == 1 else jax.random.split(jax.random.key(1), num_seeds)
 
   @jax.jit
   def chunk(state, key):
     def body(s, i):
-      k = jax.random.fold_in(key, i)
-      return update(s, sample(data, k), k)
+      fold = lambda kk: jax.random.fold_in(kk, i)
+      k = fold(key) if num_seeds == 1 else jax.vmap(fold)(key)
+      return step(s, k)
 
     return jax.lax.scan(body, state, jnp.arange(steps))
 
-  return chunk, (state, jax.random.key(1)), steps
+  return chunk, (state, key), steps
 
 
 def time_agent(agent: str, cfg, data, steps: int, num_seeds: int = 1) -> float:

@@ -16,6 +16,7 @@ Commands and measured wall times (CPU: 2 cores shared with other jobs; no GPU fi
   python -m experiments.ppo --env=cartpole --policy=gru     # eval 500, ~1 min
   python -m experiments.ppo --env=cartpole --policy=gtrxl   # eval 500, ~4 min
   python -m experiments.ppo --env=cartpole --config=experiments/configs/ppo.py:cpu  # smoke run
+  python -m experiments.ppo --env=cartpole --seeds=5   # seeds 0-4 vmapped in one program
   python -m experiments.ppo --env=craftax-classic-symbolic \
       --config=experiments/configs/ppo.py:craftax --steps=60 --config.num_envs=64 \
       --config.mlp.hidden='(256,256,256)' --config.eval_envs=64 \
@@ -59,11 +60,19 @@ def main(argv):
     default_ckpt_every=ckpt_every,
     variant=(env_name, policy_name),
     mesh_axes=("data",),
+    seeds=True,
   )
   run.check_batch("config.num_envs", config.num_envs)
   loop = run.loop(**ppo.loop_options(config, env_name, run.steps))
   out = ppo.train_run(
-    config, env_name, policy_name, loop, seed=run.seed, workdir=run.workdir, mesh=run.mesh
+    config,
+    env_name,
+    policy_name,
+    loop,
+    seed=run.seed,
+    seeds=run.seeds,
+    workdir=run.workdir,
+    mesh=run.mesh,
   )
   print(f"{out.line} -> {run.workdir}")
 

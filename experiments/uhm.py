@@ -10,7 +10,7 @@
       curves.png, metrics.csv, eval.csv, diagnostics.jsonl, tb/, checkpoints/; docs/uhm.md).
   python -m experiments.uhm --env=ogbench --agent=rebrac      # ablations, each in its own workdir:
       --agent in {uhm, rebrac, ghm, dtd, mbtd}                # runs/uhm/<agent>/<env_name>
-  python -m experiments.uhm --env=ogbench --num_seeds=3       # training seeds 0, 1, 2 vmapped
+  python -m experiments.uhm --env=ogbench --seeds=3           # training seeds 0, 1, 2 vmapped
   python -m experiments.uhm --env=ogbench --episodes=100 --data_seed=1   # a generated data set
   python -m experiments.uhm --env=ogbench --config=experiments/configs/uhm.py:cpu --steps=100
   python -m envs.ogbench_generate --env_name=puzzle-3x3-play-v0 --dataset_dir=~/.ogbench/data
@@ -66,12 +66,6 @@ flags.DEFINE_integer(
   "Seed of a generated data set (--episodes / --generate_missing); --seed is the training seed "
   "(networks, batches, noise). Standard and embedded files do not depend on it.",
 )
-flags.DEFINE_integer(
-  "num_seeds",
-  1,
-  "Train training seeds seed, seed+1, ... in ONE process, vmapped (one compile; every seed draws "
-  "its own batches and noise, so a seed here is not bitwise the run --seed=<it> would be).",
-)
 flags.DEFINE_integer("eval_episodes", 10, "Evaluation episodes in the real environment.")
 flags.DEFINE_integer(
   "eval_every",
@@ -95,11 +89,12 @@ def main(argv):
     default_ckpt_every=1000,
     variant=(config.agent, FLAGS.env_name),
     mesh_axes=("data", "fsdp"),
+    seeds=True,
   )
   experiment.check_choice("env", FLAGS.env, ("ogbench",))
   experiment.check_choice("agent", config.agent, uhm.AGENTS)
   uhm.check_options(
-    num_seeds=FLAGS.num_seeds,
+    seeds=run.seeds,
     mesh=run.mesh,
     eval_episodes=FLAGS.eval_episodes,
     episodes=FLAGS.episodes,
@@ -109,7 +104,7 @@ def main(argv):
   cfg, sources = uhm.resolve_task_config(config, FLAGS.env_name)
   run.check_batch("config.batch_size", cfg.batch_size)
   devices = 1 if run.mesh is None else run.mesh.size
-  uhm.check_memory(cfg, num_seeds=FLAGS.num_seeds, devices=devices)  # before any data is read
+  uhm.check_memory(cfg, num_seeds=len(run.seeds), devices=devices)  # before any data is read
   task = uhm.load_task(
     cfg,
     FLAGS.env_name,
@@ -119,7 +114,7 @@ def main(argv):
     data_seed=FLAGS.data_seed,
     sources=sources,
   )
-  seeds = list(range(run.seed, run.seed + FLAGS.num_seeds))
+  seeds = list(run.seeds)
   print(
     f"[uhm] agent={cfg.agent} env={FLAGS.env_name} data={task.record['data']} "
     f"({task.data.size} transitions, data seed {FLAGS.data_seed}) steps={run.steps} "
@@ -133,8 +128,7 @@ def main(argv):
   _, result = uhm.train(
     task,
     loop,
-    seed=run.seed,
-    num_seeds=FLAGS.num_seeds,
+    seeds=run.seeds,
     eval_episodes=FLAGS.eval_episodes,
     workdir=run.workdir,
     mesh=run.mesh,

@@ -554,6 +554,24 @@ def test_train_run_from_python(tmp_path):
   assert int(out.state.train.step) == steps * config.epochs * config.minibatches
 
 
+def test_vmapped_seeds_equal_each_seed_alone(tmp_path):
+  """--seeds: seeds trained in one compiled program; seed 7 there is the run seed=7 alone."""
+  config = _config_file("cpu")
+  loop = runtime.Loop(4, log_every=2, progress=False, plot=False, tensorboard=False, eval_every=4)
+  both = ppo.train_run(config, "cartpole", "mlp", loop, seeds=(2, 7), workdir=tmp_path / "v")
+  alone = ppo.train_run(config, "cartpole", "mlp", loop, seed=7, workdir=tmp_path / "s")
+  for a, b in zip(
+    jax.tree.leaves(both.state.train.params), jax.tree.leaves(alone.state.train.params)
+  ):
+    np.testing.assert_allclose(np.asarray(a)[1], np.asarray(b), rtol=1e-5, atol=1e-6)
+  mine, solo = both.result.per_seed[7], alone.result.summary
+  assert mine["eval/return"] == solo["eval/return"]
+  assert mine["train/episode_return"] == pytest.approx(solo["train/episode_return"], rel=1e-5)
+  assert both.result.summary["seeds"] == [2, 7]
+  first = np.asarray(jax.tree.leaves(both.state.train.params)[0])
+  assert not np.allclose(first[0], first[1])  # the seeds differ
+
+
 def test_shared_rollout_step_records():
   from jaxlab.rl.ppo import rollouts
 

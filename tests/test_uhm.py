@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxlab.core import checkpoint
+from jaxlab.core import checkpoint, runtime
 from jaxlab.core.errors import ConfigError
 from jaxlab.core.train_state import TrainState
 from jaxlab.rl import uhm
@@ -311,26 +311,29 @@ def test_state_checkpoint_round_trip(agent, tmp_path):
 
 
 def test_vmapped_seeds_equal_separate_runs():
-  """--num_seeds: two seeds trained in one vmapped program equal each seed trained alone."""
+  """--seeds: seeds trained in one vmapped program (the runtime's seed axis, UHM's seed_vmap)
+  equal each seed trained alone with its own keys."""
+  from jaxlab.core import seeds as seeds_lib
+
   data = offline_data.make_offline_data(_toy_dataset(N=60))
   c = uhm.validate_config(_tiny_config("rebrac"))
-  S, key = 2, jax.random.PRNGKey(7)
-  states = uhm.create_seeds(jax.random.PRNGKey(0), S, 3, 2, c)
-  update_v, sample_v = uhm.vmap_seeds(uhm.update, uhm.make_sample_fn(c), S)
-  step_v = jax.jit(lambda st, k: update_v(st, sample_v(data, k), k))
-  step_1 = jax.jit(lambda st, k_s, k_u: uhm.update(st, uhm.make_sample_fn(c)(data, k_s), k_u))
-  alone = [uhm.create(k, 3, 2, c) for k in jax.random.split(jax.random.PRNGKey(0), S)]
-  for t in range(2):
-    k = jax.random.fold_in(key, t)
-    states, _ = step_v(states, k)
-    ks, ku = jax.random.split(k, S), jax.random.split(k, S)
-    alone = [step_1(alone[i], ks[i], ku[i])[0] for i in range(S)]
-  for i in range(S):
-    got = jax.tree.map(lambda x: x[i], states.ac.params)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), got, alone[i].ac.params)
-  diff = jax.tree.map(
-    lambda a, b: float(jnp.abs(a - b).max()), alone[0].ac.params, alone[1].ac.params
+  seeds = (4, 9)
+  keys = seeds_lib.seed_keys(seeds)
+  loop = runtime.Loop(4, log_every=2, progress=False, tensorboard=False, plot=False)
+  kw = dict(data=data, sample_fn=uhm.make_sample_fn(c))
+  states = uhm.create_stacked(seeds_lib.stream(keys, 0), 3, 2, c)
+  states, result = runtime.train(
+    states, uhm.update, loop, key=keys, seeds=seeds, seed_vmap=uhm.seed_vmap, **kw
   )
+  for i in range(len(seeds)):
+    alone = uhm.create(jax.random.fold_in(keys[i], 0), 3, 2, c)
+    alone, solo = runtime.train(alone, uhm.update, loop, key=keys[i], **kw)
+    got = jax.tree.map(lambda x: x[i], states.ac.params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), got, alone.ac.params)
+    assert result.per_seed[seeds[i]]["train/critic_loss"] == pytest.approx(
+      solo.summary["train/critic_loss"], rel=1e-5
+    )
+  diff = jax.tree.map(lambda a: float(jnp.abs(a[0] - a[1]).max()), states.ac.params)
   assert max(jax.tree.leaves(diff)) > 1e-3  # the seeds differ
 
 
@@ -357,15 +360,18 @@ def _count(jaxpr, name):
 @pytest.mark.parametrize("seeds", [1, 2])
 def test_critic_only_steps_skip_the_actor_backward_pass(seeds):
   """As FQL (one jit per value of full_update): a critic-only update runs no actor backward pass
-  and no target update; under vmap_seeds the step stays a branch (not both branches + select)."""
+  and no target update; under seed_vmap the step stays a branch (not both branches + select)."""
   data = offline_data.make_offline_data(_toy_dataset(N=60))
   c = uhm.validate_config(_tiny_config("rebrac"))
   states = uhm.create_seeds(jax.random.PRNGKey(0), seeds, 3, 2, c)
-  update, sample = uhm.update, uhm.make_sample_fn(c)
+  sample = uhm.make_sample_fn(c)
   if seeds > 1:
-    update, sample = uhm.vmap_seeds(update, sample, seeds)
-  batch = sample(data, jax.random.PRNGKey(1))
-  jaxpr = jax.make_jaxpr(update)(states, batch, jax.random.PRNGKey(2)).jaxpr
+    keys = jax.random.split(jax.random.PRNGKey(2), seeds)
+    step = uhm.seed_vmap(lambda st, k: uhm.update(st, sample(data, k), k))
+    jaxpr = jax.make_jaxpr(step)(states, keys).jaxpr
+  else:
+    batch = sample(data, jax.random.PRNGKey(1))
+    jaxpr = jax.make_jaxpr(uhm.update)(states, batch, jax.random.PRNGKey(2)).jaxpr
   conds = _conds(jaxpr)
   assert len(conds) == 1, "the actor-critic step is one lax.cond on the step"
   critic_only, full = (b.jaxpr for b in conds[0].params["branches"])  # index 0: predicate False

@@ -39,7 +39,7 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
     "--episodes=3",
     "--data_seed=3",
     "--seed=5",
-    "--num_seeds=2",
+    "--seeds=2",
     f"--dataset_dir={tmp_path / 'data'}",
     f"--workdir={tmp_path / 'run'}",
     "--eval_episodes=1",
@@ -58,8 +58,8 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   # The data seed picks the generated set; the training seeds are --seed, --seed + 1 (vmapped).
   assert (tmp_path / "data" / "jaxlab-generated" / "e3-s3").is_dir()
   assert first["data_seed"] == 3 and first["training_seeds"] == [5, 6]
-  assert {"eval/success_seed5", "eval/success_seed6"} <= set(first)
-  per_seed = (first["eval/success_seed5"] + first["eval/success_seed6"]) / 2
+  assert set(first["per_seed"]) == {"5", "6"} and first["seeds"] == [5, 6]
+  per_seed = (first["per_seed"]["5"]["eval/success"] + first["per_seed"]["6"]["eval/success"]) / 2
   assert first["eval/success"] == pytest.approx(per_seed)
   assert first["ogbench"]["reward_and_success_on"] == "s"
   assert (tmp_path / "run" / "curves.png").exists()
@@ -104,12 +104,13 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
     (["--config.k_max=0"], "--config.k_max"),
     (["--config.flow_loss=ddpm"], "--config.flow_loss"),
     (["--eval_episodes=0"], "--eval_episodes"),
-    (["--num_seeds=0"], "--num_seeds"),
+    (["--seeds=0"], "--seeds"),
+    (["--seeds=1,1"], "--seeds"),
     (["--data_seed=-1"], "--data_seed"),
     # sizes that cannot fit: refused before any data is read
     (["--config.batch_size=100000000"], "--config.batch_size"),
     (["--config.value_hidden_dims=(1000000,)"], "--config.value_hidden_dims"),
-    (["--num_seeds=1000000"], "--num_seeds"),
+    (["--seeds=4000"], "--seeds"),
   ],
 )
 def test_bad_input_exits_2(tmp_path, args, flag):

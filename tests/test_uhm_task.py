@@ -66,8 +66,8 @@ def test_make_task_clips_actions_and_records_the_task():
 
 def test_check_options_names_the_flag():
   for kw, field in (
-    (dict(num_seeds=0), "num_seeds"),
-    (dict(num_seeds=2, mesh=object()), "num_seeds"),
+    (dict(seeds=()), "seeds"),
+    (dict(seeds=(0, 1), mesh=object()), "seeds"),
     (dict(eval_episodes=0), "eval_episodes"),
     (dict(episodes=0), "episodes"),
     (dict(data_seed=-1), "data_seed"),
@@ -121,8 +121,9 @@ def test_train_and_evaluate_seeds_in_the_real_env(tmp_path):
   assert task.env_name == og.DEFAULT_ENV_NAME and task.record["data"] == "embedded"
   assert float(np.abs(np.asarray(task.data.actions)).max()) <= 1 - uhm.ACTION_CLIP_EPS + 1e-7
   loop = runtime.Loop(num_steps=2, log_every=1, ckpt_every=0, progress=False, plot=False)
-  state, result = uhm.train(task, loop, seed=3, num_seeds=2, eval_episodes=1, workdir=tmp_path)
-  assert {"success", "success_seed3", "success_seed4"} <= set(result.evals[2])
+  state, result = uhm.train(task, loop, seeds=(3, 4), eval_episodes=1, workdir=tmp_path)
+  assert {"success", "return"} <= set(result.evals[2]) and set(result.evals_per_seed[2]) == {3, 4}
+  assert result.evals[2]["success"] == np.mean([result.per_seed[k]["eval/success"] for k in (3, 4)])
   summary = uhm.write_report(tmp_path, task, result, [3, 4])
   assert summary["training_seeds"] == [3, 4] and summary["ogbench"]["success_timing"] == "pre"
   # Held-out diagnostics (validation episodes): the critic's at step 0 and 2, per seed; ReBRAC has

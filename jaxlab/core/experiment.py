@@ -15,7 +15,8 @@ Every ``experiments/*.py`` file reads flags -> data -> create -> train -> report
     if __name__ == "__main__":
       experiment.run(main)     # ConfigError anywhere -> "error: --field: message", exit 2
 
-Shared flags: ``--workdir --seed --mesh --steps --log_every --ckpt_every --keep --profile``.
+Shared flags: ``--workdir --seed --seeds --mesh --steps --log_every --ckpt_every --keep
+--profile``.
 Nothing is written before validation ends: ``runtime.train`` creates and locks the workdir.
 """
 
@@ -50,6 +51,13 @@ flags.DEFINE_string(
   "Run directory (default: runs/<experiment>). An existing workdir with checkpoints is resumed.",
 )
 flags.DEFINE_integer("seed", 0, "Base PRNG seed.")
+flags.DEFINE_string(
+  "seeds",
+  None,
+  "Training seeds trained together, vmapped in ONE compiled program: a count N (seeds --seed ... "
+  "--seed+N-1) or a comma list (0,3,7). Seed k equals the run --seed=k alone; metrics.csv and "
+  "eval.csv get a seed column, summary.json a per_seed record.",
+)
 flags.DEFINE_string(
   "mesh", "", "Device mesh, e.g. 'data:2,fsdp:-1' (-1 = the rest). Empty: no mesh (single device)."
 )
@@ -188,6 +196,7 @@ class Common:
   ckpt_every: int
   keep: int = 3
   profile: bool = False
+  seeds: tuple[int, ...] = ()  # --seeds (default: (seed,)); several train vmapped in one program
 
   def loop(self, **overrides) -> Loop:
     """The runtime schedule these flags ask for (``eval_every`` etc. as overrides)."""
@@ -245,6 +254,7 @@ def common(
   variant: Sequence[Any] = (),
   mesh_axes: Sequence[str] | None = None,
   unused: Sequence[str] = (),
+  seeds: bool = False,
 ) -> Common:
   """Validates the shared flags (raises ``ConfigError`` naming the flag) without touching the disk.
 
@@ -254,7 +264,11 @@ def common(
     mesh_axes: axis names this experiment understands; others are rejected.
     unused: shared flags this experiment does not honour (e.g. ``("keep", "mesh")``): setting one
       is an error instead of being silently ignored.
+    seeds: whether the program trains several ``--seeds`` in one program (vmapped); when not,
+      ``--seeds`` with more than one seed is refused naming the flag.
   """
+  from jaxlab.core import seeds as seeds_lib
+
   for name_ in unused:
     if FLAGS[name_].present:
       raise ConfigError(name_, f"is not used by {name}; remove it")
@@ -272,7 +286,16 @@ def common(
     else (default_ckpt_every if default_ckpt_every is not None else max(log_every, steps // 4))
   )
   require(ckpt_every >= 0, "ckpt_every", f"must be >= 0 (0 = only at the end), got {ckpt_every}")
-  require(FLAGS.seed >= 0, "seed", f"must be >= 0, got {FLAGS.seed}")
+  require(
+    0 <= FLAGS.seed <= seeds_lib.MAX_SEED,
+    "seed",
+    f"must be in [0, {seeds_lib.MAX_SEED}], got {FLAGS.seed}",
+  )
+  if FLAGS.seeds is not None and "," in FLAGS.seeds and FLAGS["seed"].present:
+    raise ConfigError("seed", "--seeds lists the seeds; drop --seed (or give --seeds a count)")
+  run_seeds = seeds_lib.parse_seeds(FLAGS.seeds, FLAGS.seed)
+  if len(run_seeds) > 1 and not seeds:
+    raise ConfigError("seeds", f"{name} trains one seed per run; run one --seed at a time")
   require(FLAGS.keep >= 1, "keep", f"must be >= 1, got {FLAGS.keep}")
   mesh, spec = _mesh(name, mesh_axes)
   workdir = pathlib.Path(FLAGS.workdir) if FLAGS.workdir else default_workdir(name, *variant)
@@ -285,7 +308,7 @@ def common(
   return Common(
     name=name,
     workdir=workdir,
-    seed=FLAGS.seed,
+    seed=run_seeds[0],
     mesh=mesh,
     mesh_spec=spec,
     steps=steps,
@@ -293,6 +316,7 @@ def common(
     ckpt_every=ckpt_every,
     keep=FLAGS.keep,
     profile=FLAGS.profile,
+    seeds=run_seeds,
   )
 
 

@@ -31,14 +31,24 @@ class MetricsWriter:
     self.workdir = pathlib.Path(workdir)
     self._files: dict[str, tuple[Any, csv.DictWriter, list[str]]] = {}
     self._resume_step = resume_step
-    self._tb = None
-    if use_tensorboard:
+    self._use_tb = use_tensorboard
+    self._tbs: dict = {}  # None: the run's writer; a seed: its own run tb/seed<k>
+
+  def _tb(self, seed: int | None):
+    if not self._use_tb:
+      return None
+    if seed not in self._tbs:
       try:
         from tensorboardX import SummaryWriter
 
-        self._tb = SummaryWriter(str(self.workdir / "tb"), purge_step=resume_step or None)
+        # one TensorBoard run per seed, so the seeds' curves overlay under the same tags
+        path = self.workdir / "tb" / (f"seed{seed}" if seed is not None else "")
+        self._tbs[seed] = SummaryWriter(str(path), purge_step=self._resume_step or None)
       except Exception as e:  # TensorBoard is a convenience; never fail a run for it
         logging.warning("TensorBoard disabled: %s", e)
+        self._use_tb = False
+        return None
+    return self._tbs[seed]
 
   def _writer(self, name: str, keys: list[str]):
     if name in self._files:
@@ -46,7 +56,9 @@ class MetricsWriter:
     path = self.workdir / f"{name}.csv"
     rows = _read_rows(path) if path.exists() else []
     kept = [r for r in rows if int(float(r["step"])) <= self._resume_step]
-    fields = ["step"] + sorted(set(keys) | {k for r in kept for k in r if k != "step"})
+    names = set(keys) | {k for r in kept for k in r} - {"step"}
+    lead = ["step", "seed"] if "seed" in names else ["step"]
+    fields = lead + sorted(names - {"seed"})
     if not path.exists() or len(kept) != len(rows) or list(rows[0] if rows else []) != fields:
       tmp = path.with_suffix(".csv.tmp")  # new file, then rename: never a window without history
       with open(tmp, "w", newline="") as f:
@@ -60,19 +72,22 @@ class MetricsWriter:
     self._files[name] = (f, csv.DictWriter(f, fieldnames=fields, extrasaction="ignore"), fields)
     return self._files[name]
 
-  def write(self, name: str, step: int, metrics: Mapping[str, float]):
-    f, w, fields = self._writer(name, list(metrics))
-    w.writerow({"step": step, **{k: v for k, v in metrics.items() if k in fields}})
+  def write(self, name: str, step: int, metrics: Mapping[str, float], seed: int | None = None):
+    """One row of ``<name>.csv`` (with a ``seed`` column when ``seed`` is given)."""
+    row = dict(metrics) if seed is None else {"seed": seed, **metrics}
+    f, w, fields = self._writer(name, list(row))
+    w.writerow({"step": step, **{k: v for k, v in row.items() if k in fields}})
     f.flush()
-    if self._tb is not None:
+    tb = self._tb(seed)
+    if tb is not None:
       for k, v in metrics.items():
-        self._tb.add_scalar(f"{name}/{k}", v, step)
+        tb.add_scalar(f"{name}/{k}", v, step)
 
   def close(self):
     for f, _, _ in self._files.values():
       f.close()
-    if self._tb is not None:
-      self._tb.close()
+    for tb in self._tbs.values():
+      tb.close()
 
 
 def write_table(path: str | os.PathLike, rows: list[Mapping[str, Any]]) -> pathlib.Path:

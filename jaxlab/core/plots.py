@@ -188,11 +188,24 @@ def learning_curves(
   for name in ("metrics", "eval"):
     path = workdir / f"{name}.csv"
     if path.exists():
-      cols = read_csv(path)
+      cols = _mean_over_seeds(read_csv(path))
       series += [
         (f"{name}/{k}", cols["step"], v) for k, v in cols.items() if k != "step" and k not in skip
       ]
   return panels(workdir / out, series)
+
+
+def _mean_over_seeds(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """A run over a seed axis has one row per seed and step: its curves are the seeds' means."""
+  if "seed" not in cols:
+    return cols
+  steps, inverse = np.unique(cols["step"], return_inverse=True)
+  counts = np.bincount(inverse)
+  out = {"step": steps}
+  for k, v in cols.items():
+    if k not in ("step", "seed"):
+      out[f"{k} (mean of seeds)"] = np.bincount(inverse, weights=v) / counts
+  return out
 
 
 def profiles(

@@ -32,6 +32,7 @@ from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxlab.core import checkpoint, metrics, plots, provenance, resources
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.checkpoint import CKPT_DIR, SIGTERM_EXIT_CODE, Preempted, restore  # noqa: F401
 from jaxlab.core.errors import ConfigError
@@ -107,11 +108,18 @@ class Loop:
 
 @dataclasses.dataclass
 class Result:
-  """What a run returns: summary (also ``summary.json``), evaluations by step, per-step metrics."""
+  """What a run returns: summary (also ``summary.json``), evaluations by step, per-step metrics.
+
+  A run with a seed axis (``train(..., seeds=...)``) reports means over seeds in ``summary`` and
+  ``evals``, each seed's own summary in ``per_seed[seed]`` (also ``summary["per_seed"]``) and its
+  evaluations in ``evals_per_seed[step][seed]``; ``history`` arrays are then ``[steps, seeds]``.
+  """
 
   summary: dict
   evals: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
   history: dict[str, np.ndarray] | None = None
+  per_seed: dict[int, dict] = dataclasses.field(default_factory=dict)
+  evals_per_seed: dict[int, dict[int, dict[str, float]]] = dataclasses.field(default_factory=dict)
 
 
 COMPILE_LOG_ENV = "JAXLAB_COMPILE_LOG"
@@ -163,7 +171,10 @@ _CHUNK_FNS_KEPT = 8  # the newest few: closures may hold large arrays (data sets
 
 
 def make_chunk_fn(
-  update_fn: UpdateFn, sample_fn: Callable | None = None, state_sharding: PyTree | None = None
+  update_fn: UpdateFn,
+  sample_fn: Callable | None = None,
+  state_sharding: PyTree | None = None,
+  seed_vmap: Callable | None = None,
 ) -> Callable:
   """Returns ``chunk(state, data, key, start, length, max_len=None) -> (state, per_step)``, the
   metrics ``per_step`` as host (NumPy) arrays ``[length, ...]``.
@@ -174,26 +185,38 @@ def make_chunk_fn(
   or the last step) compiles once. One jitted function per ``(update_fn, sample_fn,
   state_sharding)``: a notebook that calls :func:`train` again with the same functions reuses the
   compiled chunks instead of compiling anew.
+
+  ``seed_vmap`` (e.g. :func:`jaxlab.core.seeds.vmap`) makes it a chunk over a leading seed axis:
+  the state and ``key`` are stacked per seed, the data is shared, and each step runs
+  ``seed_vmap(one)(states, keys)`` where ``one(state, key)`` is the single-seed step; the metrics
+  are then ``[length, seeds, ...]``.
   """
   leaves, treedef = jax.tree.flatten(state_sharding)
-  cache_key = (update_fn, sample_fn, treedef, tuple(leaves))
+  cache_key = (update_fn, sample_fn, treedef, tuple(leaves), seed_vmap)
   try:
     return _CHUNK_FNS[cache_key]
   except TypeError:  # an unhashable function object: build without caching
-    return _build_chunk_fn(update_fn, sample_fn, state_sharding)
+    return _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap)
   except KeyError:
     while len(_CHUNK_FNS) >= _CHUNK_FNS_KEPT:
       _CHUNK_FNS.pop(next(iter(_CHUNK_FNS)))
-    fn = _CHUNK_FNS[cache_key] = _build_chunk_fn(update_fn, sample_fn, state_sharding)
+    fn = _CHUNK_FNS[cache_key] = _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap)
     return fn
 
 
-def _build_chunk_fn(update_fn, sample_fn, state_sharding) -> Callable:
-  def body(state, data, key, step):
+def _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap=None) -> Callable:
+  def one(state, data, key, step):
     k_sample, k_update = jax.random.split(jax.random.fold_in(key, step))
     batch = data if sample_fn is None else sample_fn(data, k_sample)
     state, metrics = update_fn(state, batch, k_update)
     return state, jax.tree.map(lambda m: jnp.asarray(m).astype(jnp.float32), metrics)
+
+  if seed_vmap is None:
+    body = one
+  else:
+    # every seed folds the same step into its own key: seed k draws what its solo run draws
+    def body(states, data, keys, step):
+      return seed_vmap(lambda state, key: one(state, data, key, step))(states, keys)
 
   # jitted so that the shape probe below and the loop share one trace of update_fn (jax caches
   # the trace by argument types); XLA inlines the nested call
@@ -319,25 +342,79 @@ def _chunk_ends(start: int, loop: Loop) -> list[int]:
   return ends
 
 
-def check_chunk_memory(chunk_fn, loop: Loop, state, data, key, start: int) -> None:
+def check_chunk_memory(
+  chunk_fn, loop: Loop, state, data, key, start: int, seeds: tuple[int, ...] | None = None
+) -> list[slice] | None:
   """Compiles the chunk a run from ``start`` uses and refuses it (``ConfigError`` naming
-  ``loop.memory_field``) when XLA's memory analysis says it needs more than one device has."""
+  ``loop.memory_field``) when XLA's memory analysis says it needs more than one device has.
+
+  A run over a seed axis that does not fit falls back to sequential groups of seeds (one line says
+  so): returns the groups (slices of the seed axis), or None when every seed runs at once.
+  """
   ends = _chunk_ends(start, loop)
   if not ends or not hasattr(chunk_fn, "memory"):
-    return
+    return None
   # On a CPU the limit is the host's available memory, which no longer counts the arguments (the
   # state and data are already in this process); an accelerator's limit is its whole memory.
   resident = jax.devices()[0].platform == "cpu"
-  nbytes = chunk_fn.memory(state, data, key, _max_len(start, ends), arguments=not resident)
-  if nbytes is None:
-    return
+  max_len = _max_len(start, ends)
+  nbytes = chunk_fn.memory(state, data, key, max_len, arguments=not resident)
   limit = resources.device_memory()
-  if nbytes > limit:
-    raise ConfigError(
-      loop.memory_field,
-      f"needs about {resources.human(nbytes)} for one training chunk (XLA's memory analysis); "
-      f"this machine has {resources.human(limit)}",
+  if nbytes is None or nbytes <= limit:
+    return None
+  what = f"about {resources.human(nbytes)} for one training chunk (XLA's memory analysis)"
+  have = f"this machine has {resources.human(limit)}"
+  if seeds is None or len(seeds) == 1:
+    raise ConfigError(loop.memory_field, f"needs {what}; {have}")
+  n = len(seeds)
+  known = {n: nbytes}  # bytes by group size: a program's memory grows about linearly in seeds
+  size = min(n - 1, max(1, int(limit // (nbytes / n))))
+  while True:
+    groups = _seed_groups(n, size)
+    g = groups[0].stop - groups[0].start  # the largest group
+    first = jax.tree.map(lambda x: x[groups[0]], (state, key))
+    known[g] = chunk_fn.memory(first[0], data, first[1], max_len, arguments=not resident)
+    if known[g] is None or known[g] <= limit:
+      break
+    if g == 1:
+      raise ConfigError(
+        loop.memory_field,
+        f"one seed needs about {resources.human(known[g])} for one training chunk; {have}",
+      )
+    (s1, b1), (s2, b2) = sorted(known.items())[:2]
+    slope = (b2 - b1) / (s2 - s1)
+    guess = int((limit - (b1 - slope * s1)) // slope) if slope > 0 else g - 1
+    size = max(1, min(g - 1, guess))
+  if jax.process_index() == 0:
+    print(
+      f"[jaxlab] {n} seeds need {what}; {have}: training them in {len(groups)} sequential "
+      f"groups of <= {groups[0].stop - groups[0].start} seeds",
+      flush=True,
     )
+  return groups
+
+
+def _seed_groups(n: int, size: int) -> list[slice]:
+  """``n`` seeds in ``ceil(n / size)`` consecutive groups of near-equal size (at most two sizes,
+  so at most two compiled programs)."""
+  k = -(-n // size)
+  sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+  bounds = np.cumsum([0, *sizes])
+  return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _call_chunk(chunk_fn, state, ctx: dict, step: int, length: int, max_len: int):
+  """One chunk over every seed at once, or group by group (the seeds' results concatenated)."""
+  groups = ctx.get("groups")
+  if not groups:
+    return chunk_fn(state, ctx["data"], ctx["key"], step, length, max_len)
+  parts = [
+    chunk_fn(jax.tree.map(lambda x: x[g], state), ctx["data"], ctx["key"][g], step, length, max_len)
+    for g in groups
+  ]
+  state = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[p[0] for p in parts])
+  per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *[p[1] for p in parts])
+  return state, per_step
 
 
 def chunk_boundaries(start: int, num_steps: int, *everies: int) -> list[int]:
@@ -372,20 +449,30 @@ class _Host:
         desc=workdir.name if workdir is not None else "train",
       )
 
-  def log(self, step: int, mean: dict[str, float], sps: float) -> None:
+  def log(self, step: int, mean: dict[str, float], sps: float, rows: dict | None = None) -> None:
+    """One metrics row, or with a seed axis one row per seed (``rows``: seed -> means)."""
     loop = self.loop
     if self.writer is not None and (step % loop.log_every == 0 or step == loop.num_steps):
-      self.writer.write("metrics", step, {**mean, "steps_per_sec": sps})
+      if rows is None:
+        self.writer.write("metrics", step, {**mean, "steps_per_sec": sps})
+      for seed, row in (rows or {}).items():
+        self.writer.write("metrics", step, {**row, "steps_per_sec": sps}, seed=seed)
     if self.bar is not None:
       self.bar.update(step - self.bar.n)
       keys = [k for k in (loop.progress_keys or list(mean)[:3]) if k in mean]
       self.bar.set_postfix(**{k: f"{mean[k]:.3g}" for k in keys}, sps=f"{sps:.1f}")
 
-  def log_eval(self, step: int, result: dict[str, float]) -> None:
+  def log_eval(self, step: int, result: dict[str, float], rows: dict | None = None) -> None:
     if self.writer is not None:
-      self.writer.write("eval", step, result)
+      if rows is None:
+        self.writer.write("eval", step, result)
+      for seed, row in (rows or {}).items():
+        self.writer.write("eval", step, row, seed=seed)
     if self.bar is not None:
-      self.bar.write(f"[eval @ {step}] " + " ".join(f"{k}={v:.4g}" for k, v in result.items()))
+      mean = " (mean over seeds)" if rows else ""
+      self.bar.write(
+        f"[eval @ {step}{mean}] " + " ".join(f"{k}={v:.4g}" for k, v in result.items())
+      )
 
   def close(self) -> None:
     if self.bar is not None:
@@ -394,8 +481,11 @@ class _Host:
       self.writer.close()
 
 
-def _check_finite(step: int, mean: Mapping[str, float]) -> None:
+def _check_finite(step: int, mean: Mapping[str, float], rows: dict | None = None) -> None:
   bad = [k for k, v in mean.items() if not math.isfinite(v)]
+  if bad and rows:
+    seeds = [s for s, row in rows.items() if not all(math.isfinite(row[k]) for k in bad)]
+    bad = [f"{', '.join(bad)} (seed {', '.join(map(str, seeds))})"]
   if bad:
     raise NonFiniteError(step, bad)
 
@@ -413,14 +503,16 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
   checkpoints excluded), NaN when every chunk compiled; ``average`` is computed by the caller
   from the whole run's wall time.
   """
-  host, mngr, eval_fn = ctx["host"], ctx["mngr"], ctx["eval_fn"]
+  host, mngr, eval_fn, seeds = ctx["host"], ctx["mngr"], ctx["eval_fn"], ctx["seeds"]
   step, mean, evals, hist, sps = start, {}, {}, [], float("nan")
+  rows, evals_per_seed = None, {}
   steady_steps, steady_s = 0, 0.0
   first = None  # (per-step metrics, steps, seconds) of a one-step first chunk not yet logged
   ends = _chunk_ends(start, loop)
   max_len = _max_len(start, ends)
-  # a resumed run's chunk is compiled (and its memory checked) here; a fresh run's already was
-  check_chunk_memory(chunk_fn, loop, state, ctx["data"], ctx["key"], start)
+  if "groups" not in ctx:
+    # a resumed run's chunk is compiled (and its memory checked) here; a fresh run's already was
+    ctx["groups"] = check_chunk_memory(chunk_fn, loop, state, ctx["data"], ctx["key"], start, seeds)
   with checkpoint.sigterm_flag() as sigterm:
     for i, end in enumerate(ends):
       # the first chunk's program is compiled before it runs (check_chunk_memory), by this call
@@ -429,7 +521,7 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       t0 = time.perf_counter()
       with _profiled(loop, ctx["workdir"], i):
         # returns host metrics, so it blocks until the chunk is done
-        state, per_step = chunk_fn(state, ctx["data"], ctx["key"], step, end - step, max_len)
+        state, per_step = _call_chunk(chunk_fn, state, ctx, step, end - step, max_len)
       _note_first_step()
       seconds = time.perf_counter() - t0
       if compiled is not None and _cache_size(chunk_fn) == compiled:  # no compilation inside
@@ -445,16 +537,21 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
         first = (per_step, 1, seconds)
       sps, step = n / seconds, end
       mean = {k: float(np.mean(v)) for k, v in logged.items()}
+      if seeds is not None:
+        rows = dict(zip(seeds, seeds_lib.per_seed_rows(logged, seeds)))
       if loop.stop_on_nonfinite:
-        _check_finite(step, mean)
+        _check_finite(step, mean, rows)
       if loop.units_per_step > 0:
-        mean[loop.units_name] = sps * loop.units_per_step
-      host.log(step, mean, sps)
+        # every seed's environment steps count: the throughput of the whole program
+        mean[loop.units_name] = sps * loop.units_per_step * (len(seeds) if seeds else 1)
+      host.log(step, mean, sps, rows)
       if eval_fn is not None and (
         (loop.eval_every and step % loop.eval_every == 0) or step == loop.num_steps
       ):
-        evals[step] = {k: float(v) for k, v in eval_fn(state, step).items()}
-        host.log_eval(step, evals[step])
+        evals[step], per_seed = _evaluate(eval_fn, state, step, seeds)
+        if per_seed is not None:
+          evals_per_seed[step] = per_seed
+        host.log_eval(step, evals[step], per_seed)
       if mngr is not None and (
         (loop.ckpt_every and step % loop.ckpt_every == 0)
         or step == loop.num_steps
@@ -464,7 +561,19 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       if sigterm["set"] and step < loop.num_steps:
         raise Preempted(step)
   steady = steady_steps / steady_s if steady_s > 0 else float("nan")
+  ctx.update(rows=rows, evals_per_seed=evals_per_seed)
   return state, step, mean, evals, hist, steady
+
+
+def _evaluate(eval_fn, state, step: int, seeds):
+  """``eval_fn``'s result as floats; with a seed axis its arrays ``[seeds]`` become one row per
+  seed and the means over seeds."""
+  out = eval_fn(state, step)
+  if seeds is None:
+    return {k: float(v) for k, v in out.items()}, None
+  arrays = {k: np.broadcast_to(np.asarray(v, np.float64), (len(seeds),)) for k, v in out.items()}
+  rows = {s: {k: float(v[i]) for k, v in arrays.items()} for i, s in enumerate(seeds)}
+  return {k: float(np.mean(v)) for k, v in arrays.items()}, rows
 
 
 def _cache_size(fn) -> int | None:
@@ -475,10 +584,11 @@ def _cache_size(fn) -> int | None:
     return None
 
 
-def _stack(hist: list[dict]) -> dict[str, np.ndarray]:
+def _stack(hist: list[dict], seeds=None) -> dict[str, np.ndarray]:
   if not hist:
     return {}
-  return {k: np.concatenate([np.asarray(h[k]).reshape(-1) for h in hist]) for k in hist[0]}
+  shape = (-1,) if seeds is None else (-1, len(seeds))
+  return {k: np.concatenate([np.asarray(h[k]).reshape(shape) for h in hist]) for k in hist[0]}
 
 
 def _recorded_summary(workdir: pathlib.Path) -> dict:
@@ -500,11 +610,13 @@ def _recorded_summary(workdir: pathlib.Path) -> dict:
   return summary
 
 
-def _summary(workdir, start, step, loop, mean, evals, steady, wall) -> dict:
+def _summary(workdir, start, step, loop, mean, evals, steady, wall, ctx=None) -> dict:
   if step == start and workdir is not None and start > 0:  # nothing ran: report the record
     return _recorded_summary(workdir)
   last_eval = evals[max(evals)] if evals else {}
   average = (step - start) / wall if wall > 0 else float("nan")
+  seeds = (ctx or {}).get("seeds")
+  units = loop.units_per_step * (len(seeds) if seeds else 1)
   summary = {
     "step": step,
     "num_steps": loop.num_steps,
@@ -516,10 +628,22 @@ def _summary(workdir, start, step, loop, mean, evals, steady, wall) -> dict:
     "resumed_from": start,
   }
   if loop.units_per_step > 0:
-    summary[loop.units_name] = steady * loop.units_per_step
-    summary[f"{loop.units_name}_average"] = average * loop.units_per_step
+    summary[loop.units_name] = steady * units
+    summary[f"{loop.units_name}_average"] = average * units
   summary.update({f"train/{k}": v for k, v in mean.items()})
   summary.update({f"eval/{k}": v for k, v in last_eval.items()})
+  if seeds:
+    # the top-level train/ and eval/ figures are means over seeds; each seed's own are here
+    rows, per_eval = ctx.get("rows") or {}, ctx.get("evals_per_seed") or {}
+    last = per_eval[max(per_eval)] if per_eval else {}
+    summary["seeds"] = list(seeds)
+    summary["per_seed"] = {
+      str(seed): {
+        **{f"train/{k}": v for k, v in rows.get(seed, {}).items()},
+        **{f"eval/{k}": v for k, v in last.get(seed, {}).items()},
+      }
+      for seed in seeds
+    }
   return summary
 
 
@@ -560,8 +684,18 @@ def train(
   state_sharding: PyTree | None = None,
   data_sharding: PyTree | None = None,
   config: Any = None,
+  seeds: tuple[int, ...] | None = None,
+  seed_vmap: Callable | None = None,
 ) -> tuple[PyTree, Result]:
   """Runs ``loop.num_steps`` updates in jitted chunks; see the module docstring.
+
+  ``seeds``: the run trains these seeds together, vmapped in one compiled chunk
+  (:mod:`jaxlab.core.seeds`): ``state`` and ``key`` carry a leading axis of ``len(seeds)``
+  (``seeds.stream(seeds.seed_keys(seeds), i)`` gives each seed its solo run's key), the data is
+  shared, ``eval_fn`` returns arrays ``[seeds]``, metrics.csv and eval.csv hold one row per seed
+  (a ``seed`` column), TensorBoard one run per seed (``tb/seed<k>``), and one checkpoint holds
+  every seed. ``seed_vmap`` replaces :func:`jaxlab.core.seeds.vmap` as the transform over seeds.
+  When the seeds' chunk does not fit in memory, they train in sequential groups (one line says so).
 
   ``update_fn(state, batch, key) -> (state, metrics)``; ``sample_fn(data, key) -> batch`` runs
   inside jit (``None`` passes ``data`` as the batch); ``eval_fn(state, step) -> dict`` runs on the
@@ -573,17 +707,21 @@ def train(
   """
   wd = None if workdir is None else pathlib.Path(workdir).absolute()
   t0 = time.perf_counter()
+  seeds = _check_seeds(seeds, state, key)
+  if seeds is not None:
+    seed_vmap = seed_vmap or seeds_lib.vmap
   state, data, state_sharding = _place(state, data, mesh, state_sharding, data_sharding)
   in_mesh = lambda: jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
   if loop.progress:
     provenance.announce(mesh)
+  fit: dict = {}
   with in_mesh():
-    chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding)
+    chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap)
     compiled_before = _cache_size(chunk_fn)
     if wd is None or not (wd / CKPT_DIR).exists():
       # A run without checkpoints starts at step 0: its chunk is compiled and its memory checked
       # before the workdir is created, so one that cannot fit leaves nothing behind.
-      check_chunk_memory(chunk_fn, loop, state, data, key, 0)
+      fit["groups"] = check_chunk_memory(chunk_fn, loop, state, data, key, 0, seeds)
   with workdir_lib.session(wd, config) as wd:
     mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
     host = None
@@ -592,7 +730,7 @@ def train(
       # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
       host = _Host(loop, wd if start < loop.num_steps else None, start)
       ctx = dict(host=host, mngr=mngr, eval_fn=eval_fn, workdir=wd, data=data, key=key)
-      ctx["compiled_before"] = compiled_before
+      ctx.update(compiled_before=compiled_before, seeds=seeds, **(fit if start == 0 else {}))
       with in_mesh():
         state, step, mean, evals, hist, steady = _run_chunks(state, chunk_fn, loop, ctx, start)
     finally:
@@ -600,10 +738,26 @@ def train(
         host.close()
       if mngr is not None:
         mngr.close()
-    summary = _summary(wd, start, step, loop, mean, evals, steady, time.perf_counter() - t0)
+    summary = _summary(wd, start, step, loop, mean, evals, steady, time.perf_counter() - t0, ctx)
     if step > start or start == 0:  # a finished run re-run keeps its record untouched
       _finish(wd, loop, summary)
-  return state, Result(summary, evals, _stack(hist) if loop.history else None)
+  history = _stack(hist, seeds) if loop.history else None
+  per_seed = {int(k): v for k, v in summary.get("per_seed", {}).items()}
+  return state, Result(summary, evals, history, per_seed, ctx.get("evals_per_seed") or {})
+
+
+def _check_seeds(seeds, state, key) -> tuple[int, ...] | None:
+  """The seed axis a run was given, checked against its state and keys (a caller's error)."""
+  if seeds is None:
+    return None
+  seeds = tuple(int(s) for s in seeds)
+  lead = {int(np.shape(x)[0]) if np.ndim(x) else None for x in jax.tree.leaves((state, key))}
+  if lead != {len(seeds)}:
+    raise ValueError(
+      f"a run over {len(seeds)} seeds needs a leading axis of {len(seeds)} on every leaf of its "
+      f"state and key (seeds.stream / seeds.init); got leading sizes {sorted(map(str, lead))}"
+    )
+  return seeds
 
 
 def write_summary(workdir: str | os.PathLike, summary: Mapping[str, Any]) -> pathlib.Path:

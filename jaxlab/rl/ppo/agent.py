@@ -167,6 +167,14 @@ def init(env, policy, config: PPOConfig, key: Array) -> PPOState:
   return state.replace(train=state.train.replace(step=0))
 
 
+def init_seeds(env, policy, config: PPOConfig, keys: Array) -> PPOState:
+  """:func:`init` of every seed's key (``keys``: ``[seeds, 2]``) as one compiled program: the
+  states stacked on a leading seed axis, seed ``i`` the state ``init(..., keys[i])`` gives."""
+  validate(config, is_recurrent(policy))
+  state = jax.jit(jax.vmap(lambda key: _init(env, policy, config, key)))(keys)
+  return state.replace(train=state.train.replace(step=jnp.zeros(keys.shape[0], jnp.int32)))
+
+
 _INIT_FNS: dict = {}
 _INIT_FNS_KEPT = 8  # the newest few: environments' closures may hold arrays
 

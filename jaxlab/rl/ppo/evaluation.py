@@ -93,6 +93,16 @@ def summarize(out: dict, env) -> tuple[dict[str, float], dict[str, float]]:
   return scalars, rates
 
 
+def summarize_seeds(out: dict, env, num_seeds: int) -> tuple[dict, dict[str, float]]:
+  """:func:`summarize` of each seed of a vmapped evaluation (leading seed axis): the scalars as
+  arrays ``[seeds]``; the achievement rates averaged over seeds."""
+  out = jax.device_get(out)
+  per = [summarize(jax.tree.map(lambda x: x[i], out), env) for i in range(num_seeds)]
+  scalars = {k: np.array([p[0][k] for p in per]) for k in per[0][0]}
+  rates = {k: float(np.mean([p[1][k] for p in per])) for k in per[0][1]}
+  return scalars, rates
+
+
 def achievement_chart(path, rates, title: str = ""):
   """Success rate (%) of each achievement: fraction of evaluation episodes unlocking it."""
   from jaxlab.core import plots

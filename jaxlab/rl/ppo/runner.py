@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 
 from jaxlab.core import runtime
-from jaxlab.core.errors import ConfigError, check_choice
+from jaxlab.core import seeds as seeds_lib
+from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.envs import craftax as craftax_envs
 from jaxlab.envs import gymnax as gymnax_envs
 from jaxlab.envs import vec
@@ -113,27 +115,50 @@ def train_run(
   seed: int = 0,
   workdir: str | pathlib.Path | None = None,
   mesh=None,
+  seeds: Sequence[int] | None = None,
 ) -> RunOutput:
   """Trains ``policy_name`` on ``env_name`` for ``loop.num_steps`` PPO iterations (the learning
   rate decays over them), evaluating on held-out seeds every ``loop.eval_every``; with a
   ``workdir``: resumable, and the report is written there. Key streams of ``seed``: 0 init,
-  1 training, 2 evaluation worlds."""
+  1 training, 2 evaluation worlds.
+
+  ``seeds`` (more than one) trains those seeds together, vmapped in one compiled program
+  (:mod:`jaxlab.core.seeds`); seed ``k`` there equals ``seed=k`` alone, and ``state`` has a
+  leading seed axis. The summary's ``train/`` and ``eval/`` figures are then means over seeds,
+  each seed's own in ``result.per_seed``.
+  """
   check(config, env_name, policy_name)
+  seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
+  require(
+    seeds is None or mesh is None,
+    "seeds",
+    "several seeds train vmapped on one device; drop --mesh (or run one seed per mesh)",
+  )
   check_fits(config, env_name, policy_name, mesh)
   ppo_config = agent.PPOConfig.from_config(config, num_updates=loop.num_steps)
   env = make_env(env_name, config.num_envs, config)
   policy = make_policy(policy_name, env, config)
-  key = jax.random.key_data(jax.random.key(seed))
-  state = agent.init(env, policy, ppo_config, jax.random.fold_in(key, 0))
+  keys = seeds_lib.seed_keys(seeds or (seed,))
+  if seeds is None:
+    keys = keys[0]
+    state = agent.init(env, policy, ppo_config, jax.random.fold_in(keys, 0))
+  else:
+    state = agent.init_seeds(env, policy, ppo_config, seeds_lib.stream(keys, 0))
+  fold = (lambda k, i: jax.random.fold_in(k, i)) if seeds is None else seeds_lib.stream
   update = agent.make_update(env, policy, ppo_config, mesh)
   eval_env = make_env(env_name, config.eval_envs, config)
   evaluate = ppo_eval.make_evaluate(eval_env, policy, config.eval_steps, config.eval_greedy)
-  eval_key = jax.random.fold_in(key, 2)  # held out: training worlds come from other streams
+  eval_key = fold(keys, 2)  # held out: training worlds come from other streams
   rates: dict = {}
 
   def eval_fn(state, step):
     del step
-    scalars, per_ach = ppo_eval.summarize(evaluate(state.train.params, eval_key), eval_env)
+    if seeds is None:
+      scalars, per_ach = ppo_eval.summarize(evaluate(state.train.params, eval_key), eval_env)
+    else:
+      scalars, per_ach = ppo_eval.summarize_seeds(
+        jax.vmap(evaluate)(state.train.params, eval_key), eval_env, len(seeds)
+      )
     rates.clear()
     rates.update(per_ach)
     return scalars
@@ -143,19 +168,21 @@ def train_run(
     "env": env_name,
     "policy": policy_name,
     "steps": loop.num_steps,
-    "seed": seed,  # another seed in the same workdir is refused, not mixed into the run
+    # another seed in the same workdir is refused, not mixed into the run
+    **({"seed": seed} if seeds is None else {"seeds": list(seeds)}),
   }
   shardings = None if mesh is None else agent.state_sharding(state, mesh, config.num_envs)
   state, result = runtime.train(
     state,
     update,
     loop,
-    key=jax.random.fold_in(key, 1),
+    key=fold(keys, 1),
     workdir=workdir,
     eval_fn=eval_fn,
     mesh=mesh,
     state_sharding=shardings,
     config=recorded,
+    seeds=seeds,
   )
   line = write_report(workdir, env, result, rates)
   return RunOutput(state=state, result=result, env=env, achievements=dict(rates), line=line)

@@ -389,30 +389,27 @@ def create_seeds(key, num_seeds: int, obs_dim: int, act_dim: int, config, **kwar
   )
 
 
-def vmap_seeds(update_fn: Callable, sample_fn: Callable, num_seeds: int):
-  """PureJaxRL-style training seeds in one program: (update, sample) over stacked states.
+def create_stacked(keys, obs_dim: int, act_dim: int, config, **kwargs) -> UHMState:
+  """`create` of every seed's key (``keys``: ``[seeds, 2]``) as one compiled program, stacked on a
+  leading seed axis: seed ``i`` is the state ``create(keys[i], ...)`` gives."""
+  stats = kwargs.pop("obs_stats", None)
+  make = lambda k, s: create(k, obs_dim, act_dim, config, obs_stats=s, **kwargs)
+  return jax.jit(lambda ks, s: jax.vmap(lambda k: make(k, s))(ks))(keys, stats)
 
-  sample(data, key) draws one batch per seed (keys split from `key`); update(states, batches, key)
-  runs `update_fn` vmapped with one key per seed; metrics are averaged over seeds. Seed i here
-  equals `update_fn` run alone on state i with batches and keys split the same way
-  (tests/test_uhm.py::test_vmapped_seeds_equal_separate_runs).
-  """
 
-  def sample_v(data, key):
-    return jax.vmap(lambda k: sample_fn(data, k))(jax.random.split(key, num_seeds))
+def seed_vmap(fn: Callable) -> Callable:
+  """UHM's transform over the runtime's seed axis (`runtime.train(..., seed_vmap=...)`).
 
-  def update_v(states, batches, key):
-    # Every seed is at the same step: passing it unbatched keeps `update`'s lax.cond on the step a
-    # branch (vmap turns a cond on a batched predicate into both branches and a select).
+  Every seed is at the same step: passing it unbatched keeps `update`'s lax.cond on the step (full
+  or critic-only update, target update) a branch, where vmap would turn a cond on a batched
+  predicate into both branches and a select (tests/test_uhm.py)."""
+
+  def batched(states, keys):
     step = states.ac.step[0]
+    one = lambda state, key: fn(state.replace(ac=state.ac.replace(step=step)), key)
+    return jax.vmap(one)(states, keys)
 
-    def one(state, batch, k):
-      return update_fn(state.replace(ac=state.ac.replace(step=step)), batch, k)
-
-    states, metrics = jax.vmap(one)(states, batches, jax.random.split(key, num_seeds))
-    return states, jax.tree.map(jnp.mean, metrics)
-
-  return update_v, sample_v
+  return batched
 
 
 def make_sample_fn(config):

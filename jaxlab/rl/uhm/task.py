@@ -35,6 +35,7 @@ import ml_collections
 import numpy as np
 
 from jaxlab.core import checkpoint, metrics, plots, resources, runtime, sharding
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, require
 from jaxlab.rl.uhm import agent, diagnostics, offline_data
@@ -65,17 +66,17 @@ _act = jax.jit(agent.sample_actions)  # one compiled actor call per environment 
 
 
 def check_options(
-  *, num_seeds: int = 1, mesh=None, eval_episodes: int = 1, episodes=None, data_seed: int = 0
+  *, seeds=(0,), mesh=None, eval_episodes: int = 1, episodes=None, data_seed: int = 0
 ) -> None:
   """The run options `load_task` and `train` take, checked before anything is read or written
   (ConfigError naming each as the command line spells it)."""
   require(eval_episodes >= 1, "eval_episodes", f"must be >= 1, got {eval_episodes}")
   require(episodes is None or episodes >= 1, "episodes", f"must be >= 1, got {episodes}")
   require(data_seed >= 0, "data_seed", f"must be >= 0, got {data_seed}")
-  require(num_seeds >= 1, "num_seeds", f"must be >= 1, got {num_seeds}")
+  require(len(seeds) >= 1, "seeds", "needs at least one seed")
   require(
-    num_seeds == 1 or mesh is None,
-    "num_seeds",
+    len(seeds) == 1 or mesh is None,
+    "seeds",
     "vmapped seeds run on one device; drop --mesh (or train one seed per process with --mesh)",
   )
 
@@ -95,12 +96,12 @@ def check_memory(config, obs_dim: int = 1, act_dim: int = 1, num_seeds: int = 1,
   resources.check_int32(f"config.{widest}", width)
   one = 4 * 4 * (width + obs_dim + act_dim) ** 2 * depth * (1 + c.num_critics)
   resources.check_fits(one, f"config.{widest}", "the networks of one seed")
-  resources.check_fits(num_seeds * one, "num_seeds", f"the networks of {num_seeds} seeds")
+  resources.check_fits(num_seeds * one, "seeds", f"the networks of {num_seeds} seeds")
   state = jax.eval_shape(
     lambda: agent.create_seeds(jax.random.key(0), num_seeds, obs_dim, act_dim, c)
   )
   nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
-  field = "num_seeds" if num_seeds > 1 else f"config.{widest}"
+  field = "seeds" if num_seeds > 1 else f"config.{widest}"
   what = f"the train state of {num_seeds} seed(s)"
   resources.check_fits(2 * nbytes, field, what, devices=devices)
   rows = num_seeds * c.batch_size
@@ -279,50 +280,54 @@ def evaluate_seeds(
     )
   out = {k: float(np.mean([p[k] for p in per_seed])) for k in per_seed[0] if k != "num_episodes"}
   out.update(num_episodes=num_episodes, success_per_seed=[p["success"] for p in per_seed])
+  out["per_seed"] = per_seed
   return out
 
 
-def make_eval_fn(
-  task: Task, num_episodes: int, num_seeds: int = 1, first_seed: int = 0, workdir=None, diag=None
-):
-  """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len (means over seeds),
-  with several seeds ``success_seed<first_seed + i>``, and the held-out diagnostics (eval.csv
-  columns from `diagnostics.summarize`; per seed in ``<workdir>/diagnostics.jsonl``).
+def make_eval_fn(task: Task, num_episodes: int, seeds=(0,), workdir=None, diag=None):
+  """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len and the held-out
+  diagnostics (eval.csv columns from `diagnostics.summarize`; each seed's whole record in
+  ``<workdir>/diagnostics.jsonl``). With several ``seeds`` (a stacked state) every value is an
+  array with one entry per seed (the runtime writes a row per seed).
 
   diag: (diagnostics_fn, record of step 0) from `train`; None: no diagnostics."""
   from tqdm.auto import tqdm
 
+  seeds = tuple(seeds)
+  n = len(seeds)
+
   def eval_fn(state, step):
-    row = {}
+    rows = [{} for _ in seeds]
     if diag is not None:
       fn, step0 = diag
       out = fn(state, jax.random.key(diagnostics.DIAG_SEED))
-      row = diagnostics.summarize(out)
+      rows = [diagnostics.summarize(d) for d in diagnostics.per_seed(jax.device_get(out))]
       if workdir is not None and jax.process_index() == 0:
-        _append_diagnostics(workdir, step0, first_seed)
-        _append_diagnostics(workdir, (step, out), first_seed)
+        _append_diagnostics(workdir, step0, seeds)
+        _append_diagnostics(workdir, (step, out), seeds)
     tqdm.write(
-      f"[uhm] step {step}: evaluating {num_episodes} episode(s) x {num_seeds} seed(s) in MuJoCo "
+      f"[uhm] step {step}: evaluating {num_episodes} episode(s) x {n} seed(s) in MuJoCo "
       "(no output until done) ...",
     )
-    r = evaluate_seeds(state, task.env_name, num_episodes, num_seeds=num_seeds, env=task.env)
-    out = {k: r[k] for k in ("success", "return", "episode_len")}
-    if num_seeds > 1:
-      out.update({f"success_seed{first_seed + i}": s for i, s in enumerate(r["success_per_seed"])})
-    return {**out, **row}
+    r = evaluate_seeds(state, task.env_name, num_episodes, num_seeds=n, env=task.env)
+    if n == 1:
+      return {**{k: r[k] for k in ("success", "return", "episode_len")}, **rows[0]}
+    per = r["per_seed"]
+    out = {k: np.array([p[k] for p in per]) for k in ("success", "return", "episode_len")}
+    return {**out, **{k: np.array([row[k] for row in rows]) for k in rows[0]}}
 
   return eval_fn
 
 
-def _append_diagnostics(workdir, step_out, first_seed: int) -> None:
+def _append_diagnostics(workdir, step_out, seeds) -> None:
   """One line per evaluation step (a step already recorded, e.g. by a resumed run, is skipped)."""
   import json
 
   step, out = step_out
   if step in diagnostics.read_diagnostics(workdir):
     return
-  seeds = diagnostics.per_seed(out)
-  line = dict(step=int(step), seeds={str(first_seed + i): d for i, d in enumerate(seeds)})
+  per = diagnostics.per_seed(out)
+  line = dict(step=int(step), seeds={str(seed): d for seed, d in zip(seeds, per)})
   with open(pathlib.Path(workdir) / diagnostics.DIAGNOSTICS_FILE, "a") as f:
     f.write(json.dumps(line) + "\n")
 
@@ -347,31 +352,40 @@ def train(
   task: Task,
   loop: runtime.Loop,
   *,
-  seed: int,
+  seed: int = 0,
   eval_episodes: int,
-  num_seeds: int = 1,
+  seeds=None,
   workdir=None,
   mesh=None,
 ):
-  """Creates the agent (training seeds seed..seed+num_seeds-1, vmapped) and trains it on the task.
+  """Creates the agent and trains it on the task: training seed ``seed``, or several ``seeds``
+  trained together, vmapped in one compiled program (seed k there equals ``seed=k`` alone).
 
   Evaluates with `make_eval_fn` at loop.eval_every (and at the end). With a mesh the batch is
   split over its batch axes; parameters and the data set are replicated. Returns (state, result)
-  of `runtime.train`; config.json records the agent config, seeds and `task.record`.
+  of `runtime.train` (with several seeds the state has a leading seed axis and
+  ``result.per_seed[k]`` holds seed k's summary); config.json records the agent config, seeds and
+  `task.record`. Key streams of a seed: 0 init, the seed's key itself the training steps.
   """
-  check_options(num_seeds=num_seeds, mesh=mesh, eval_episodes=eval_episodes)
+  seeds = tuple(seeds) if seeds else (seed,)
+  check_options(seeds=seeds, mesh=mesh, eval_episodes=eval_episodes)
   cfg = task.config
-  key = jax.random.key_data(jax.random.key(seed))
+  num_seeds = len(seeds)
   stats = offline_data.obs_stats(task.data)
-  state = agent.create_seeds(
-    jax.random.fold_in(key, 0), num_seeds, task.obs_dim, task.act_dim, cfg, obs_stats=stats
-  )
+  keys = seeds_lib.seed_keys(seeds)
+  if num_seeds == 1:
+    key = keys[0]
+    state = agent.create_seeds(
+      jax.random.fold_in(key, 0), 1, task.obs_dim, task.act_dim, cfg, obs_stats=stats
+    )
+  else:
+    key = keys
+    init_keys = seeds_lib.stream(keys, 0)
+    state = agent.create_stacked(init_keys, task.obs_dim, task.act_dim, cfg, obs_stats=stats)
   update_fn, sample_fn = agent.update, agent.make_sample_fn(cfg)
-  if num_seeds > 1:
-    update_fn, sample_fn = agent.vmap_seeds(update_fn, sample_fn, num_seeds)
   sample_fn = sharding.data_parallel(sample_fn, mesh)
   replicated = None if mesh is None else sharding.replicated(mesh)
-  record = {**task.record, "training_seeds": list(range(seed, seed + num_seeds))}
+  record = {**task.record, "training_seeds": list(seeds)}
   diag = None
   if task.heldout is not None:
     print(
@@ -387,7 +401,7 @@ def train(
     "(about a minute on a loaded CPU) ...",
     flush=True,
   )
-  eval_fn = make_eval_fn(task, eval_episodes, num_seeds, seed, workdir=workdir, diag=diag)
+  eval_fn = make_eval_fn(task, eval_episodes, seeds, workdir=workdir, diag=diag)
   return runtime.train(
     state,
     update_fn,
@@ -400,7 +414,9 @@ def train(
     mesh=mesh,
     state_sharding=replicated,
     data_sharding=replicated,
-    config={"agent": cfg.to_dict(), "seed": seed, "num_seeds": num_seeds, **record},
+    config={"agent": cfg.to_dict(), "seed": seeds[0], "num_seeds": num_seeds, **record},
+    seeds=seeds if num_seeds > 1 else None,
+    seed_vmap=agent.seed_vmap if num_seeds > 1 else None,
   )
 
 
@@ -564,7 +580,7 @@ def evaluate_checkpoint(workdir, step: int | None, num_episodes: int) -> tuple[d
     warnings.filterwarnings("ignore", message=".*DISPLAY.*")
     env = og.make_env(env_name)
     dims = int(env.observation_space.shape[0]), int(env.action_space.shape[0])
-    # Structure only (values are restored): one state, or num_seeds stacked by --num_seeds.
+    # Structure only (values are restored): one state, or num_seeds stacked by --seeds.
     like = agent.create_seeds(jax.random.key(0), num_seeds, *dims, cfg)
     restored = checkpoint.restore(wd, like, step)
     if restored is None:

@@ -44,6 +44,7 @@ import optax
 from absl import flags
 
 from jaxlab.core import experiment, runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.envs import craftax as craftax_envs
 from jaxlab.envs import gymnax as gymnax_envs
 from jaxlab.rl import ppo
@@ -53,13 +54,10 @@ UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile")
 
 def define_flags() -> None:
   """The flags, defined only when run as a program (the tests import this module)."""
-  global _ENV, _NUM_ENVS, _ROLLOUT, _SEEDS, _ENV_ONLY
+  global _ENV, _NUM_ENVS, _ROLLOUT, _ENV_ONLY
   _ENV = flags.DEFINE_string("env", "cartpole", "cartpole or a Craftax name (jaxlab.envs).")
   _NUM_ENVS = flags.DEFINE_list("num_envs", ["4", "64", "256"], "Sizes N (environments) to time.")
   _ROLLOUT = flags.DEFINE_integer("rollout", 0, "Steps per rollout (0: 128 CartPole, 64 Craftax).")
-  _SEEDS = flags.DEFINE_integer(
-    "seeds", 3, "Seeds per size (each: one reference and one jaxlab run)."
-  )
   _ENV_ONLY = flags.DEFINE_bool("env_only", False, "Craftax: also time the environment alone.")
 
 
@@ -422,7 +420,8 @@ def check_flags() -> tuple[str, list[int], int, int]:
   experiment.require(
     flags.FLAGS.steps is None or flags.FLAGS.steps >= 1, "steps", f"must be >= 1, got {_steps()}"
   )
-  experiment.require(_SEEDS.value >= 1, "seeds", f"must be >= 1, got {_SEEDS.value}")
+  # the shared --seeds: seeds per size (each: one reference and one jaxlab run); default 3
+  num_seeds = len(seeds_lib.parse_seeds(flags.FLAGS.seeds or "3"))
   for n in sizes:
     c = bench_config(env_name, n, t_len, total)
     experiment.require(
@@ -445,7 +444,7 @@ def main(argv):
     jax.config.update("jax_enable_compilation_cache", False)
   print(f"# benchmarks.ppo on {jax.default_backend()} ({jax.devices()[0].device_kind})", flush=True)
   for n in sizes:
-    bench(env_name, n, t_len, total, _SEEDS.value)
+    bench(env_name, n, t_len, total, num_seeds)
     if _ENV_ONLY.value and ppo.is_craftax(env_name):
       env_only(env_name, n, t_len)
 

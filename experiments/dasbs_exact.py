@@ -38,6 +38,7 @@ import pathlib
 from absl import flags
 
 from jaxlab.core import experiment, provenance
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import require
 from jaxlab.core.metrics import write_json
@@ -49,7 +50,6 @@ flags.DEFINE_float("beta", _DEFAULTS.beta, "Inverse temperature.")
 flags.DEFINE_float("gamma", _DEFAULTS.gamma, "Reference rate scale of the log-linear schedule.")
 flags.DEFINE_float("alpha", _DEFAULTS.alpha, "Log-linear offset: gamma(t) = gamma / (alpha + t).")
 flags.DEFINE_integer("samples", _DEFAULTS.samples, "Paths per seed (and for the trained sampler).")
-flags.DEFINE_integer("seeds", _DEFAULTS.seeds, "Seeds of the exact controller's tau-leaping.")
 flags.DEFINE_string("out", None, "Optional JSON file for every printed number.")
 FLAGS = flags.FLAGS
 
@@ -68,7 +68,15 @@ def _settings():
       )
   require(FLAGS.seed >= 0, "seed", f"must be >= 0, got {FLAGS.seed}")
   c = exact_check.get_config()
-  c.update({k: FLAGS[k].value for k in ("L", "beta", "gamma", "alpha", "samples", "seeds")})
+  c.update({k: FLAGS[k].value for k in ("L", "beta", "gamma", "alpha", "samples")})
+  # the shared --seeds: the tau-leaping seeds --seed .. --seed+N-1 of the exact controller
+  seeds = seeds_lib.parse_seeds(FLAGS.seeds or str(_DEFAULTS.seeds), FLAGS.seed)
+  require(
+    seeds == tuple(range(seeds[0], seeds[0] + len(seeds))),
+    "seeds",
+    "takes a count here (seeds --seed .. --seed+N-1), not a list",
+  )
+  c.seeds = len(seeds)
   c.steps = c.steps if FLAGS.steps is None else FLAGS.steps
   if FLAGS.out:
     out = pathlib.Path(FLAGS.out)

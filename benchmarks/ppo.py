@@ -402,6 +402,11 @@ def env_only(name: str, n: int, steps: int) -> None:
 # --- flags ---
 
 
+def num_seeds() -> int:
+  """The shared ``--seeds`` as a count: seeds per size (each: one reference and one jaxlab run)."""
+  return len(seeds_lib.parse_seeds(flags.FLAGS.seeds or "3"))
+
+
 def check_flags() -> tuple[str, list[int], int, int]:
   """Every flag, before anything is compiled or timed (ConfigError naming the flag)."""
   for name in UNUSED_FLAGS:
@@ -420,8 +425,7 @@ def check_flags() -> tuple[str, list[int], int, int]:
   experiment.require(
     flags.FLAGS.steps is None or flags.FLAGS.steps >= 1, "steps", f"must be >= 1, got {_steps()}"
   )
-  # the shared --seeds: seeds per size (each: one reference and one jaxlab run); default 3
-  num_seeds = len(seeds_lib.parse_seeds(flags.FLAGS.seeds or "3"))
+  num_seeds()  # refused here, before anything is compiled
   for n in sizes:
     c = bench_config(env_name, n, t_len, total)
     experiment.require(
@@ -444,7 +448,7 @@ def main(argv):
     jax.config.update("jax_enable_compilation_cache", False)
   print(f"# benchmarks.ppo on {jax.default_backend()} ({jax.devices()[0].device_kind})", flush=True)
   for n in sizes:
-    bench(env_name, n, t_len, total, num_seeds)
+    bench(env_name, n, t_len, total, num_seeds())
     if _ENV_ONLY.value and ppo.is_craftax(env_name):
       env_only(env_name, n, t_len)
 

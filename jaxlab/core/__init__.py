@@ -7,8 +7,11 @@
   (CSV, TensorBoard, JSON), ``plots`` (every PNG), ``workdir`` (lock, config check),
   ``provenance`` (commit, versions, devices).
 - ``errors``: ``ConfigError``, the typed validation error every library raises.
+- ``stats``: a study's statistics (IQM and bootstrap intervals by rliable; paired t, Wilcoxon,
+  TOST and non-inferiority tests by scipy) and its verdicts in words.
 
-``experiment`` (absl flags) is not imported here so that notebooks can use the core without flags.
+``experiment`` (absl flags) is not imported here so that notebooks can use the core without flags;
+nor is ``stats`` (``from jaxlab.core import stats`` loads it), which no training run needs.
 """
 
 from jaxlab.core import (  # noqa: F401

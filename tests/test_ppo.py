@@ -439,6 +439,10 @@ def _run(*args, cwd, timeout=300):
     (["--config.num_envs=1000000000"], "--config.num_envs: needs about"),  # memory estimate
     (["--config.num_steps=1000000000"], "--config.num_steps: needs about"),
     (["--config.eval_envs=1000000000"], "--config.eval_envs: needs about"),
+    (["--seeds=0"], "--seeds"),
+    (["--seeds=3,3"], "--seeds"),
+    (["--seeds=1,2", "--seed=4"], "--seed:"),
+    (["--seeds=2", "--mesh=data:-1"], "--seeds"),
   ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):

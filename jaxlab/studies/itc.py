@@ -1,0 +1,150 @@
+"""ITC's study (docs/itc.md): decoders on a fixed world model (`jaxlab.rl.itc.decoder_eval`).
+
+An arm is a decoder. Per world-model seed, 16 Craftax-Classic environments play 256 random steps,
+the `cpu` preset's world model trains 250 steps on them, and every decoder decodes its open-loop
+imagination of the same 16 held-out windows of 6 steps with the same random key (common random
+numbers: ``itc`` corrects the very samples ``sample`` returns), all in one compiled program, once
+per seed: the arms share the result through ``<workdir>/../world_models``. Metrics per horizon
+h = 1 .. 6 against the real tokens: ``token_acc/h<h>``, ``count_error/h<h>`` (map token
+histogram) and ``flicker/h<h>`` (a change undone one step later; h = 1 .. 5), and the real
+trajectories' own ``real_flicker/h<h>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from jaxlab.core import stats
+from jaxlab.studies import runner
+from jaxlab.studies.spec import Study, with_fields
+
+CLAIM = (
+  "Decoding a token world model's imagined frames by identifiable token correspondence (ITC) "
+  "instead of independent sampling keeps objects consistent: fewer objects appear, vanish or "
+  "flicker (Kim, Sun, Kim, Park, Song, Identifiable Token Correspondence for World Models, "
+  "arXiv 2605.16457)."
+)
+ARMS = ("sample", "argmax", "itc", "itc_hungarian")
+HORIZON = 6
+# The `cpu` preset of experiments/configs/itc.py (the `itc` arm at tiny sizes): its world model,
+# tokenizer and ITC costs are what the decoders run on; its agent fields are recorded, not used.
+CPU = {
+  "burn_in": 2,
+  "decode": "itc",
+  "env_steps": 50_000,
+  "horizon": 6,
+  "imag_batch": 8,
+  "imag_minibatches": 2,
+  "imag_updates": 1,
+  "picture_steps": 6,
+  "policy.channels": (8, 16, 16),
+  "policy.embed": 32,
+  "policy.head_hidden": 64,
+  "policy.hidden": 32,
+  "ppo.epochs": 2,
+  "ppo.minibatches": 2,
+  "ppo.num_envs": 20,
+  "ppo.num_steps": 50,
+  "ppo.reset_ratio": 4,
+  "replay_size": 4000,
+  "tok_passes": 2,
+  "tokenizer.codebook_size": 512,
+  "tokenizer.max_candidates": 256,
+  "warmup_steps": 5000,
+  "wm.absolute_embedding": True,
+  "wm.embed": 48,
+  "wm.heads": 4,
+  "wm.layers": 1,
+  "wm.max_blocks": 8,
+  "wm.rope": "spatiotemporal",
+  "wm_batch": 4,
+  "wm_updates": 10,
+}
+
+
+def setting():
+  from jaxlab.rl.itc import decoder_eval
+
+  return decoder_eval.Setting(horizon=HORIZON)
+
+
+def config():
+  from jaxlab.rl import itc
+
+  return with_fields(itc.get_config(), CPU)
+
+
+def flat(res: dict, decoder: str) -> dict:
+  """One decoder's per-horizon lists (and the real flicker) as flat metrics; NaN left out."""
+  out = {}
+  for k, v in [*res[decoder].items(), *(("real_" + k, v) for k, v in res["real"].items())]:
+    out |= {f"{k}/h{h}": x for h, x in enumerate(v, 1) if x is not None}
+  return {**out, "codebook_size": res["codebook_size"], "world_model": res["world_model"]}
+
+
+def cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, dict]:
+  """The decoder ``arm`` on each seed's world model. The first arm to reach a seed evaluates every
+  decoder there in one compiled program and keeps the result beside the world model
+  (``<workdir>/../world_models/seed_<s>/decoders.json``); the other arms read it."""
+  from jaxlab.core import metrics
+  from jaxlab.rl.itc import decoder_eval
+
+  workdir = pathlib.Path(workdir)
+  shared = workdir.parent / "world_models"
+  c, s = config(), setting()
+  rec = {"itc": c.to_dict(), "setting": dataclasses.asdict(s), "decoder": arm}
+  evaluator = []  # built at the first seed not evaluated yet (its compiles take minutes)
+
+  def compute(seed):
+    path = shared / f"seed_{seed}" / "decoders.json"
+    if not path.exists():
+      if not evaluator:
+        evaluator.append(decoder_eval.Evaluator(c, s, ARMS, shared))
+      res = evaluator[0].seed(seed)
+      path.parent.mkdir(parents=True, exist_ok=True)
+      metrics.write_json(path, res)
+    return flat(metrics.read_json(path), arm)
+
+  return {
+    seed: runner.once(workdir / f"seed{seed}", {**rec, "seed": seed}, lambda q=seed: compute(q))
+    for seed in seeds
+  }
+
+
+def _h(metric: str, horizons=(1, HORIZON)) -> tuple[str, ...]:
+  return tuple(f"{metric}/h{h}" for h in horizons)
+
+
+STUDIES = (
+  Study(
+    name="itc/decoders",
+    claim=CLAIM,
+    arms=ARMS,
+    control="sample",
+    pairs=(("itc", "sample"), ("itc_hungarian", "sample")),
+    seeds=(0, 1, 2),
+    tuning_seeds=(),
+    budget={"wm_updates": 250, "random_play_steps": 16 * 256, "horizon": HORIZON},
+    tests=(
+      stats.Test("superiority", "token_acc/h1"),
+      stats.Test("superiority", "flicker/h1", higher_is_better=False),
+      stats.Test("superiority", "count_error/h1", higher_is_better=False),
+    ),
+    metrics=(
+      *_h("token_acc"),
+      *_h("count_error"),
+      *_h("flicker", (1, HORIZON - 1)),
+    ),
+    cell=cell,
+    note=(
+      "Seeds are world-model seeds (random play, tokenizer growth and world-model training); "
+      "every decoder runs on the same world model of a seed, the same 16 held-out windows and the "
+      "same random key, so arm - control is paired. Horizons 1 and 6 here (flicker: 1 and 5; "
+      "it is undefined at the last); every horizon is in the raw files, with the real "
+      "trajectories' own flicker (`real_flicker/h<h>`, the same for every decoder). Settings: "
+      "the `cpu` preset's world model (width 48, 1 layer, 8 frames of context, codebook <= "
+      "512), 250 world-model updates on 16 x 256 random-play steps; nothing tuned."
+    ),
+  ),
+)

@@ -18,8 +18,8 @@ seconds in jax, apart: tracing and lowering to StableHLO (``trace s``), and read
 text of every program the cold run compiled (``JAX_DUMP_IR_TO``, without location info: total
 and largest module).
 
-Not covered: experiments.uhm_eval (re-evaluates a saved run) and experiments.uhm_sweep (writes a
-command list; its runs are experiments.uhm's).
+Not covered: experiments.uhm_eval (re-evaluates a saved run) and experiments.study (its cells
+call the library functions that the method programs above run).
 """
 
 from __future__ import annotations

@@ -297,7 +297,7 @@ def final_return(stats: np.ndarray) -> float:
 
 
 def t_interval(xs) -> tuple[float, float, float]:
-  from jaxlab.rl.uhm.study import t_interval as t
+  from jaxlab.core.metrics import t_interval as t
 
   return t(xs)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# UHM against ReBRAC on the five OGBench cube-single tasks, 3 vmapped training seeds each, in ONE
-# GPU call of about 8 minutes: table with 95 % intervals (success and the held-out diagnostics) and
-# curves, written to $OUT (docs/uhm.md, "The GPU study").
+# The study uhm/cube (jaxlab/studies/uhm.py): UHM against ReBRAC on the five OGBench cube-single
+# tasks, 3 vmapped training seeds each, in ONE GPU call: per-seed results, table with the IQM, the
+# mean and their bootstrap intervals and the declared test, written to $OUT (docs/uhm.md, "The GPU
+# study").
 #
 # Here (CPU machine, with internet), once:   bash benchmarks/uhm_study_gpu.sh --prepare
 #   1. .wheels/uhm/: what the GPU image lacks for OGBench evaluation (it has jax, flax, optax,
@@ -9,25 +10,23 @@
 #      ml_collections, tensorboardX and a slimmed dm_control (only its mjcf / mujoco parts that
 #      OGBench's manipulation envs import; its suite and locomotion assets are 105 of its 116 MB),
 #      for Python 3.12, ~46 MB;
-#   2. runs/uhm_gpu_data/: the generated cube-single-play set, $EPISODES episodes (default 60,
-#      ~11 MB: with the wheels and the repository it stays under the 64 MiB the device tool
-#      carries; 4-30 s per episode here, so ~5-30 min).
+#   2. runs/uhm_gpu_data/: the generated cube-single-play set, 60 episodes (~11 MB: with the
+#      wheels and the repository it stays under the 64 MiB the device tool carries; 4-30 s per
+#      episode here, so ~5-30 min).
 # Then with the device tool:  run(command="bash benchmarks/uhm_study_gpu.sh",
 #                                 carry=[".wheels/uhm", "runs/uhm_gpu_data"], timeout_s=590)
 # CPU dry run, end to end at tiny size (a 2-episode set, 2x64 networks, 20 updates):
 #                             bash benchmarks/uhm_study_gpu.sh --cpu
 #
-# Device-time estimate (an assumption, not a measurement: no H200 figure of a UHM update exists in
-# this repository or in /work/shared/anchors.md, which times Craftax and matmuls only): the paper
-# (arXiv 2605.15603, wall-clock figure) reports ~2.4 ms per UHM update and ~1.3 ms per ReBRAC update
-# on an unnamed GPU (4x512 networks, one seed). We assume the same per update for 3 vmapped seeds of
-# the 3x256 networks used here (at these sizes a GPU update is bound by kernel launches, not
-# FLOPs). The 10 runs share the GPU (XLA_PYTHON_CLIENT_PREALLOCATE=false, $PAR at once), so their
-# GPU time adds up: 5 tasks x STEPS x (2.4 + 1.3) ms = 5 x 15000 x 3.7 ms = 278 s, plus ~60 s of
-# compiles (in parallel, on the CPU cores), ~30 s of MuJoCo evaluation (3 evaluations x 10
-# episodes x 3 seeds per run, 16 cores) and ~20 s of installing the wheels: ~6.5 min. Each run's
-# metrics.csv records its measured updates/s, and the table's wall-clock curves use them, so the
-# call measures the figure it assumed; if the study does not finish, lower STEPS.
+# The study runs its 10 runs (2 agents x 5 tasks) one after the other; a run is skipped when its
+# result is in $OUT/results, so a call that runs out of time is continued by a second call that
+# carries $OUT/results back. Device-time estimate (an assumption, not a measurement: no H200 figure
+# of a UHM update exists in this repository): the paper (arXiv 2605.15603, wall-clock figure)
+# reports ~2.4 ms per UHM update and ~1.3 ms per ReBRAC update on an unnamed GPU (4x512 networks,
+# one seed); assumed the same for 3 vmapped seeds of 3x256 networks: 5 tasks x 15000 x (2.4 + 1.3)
+# ms = 278 s of updates, plus two compiles (the other tasks reuse them from the compilation cache)
+# and the MuJoCo evaluations (3 x 10 episodes x 3 seeds per run, on the CPU). Each run's
+# metrics.csv records its measured updates/s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -42,7 +41,7 @@ case "${1:-}" in
     ;;
 esac
 PY=${PY:-python3}
-EPISODES=${EPISODES:-60}
+EPISODES=60  # the study's data set (jaxlab.studies.uhm.cube)
 DATA=runs/uhm_gpu_data
 
 if [ "$MODE" = prepare ]; then
@@ -74,12 +73,6 @@ fi
 
 if [ "$MODE" = gpu ]; then
   OUT="${OUT:-/tmp/uhm_study_gpu}"
-  STEPS=${STEPS:-15000}
-  EVAL_EVERY=${EVAL_EVERY:-5000}
-  EVAL_EPISODES=${EVAL_EPISODES:-10}
-  PAR=${PAR:-10}
-  NET=cpu  # experiments.uhm's default config: 3x256 networks, batch 256
-  EXTRA=""
   if ! ls "$DATA"/jaxlab-generated/e"$EPISODES"-s0/cube-single-play-v0.npz > /dev/null 2>&1; then
     echo "no $DATA/jaxlab-generated/e$EPISODES-s0: run --prepare here and carry $DATA" >&2
     exit 2
@@ -88,45 +81,31 @@ if [ "$MODE" = gpu ]; then
     || exit 1
   export PYTHONPATH="/tmp/uhm_site:$PWD" MUJOCO_GL=egl
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+  # where the study's load_task looks for a generated set of $EPISODES episodes
+  mkdir -p ~/.ogbench/data && cp -r "$DATA"/jaxlab-generated ~/.ogbench/data/
+  STUDY="from jaxlab import studies; s = studies.get('uhm/cube')"
 else
   OUT="${OUT:-/tmp/uhm_study_gpu_cpu}"
-  STEPS=20
-  EVAL_EVERY=10
-  EVAL_EPISODES=1
-  PAR=2
-  EPISODES=2
-  DATA=$OUT/data  # generated here (seconds)
-  NET=cpu
-  EXTRA="--config=experiments/configs/uhm.py:cpu --config.k_max=4"
-  export JAX_PLATFORMS=cpu
+  export JAX_PLATFORMS=cpu HOME="$OUT/home"  # the 2-episode set is generated under it (seconds)
+  STUDY="from jaxlab.studies import uhm
+s = uhm.cube(steps=20, eval_every=10, eval_episodes=1, episodes=2, fields=(
+  ('actor_hidden_dims', (64, 64)), ('value_hidden_dims', (64, 64)),
+  ('model_hidden_dims', (64, 64)), ('reward_hidden_dims', (64,)), ('batch_size', 64),
+  ('flow_steps', 2), ('k_max', 4)))"
 fi
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-ROOT=$OUT/study
-SWEEP=(--suite=cube --agents=uhm,rebrac --vmap_seeds --seeds=0,1,2 --data_seeds=0
-  --episodes="$EPISODES" --dataset_dir="$DATA" --net="$NET" --steps="$STEPS"
-  --eval_every="$EVAL_EVERY" --eval_episodes="$EVAL_EPISODES" --workdir="$ROOT")
-[ -n "$EXTRA" ] && SWEEP+=(--extra="$EXTRA")
 START=$SECONDS
-$PY -m experiments.uhm_sweep "${SWEEP[@]}" || exit 1
-# The data set is generated (or checked) once before the runs start in parallel.
 $PY -c "
-from jaxlab.envs import ogbench as og
-og.load('cube-single-play-singletask-task1-v0', dataset_dir='$DATA', num_episodes=$EPISODES, seed=0)
-" > "$OUT/data.log" 2>&1 || { tail -5 "$OUT/data.log"; exit 1; }
-# At most $PAR runs at once; each one's log is run.log beside its workdir.
-while IFS= read -r cmd; do
-  wd=$(sed -E 's|.*--workdir=([^ ]*).*|\1|' <<< "$cmd")
-  mkdir -p "$(dirname "$wd")"
-  (eval "$cmd" > "$(dirname "$wd")/run.log" 2>&1) &
-  while [ "$(jobs -rp | wc -l)" -ge "$PAR" ]; do wait -n; done
-done < "$ROOT/commands.sh"
-wait
-for f in "$ROOT"/cube-single-play/task*/*/d0/run.log; do
-  echo "== $f"
-  tail -2 "$f"
-done > "$OUT/runs.log" 2>&1
-$PY -m experiments.uhm_sweep "${SWEEP[@]}" --table > "$OUT/table.md" 2>&1
-cp "$ROOT"/curves_cube_*.png "$OUT"/ 2>/dev/null
-echo "uhm_study_gpu ($MODE): $((SECONDS - START)) s; table in $OUT/table.md"
-cat "$OUT/table.md"
+$STUDY
+from jaxlab.core import experiment
+from jaxlab.studies import runner
+experiment.enable_compile_cache()
+runner.run(s, root='$OUT/runs', results='$OUT/results')
+" > "$OUT/study.log" 2>&1
+rc=$?
+tail -3 "$OUT/study.log"
+cp "$OUT"/runs/uhm/cube/*/task*/s0-2/learning_curve.png "$OUT"/ 2>/dev/null
+echo "uhm_study_gpu ($MODE): $((SECONDS - START)) s, exit $rc; table in $OUT/results/table.md"
+cat "$OUT/results/table.md" 2>/dev/null
+exit $rc

@@ -13,8 +13,8 @@ where it stopped when started again with the same flags.
 ``--proposer=offline`` (default) mutates task programs locally (no network, no key);
 ``--proposer=llm --llm_url=URL --llm_model=NAME`` asks an OpenAI-compatible endpoint (vLLM,
 OpenAI, OpenRouter), key from ``--llm_api_key`` or ``$DICODE_API_KEY`` / ``$OPENAI_API_KEY``.
-``--study=none,dr,dicode --seeds=3`` runs each curriculum and seed at the same budget under the
-workdir and prints the table (``jaxlab.rl.dicode.study``). ``--compare=DIR,DIR,...`` draws the
+The curricula studies of docs/dicode.md are ``python -m experiments.study dicode/curricula_12k``
+and ``dicode/curricula_123k`` (`jaxlab.studies.dicode`). ``--compare=DIR,DIR,...`` draws the
 evaluation of finished runs side by side (comparison.png;
 a DIR holding seed*/ runs is averaged over them). Defaults: ``jaxlab.rl.dicode.get_config()``
 (the CPU budget); presets and runtimes: experiments/configs/dicode.py. See docs/dicode.md.
@@ -27,7 +27,7 @@ Commands (from the repository root):
       --llm_model=Qwen/Qwen3-235B-A22B-Thinking-2507-FP8
   python -m experiments.dicode --config=experiments/configs/dicode.py:paper --proposer=llm ...
   python -m experiments.dicode --compare=runs/dicode/none,runs/dicode/dicode
-  python -m experiments.dicode --config=experiments/configs/dicode.py:learn --study=none,dr,dicode
+  python -m experiments.dicode --config=experiments/configs/dicode.py:learn --curriculum=dr
 """
 
 from __future__ import annotations
@@ -47,11 +47,6 @@ flags.DEFINE_string(
   "llm_api_key", None, "API key (default: $DICODE_API_KEY, then $OPENAI_API_KEY; none for vLLM)."
 )
 flags.DEFINE_string("compare", "", "Comma-separated finished run directories to chart together.")
-flags.DEFINE_string(
-  "study", "", "Curricula to compare at equal env steps, e.g. none,dr,dicode (workdir: the study)."
-)
-flags.DEFINE_integer("seeds", 3, "With --study: seeds --seed .. --seed+N-1 per curriculum.")
-flags.DEFINE_string("results", "", "With --study: also write the table and per-run files here.")
 FLAGS = flags.FLAGS
 
 _CONFIG = experiment.define_config_file(experiment.config_path("dicode"))
@@ -78,21 +73,6 @@ def main(argv):
     dirs = runner.check_run_dirs(d.strip() for d in FLAGS.compare.split(",") if d.strip())
     run = experiment.common("dicode", variant=("compare",), unused=_UNUSED)
     loop.compare(dirs, run.workdir)
-    return
-  if FLAGS.study:
-    from jaxlab.rl.dicode import study
-
-    arms = [c.strip() for c in FLAGS.study.split(",") if c.strip()]
-    for arm in arms:
-      experiment.check_choice("study", arm, curriculum_lib.CURRICULA)
-      loop.validate_config(_CONFIG.value, arm)
-    require(FLAGS.seeds >= 1, "seeds", f"must be >= 1, got {FLAGS.seeds}")
-    run = experiment.common("dicode", variant=("study",), unused=_UNUSED)
-    seeds = range(run.seed, run.seed + FLAGS.seeds)
-    study.run(run.workdir, _CONFIG.value, arms, seeds, proposer_flags("dicode"))
-    print(study.markdown(study.table(run.workdir, arms)), end="")
-    if FLAGS.results:
-      study.write(run.workdir, FLAGS.results, arms)
     return
   experiment.check_choice("curriculum", FLAGS.curriculum, curriculum_lib.CURRICULA)
   loop.validate_config(_CONFIG.value, FLAGS.curriculum)

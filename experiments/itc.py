@@ -17,10 +17,12 @@ Commands:
   python -m experiments.itc
   python -m experiments.itc --decode=sample
   python -m experiments.itc --config=experiments/configs/itc.py:cpu
-  python -m experiments.itc --config=experiments/configs/itc.py:cpu --mode=decoders
   python -m experiments.itc --config=experiments/configs/itc.py:itc
   python -m experiments.itc --config=experiments/configs/itc.py:baseline_reproduced
   python -m experiments.itc --config=experiments/configs/itc.py:baseline_our_hyperparams
+
+The decoders on a fixed world model (docs/itc.md) are the study
+``python -m experiments.study itc/decoders`` (`jaxlab.studies.itc`).
 """
 
 from __future__ import annotations
@@ -30,12 +32,9 @@ from absl import flags
 
 from jaxlab.core import experiment, runtime, workdir
 from jaxlab.rl import itc
-from jaxlab.rl.itc import dyna, study
+from jaxlab.rl.itc import dyna
 
 flags.DEFINE_string("decode", None, "sample | argmax | itc | itc_hungarian: sets config.decode.")
-flags.DEFINE_enum(
-  "mode", "train", ["train", "decoders"], "train: the Dyna run; decoders: the decoder study."
-)
 _CONFIG = experiment.define_config_file(experiment.config_path("itc"))
 FLAGS = flags.FLAGS
 
@@ -51,8 +50,6 @@ def main(argv):
   if FLAGS.decode is not None:
     c.decode = experiment.check_choice("decode", FLAGS.decode, itc.METHODS)
   cfg = itc.validate_config(c)  # everything is checked before the (slow) environment is built
-  if FLAGS.mode == "decoders":
-    return decoders(c)
   run = experiment.common(
     "itc",
     default_steps=itc.iterations(c),
@@ -82,17 +79,6 @@ def main(argv):
     f"return {get('return_pct'):.2f}% score {get('score'):.2f} codebook "
     f"{get('codebook_size'):.0f} -> {run.workdir}/summary.json, {png}"
   )
-
-
-def decoders(c):
-  """The decoder study (`jaxlab.rl.itc.study`): world models of ``config.study.seeds`` seeds,
-  every decoder on the same held-out trajectories; resumable per seed."""
-  study.validate(c)
-  unused = ("mesh", "steps", "log_every", "ckpt_every", "keep", "profile", "seed", "decode")
-  run = experiment.common("itc", variant=(preset(), "decoders"), unused=unused)
-  workdir.check_writable(run.workdir)
-  study.run(c, run.workdir)
-  print(f"decoder study of {preset()} -> {run.workdir}/table.md, table.csv, seed_*/decoders.json")
 
 
 if __name__ == "__main__":

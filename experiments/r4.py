@@ -21,10 +21,8 @@ trajectories.npz (the rated pool, to rate by hand). Commands (CPU, 2 busy cores)
   python -m experiments.r4 --env=cartpole --method=r4 --ratings=my_ratings.csv
   python -m experiments.r4 --env=cartpole --method=r4 --protocol=online
 
-``--study=DIR``: the comparison study of docs/r4.md (``jaxlab.rl.r4.study.run``): every method
-(r4, rbrl, bt, true) x ``--study_noises`` x ``--study_seeds`` on ``--env``, each cell its
-own workdir under ``--workdir`` (default runs/r4/study; finished cells are skipped), the tables
-in DIR (the exact commands are in docs/r4.md).
+The comparison studies of docs/r4.md (every method x rater noise x seed) are
+``python -m experiments.study r4/cartpole`` and ``r4/asterix`` (`jaxlab.studies.r4`).
 """
 
 from __future__ import annotations
@@ -32,11 +30,9 @@ from __future__ import annotations
 from absl import flags
 
 from jaxlab.core import experiment
-from jaxlab.core.errors import ConfigError, require
 from jaxlab.envs import gymnax
 from jaxlab.rl import r4
 from jaxlab.rl.r4 import protocol as r4_protocol
-from jaxlab.rl.r4 import study as r4_study
 
 flags.DEFINE_string(
   "env", "cartpole", "gymnax environment (cartpole, acrobot, breakout-minatar...)"
@@ -44,9 +40,6 @@ flags.DEFINE_string(
 flags.DEFINE_string("method", "r4", "Reward learning: r4 | rbrl | bt | true (PPO on true reward).")
 flags.DEFINE_string("ratings", "simulated", "'simulated' or a CSV file 'trajectory_id,rating'.")
 flags.DEFINE_string("protocol", "offline", "offline | online")
-flags.DEFINE_string("study", "", "Results folder of the comparison study ('' = one run).")
-flags.DEFINE_list("study_seeds", ["0", "1", "2", "3", "4"], "Study: the seeds (with --study).")
-flags.DEFINE_list("study_noises", ["0", "0.5"], "Study: simulated-rater noise levels.")
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config(r4.get_config())
 
@@ -56,8 +49,6 @@ def main(argv):
   config = _CONFIG.value
   method, ratings, protocol = FLAGS.method, FLAGS.ratings, FLAGS.protocol
   gymnax.resolve(FLAGS.env)
-  if FLAGS.study:
-    return _study(config)
   run = experiment.common(
     "r4",
     default_steps=r4.ppo_updates(config),
@@ -79,36 +70,6 @@ def main(argv):
     f"{method}: held-out Kendall tau {tau:.3f}, "
     f"true eval return {summary['eval/true_return']:.4g} -> {run.workdir}"
   )
-
-
-def _study(config):
-  for name in ("method", "ratings", "protocol", "seed"):
-    require(not FLAGS[name].present, name, "is not used with --study (the study sets it per cell)")
-  try:
-    noises = [float(n) for n in FLAGS.study_noises]
-  except ValueError:
-    raise ConfigError("study_noises", f"must be numbers, got {FLAGS.study_noises}") from None
-  try:
-    seeds = [int(s) for s in FLAGS.study_seeds]
-  except ValueError:
-    raise ConfigError("study_seeds", f"must be integers, got {FLAGS.study_seeds}") from None
-  require(all(s >= 0 for s in seeds), "study_seeds", f"must be >= 0, got {seeds}")
-  run = experiment.common(
-    "r4",
-    default_steps=r4.ppo_updates(config),
-    variant=("study",),
-    unused=("mesh", "keep", "ckpt_every", "profile", "log_every"),
-  )
-  r4_study.run(
-    config,
-    env=FLAGS.env,
-    noises=noises,
-    seeds=seeds,
-    updates=run.steps,
-    root=run.workdir,
-    results=FLAGS.study,
-  )
-  print(r4_study.write_tables(FLAGS.study))
 
 
 if __name__ == "__main__":

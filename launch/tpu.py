@@ -57,7 +57,7 @@ ALIASES = {"v5e": "v5litepod"}  # gcloud's accelerator type for v5e is v5litepod
 EXTRAS_BY_MODULE = {
   "experiments.uhm": ("ogbench",),
   "experiments.uhm_eval": ("ogbench",),
-  "experiments.uhm_sweep": ("ogbench",),
+  "experiments.study": ("ogbench",),  # the uhm/* studies read OGBench
   "envs.ogbench_generate": ("ogbench",),
   "benchmarks.uhm": ("ogbench",),
 }

@@ -506,7 +506,7 @@ def test_dyna_checkpoint_resumes(tmp_path):
   assert all(changed)  # the restored world model is the trained one, not a fresh init
 
 
-# --- the decoder study's metrics (jaxlab.rl.itc.study) against loop-by-loop NumPy ---
+# --- the decoder evaluation's metrics (jaxlab.rl.itc.decoder_eval) against loop-by-loop NumPy ---
 
 
 def np_accuracy(imag, real):
@@ -547,8 +547,8 @@ def np_flicker(tokens, first):
   return out
 
 
-def test_study_metrics_match_numpy_on_hand_made_sequences():
-  from jaxlab.rl.itc import study
+def test_decoder_metrics_match_numpy_on_hand_made_sequences():
+  from jaxlab.rl.itc import decoder_eval
 
   first = np.array([[1, 2, 3, 0], [0, 0, 5, 5]])
   tokens = np.array(  # [B=2, H=4, L=4]
@@ -564,34 +564,41 @@ def test_study_metrics_match_numpy_on_hand_made_sequences():
     ]
   )
   mask = np.array([True, True, True, False])  # the last position plays the inventory
-  flick = np.asarray(study.flicker(jnp.asarray(tokens), jnp.asarray(first)))
+  flick = np.asarray(decoder_eval.flicker(jnp.asarray(tokens), jnp.asarray(first)))
   np.testing.assert_allclose(flick, np_flicker(tokens, first))
   np.testing.assert_allclose(flick[:3], [2 / 8, 0.0, 1 / 8])  # counted by hand
   assert np.isnan(flick[3])
   np.testing.assert_allclose(
-    np.asarray(study.token_accuracy(jnp.asarray(tokens), jnp.asarray(real))),
+    np.asarray(decoder_eval.token_accuracy(jnp.asarray(tokens), jnp.asarray(real))),
     np_accuracy(tokens, real),
   )
-  got = study.count_error(jnp.asarray(tokens), jnp.asarray(real), 8, jnp.asarray(mask, float))
+  got = decoder_eval.count_error(
+    jnp.asarray(tokens), jnp.asarray(real), 8, jnp.asarray(mask, float)
+  )
   np.testing.assert_allclose(np.asarray(got), np_count_error(tokens, real, 8, mask))
   # By hand: h=1 a 4 for a 2 (2) and a 5 for a 0 (2); h=4 a 7 for a 0 (2, over 2 frames).
   np.testing.assert_allclose(np.asarray(got), [2.0, 0.0, 0.0, 1.0])
   # Swapping two tokens moves objects but keeps every count: no count error, two wrong tokens.
   swap = real.copy()
   swap[0, 0, [0, 1]] = swap[0, 0, [1, 0]]
-  assert float(study.count_error(jnp.asarray(swap), jnp.asarray(real), 8, jnp.ones(4))[0]) == 0
+  assert (
+    float(decoder_eval.count_error(jnp.asarray(swap), jnp.asarray(real), 8, jnp.ones(4))[0]) == 0
+  )
 
 
-def test_study_metrics_match_numpy_on_random_sequences():
-  from jaxlab.rl.itc import study
+def test_decoder_metrics_match_numpy_on_random_sequences():
+  from jaxlab.rl.itc import decoder_eval
 
   rng = np.random.default_rng(5)
   tokens, real = rng.integers(0, 3, (6, 5, 9)), rng.integers(0, 3, (6, 5, 9))
   first, mask = rng.integers(0, 3, (6, 9)), rng.random(9) < 0.7
   np.testing.assert_allclose(
-    np.asarray(study.flicker(jnp.asarray(tokens), jnp.asarray(first))), np_flicker(tokens, first)
+    np.asarray(decoder_eval.flicker(jnp.asarray(tokens), jnp.asarray(first))),
+    np_flicker(tokens, first),
   )
-  got = study.count_error(jnp.asarray(tokens), jnp.asarray(real), 3, jnp.asarray(mask, float))
+  got = decoder_eval.count_error(
+    jnp.asarray(tokens), jnp.asarray(real), 3, jnp.asarray(mask, float)
+  )
   np.testing.assert_allclose(np.asarray(got), np_count_error(tokens, real, 3, mask), rtol=1e-6)
 
 

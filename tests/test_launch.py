@@ -85,7 +85,7 @@ def test_tpu_copy_ships_committed_tree_and_makes_a_venv_on_all_workers():
   [
     (["python", "-m", "experiments.uhm"], "tpu,ogbench"),
     (["python", "-m", "experiments.uhm_eval"], "tpu,ogbench"),
-    (["python", "-m", "experiments.uhm_sweep"], "tpu,ogbench"),
+    (["python", "-m", "experiments.study", "uhm/size"], "tpu,ogbench"),
     (["python", "experiments/uhm.py"], "tpu,ogbench"),
     (["python", "-m", "experiments.example"], "tpu"),
     (["python", "-m", "experiments.lm", "--config=experiments/configs/lm.py"], "tpu"),

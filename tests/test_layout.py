@@ -1,5 +1,6 @@
-"""The layout rules a user relies on: the library imports no program package, one folder per
-method under ``jaxlab/rl``, and thin programs (the logic is in importable, tested library code)."""
+"""The layout rules a user relies on: the library imports no program package and starts no program,
+one folder per method under ``jaxlab/rl``, and thin programs (the logic is in importable, tested
+library code)."""
 
 import ast
 import pathlib
@@ -21,9 +22,21 @@ def _imported(path: pathlib.Path) -> set[str]:
   return names
 
 
+# The only modules that start processes: the DiCode sandbox (task programs run isolated) and the
+# provenance record (git). A study or method never shells out to a program: it calls the library.
+STARTS_PROCESSES = {"jaxlab/rl/dicode/sandbox.py", "jaxlab/core/provenance.py"}
+
+
 @pytest.mark.parametrize("path", sorted(ROOT.glob("jaxlab/**/*.py")), ids=str)
 def test_library_imports_no_program_package(path):
   assert not (_imported(path) & PROGRAM_PACKAGES), path
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("jaxlab/**/*.py")), ids=str)
+def test_library_starts_no_program(path):
+  rel = path.relative_to(ROOT).as_posix()
+  if rel not in STARTS_PROCESSES:
+    assert "subprocess" not in _imported(path), rel
 
 
 def test_rl_is_one_folder_per_method():

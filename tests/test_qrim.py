@@ -2,7 +2,6 @@
 
 import functools
 import itertools
-import json
 import math
 
 import jax
@@ -190,7 +189,6 @@ def test_experiment_bad_input_exits_2(tmp_path):
     (["--set_size=3000000000"], "--set_size: 3000000000 overflows"),  # int32
     (["--config.episodes=1000000000"], "--config.episodes: needs about"),
     (["--config.ppo.mlp.hidden=(-5,)"], "--config.ppo.mlp.hidden"),
-    (["--study_seeds=-1"], "--study_seeds"),
   ]:
     r = run_program("experiments.qrim", [f"--workdir={tmp_path / 'run'}", *args], tmp_path)
     _exit_2(r, flag)
@@ -245,116 +243,13 @@ def test_experiment_runs(tmp_path):
   assert (tmp_path / "run" / "queries.png").exists()
 
 
-# --- the evidence study (jaxlab.rl.qrim.study) ---
+# --- the held-out grid of the robust arms ---
 
 
-def _np_slope_interval(xs, per_seed):
-  """Independent transcription: closed-form least squares on logs, Student-t (df = 2) interval."""
-  lx = np.log(np.asarray(xs, float))
-  slopes = []
-  for ys in per_seed:
-    ly = np.log(np.asarray(ys, float))
-    slopes.append(np.sum((lx - lx.mean()) * (ly - ly.mean())) / np.sum((lx - lx.mean()) ** 2))
-  s = np.asarray(slopes)
-  h = 4.302652729911275 * s.std(ddof=1) / np.sqrt(3)  # t_{0.975, 2}
-  return s, s.mean(), s.mean() - h, s.mean() + h
-
-
-def test_study_slope_interval_matches_numpy():
-  from jaxlab.rl.qrim import study
-
-  xs = [16, 64, 256, 1024]
-  rng = np.random.default_rng(0)
-  per_seed = [3.0 * np.asarray(xs) ** b * rng.uniform(0.9, 1.1, 4) for b in (0.5, 0.55, 0.45)]
-  got = study.slope_interval(xs, per_seed)
-  slopes, m, lo, hi = _np_slope_interval(xs, per_seed)
-  np.testing.assert_allclose(got["slopes"], slopes, rtol=1e-9)
-  np.testing.assert_allclose([got["mean"], got["lo"], got["hi"]], [m, lo, hi], rtol=1e-9)
-  assert got["n"] == 3 and lo < 0.5 < hi
-
-
-def _ppo_cell(seed, returns):
-  return {"seed": seed, "heldout_mean_return": float(np.mean(returns)), "heldout_returns": returns}
-
-
-def test_study_worst_case_is_min_over_heldout_then_mean_over_seeds():
-  from jaxlab.rl.qrim import study
-
-  nominal = [_ppo_cell(0, [500, 100, 400]), _ppo_cell(1, [300, 200, 500])]
-  robust = [_ppo_cell(0, [450, 350, 400]), _ppo_cell(1, [400, 300, 350]), _ppo_cell(2, [9, 9])]
-  t = study.arm_table({"nominal": nominal, "robust": robust})
-  r = t["arms"]["robust"]
-  assert r["n"] == 3 and r["seeds"] == [0, 1, 2]
-  assert r["worst"][0] == pytest.approx((350 + 300 + 9) / 3)
-  assert r["worst_over_seeds"] == 9
-  assert t["arms"]["nominal"]["worst"][0] == pytest.approx(150)
-  d = t["robust_minus"]["nominal"]  # paired over the seeds both arms finished: 0 and 1
-  assert d["n"] == 2
-  assert d["worst"][0] == pytest.approx(((350 - 100) + (300 - 200)) / 2)
-  assert d["mean"][0] == pytest.approx(((400 - 1000 / 3) + (350 - 1000 / 3)) / 2)
-  assert "robust" not in t["robust_minus"]
-
-
-def test_study_cells_resume_and_never_overwrite(tmp_path):
-  from jaxlab.rl.qrim import study
-
-  calls = []
-  compute = lambda: calls.append(1) or {"heldout_returns": [1.0]}
-  wd = study.cell_dir(tmp_path, "robust", 3)
-  rec = {"arm": "robust", "seed": 3, "steps": 2}
-  summary, new = study.run_cell(wd, rec, compute)
-  assert new and summary["seed"] == 3 and summary["config"] == rec and len(calls) == 1
-  before = (wd / "summary.json").read_bytes()
-  summary, new = study.run_cell(wd, rec, compute)
-  assert not new and len(calls) == 1 and (wd / "summary.json").read_bytes() == before
-  with pytest.raises(ConfigError) as e:  # another setting in a finished cell
-    study.run_cell(wd, {**rec, "steps": 4}, compute)
-  assert e.value.field == "workdir" and len(calls) == 1
-
-
-def test_study_tables_count_finished_cells(tmp_path):
-  from jaxlab.rl.qrim import study
-
-  for seed in (0, 1):
-    for arm, rets in (("nominal", [200.0, 100.0]), ("robust", [300.0, 250.0 + seed])):
-      cell = {**_ppo_cell(seed, rets), "train_env_steps": 8}
-      if arm == "robust":
-        cell |= {"inner_oracle_queries": 5.0, "inner_classical_checks": 2.0, "selections": 2}
-        cell |= {"inner_queries_exhaustive": 4, "inner_exact_fraction": 1.0}
-      study.run_cell(study.cell_dir(tmp_path, arm, seed), {"seed": seed, "arm": arm}, lambda: cell)
-  tables = study.write_tables(tmp_path)
-  text = (tmp_path / "table.md").read_text()
-  assert "| robust | 2 | 275.2 [" in text and "| robust - nominal (paired) | 2 | 125 [" in text
-  assert "in 100.0% of 4 re-selections" in text
-  assert tables["ppo"]["arms"]["robust"]["worst"][0] == pytest.approx(250.5)
-  assert (tmp_path / "ppo_cells.csv").read_text().count("\n") == 5  # header + 4 cells
-  stamp = (tmp_path / "table.md").stat().st_mtime_ns
-  study.write_tables(tmp_path)
-  assert (tmp_path / "table.md").stat().st_mtime_ns == stamp  # unchanged: not rewritten
-
-
-def test_study_heldout_points_are_not_training_points():
+def test_heldout_points_are_not_training_points():
   u = qrim_robust.grid("cartpole", 64)
   held = qrim_robust.grid("cartpole", 64, held_out=True)
   assert u.shape == (64, 2) and held.shape == (49, 2)
   assert not np.any(np.all(np.isclose(held[:, None], u[None]), -1))
   lo, hi = u.min(0), u.max(0)
   assert np.all((held > lo) & (held < hi))  # interpolation inside the training range
-
-
-@pytest.mark.slow
-def test_study_runs_every_arm(tmp_path):
-  from jaxlab.rl.qrim import study
-
-  c = qrim.get_config()
-  c.max_log2, c.trials, c.sweeps, c.states, c.phases, c.episodes = 5, 4, 3, 4, 2, 1
-  c.ppo.eval_steps = 20
-  kw = dict(env="cartpole", set_size=4, updates=2, seeds=[0], root=tmp_path, backup_sizes=(4, 8))
-  tables = study.run(c, **kw)
-  assert set(tables["ppo"]["arms"]) == {"nominal", "random", "robust"}
-  assert tables["backup"]["tabular"][0]["mismatch_max"] == 0.0
-  rob = json.loads((study.cell_dir(tmp_path, "robust", 0) / "summary.json").read_text())
-  assert rob["seed"] == 0 and rob["config"]["arm"] == "robust" and rob["selections"] == 2
-  with pytest.raises(ConfigError) as e:
-    study.run(c, **{**kw, "updates": 3})  # another setting in the finished cells
-  assert e.value.field == "workdir"

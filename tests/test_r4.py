@@ -350,16 +350,7 @@ def test_experiment_runs_offline_and_online(tmp_path):
     assert (wd / "agent.png").exists() and (wd / "alignment.png").exists()
 
 
-# --- the comparison study (jaxlab.rl.r4.study): statistics, table, resumability ---
-
-T975 = {3: 4.302652729911275, 5: 2.7764451051977987}  # Student-t 0.975 quantiles, df = n - 1
-
-
-def np_interval(xs):
-  xs = np.asarray(xs, float)
-  n = len(xs)
-  h = T975[n] * np.sqrt(np.sum((xs - xs.mean()) ** 2) / (n - 1)) / np.sqrt(n)
-  return xs.mean(), xs.mean() - h, xs.mean() + h
+# --- the held-out alignment (the studies: tests/test_studies.py) ---
 
 
 def np_kendall_tau_b(x, y):
@@ -387,105 +378,6 @@ def test_kendall_tau_matches_pair_count():
   pred[:5] = pred[0]  # ties in the prediction too
   got = r4.alignment(pred, true)["kendall_tau"]
   assert got == pytest.approx(np_kendall_tau_b(pred, true), abs=1e-12)
-
-
-def _fake_records(values):
-  """Study records of ``{(env, arm, seed): (tau, return)}`` as the study stores them."""
-  out = []
-  for (env, arm, seed), (tau, ret) in values.items():
-    method = arm.split("_noise")[0]
-    noise = float(arm.split("_noise")[1]) if "_noise" in arm else None
-    rec = {"eval/true_return": ret, "env_steps": 4096, "arm": arm, "name": f"{env}_{arm}_{seed}"}
-    rec["cell"] = {"env": env, "method": method, "noise": noise, "seed": seed}
-    if tau is not None:
-      rec["heldout/kendall_tau"] = tau
-    out.append(rec)
-  return out
-
-
-def test_study_table_matches_numpy():
-  from jaxlab.rl.r4 import study
-
-  rng = np.random.default_rng(5)
-  vals = {}
-  for arm in ("true", "r4_noise0.5", "rbrl_noise0.5", "bt_noise0.5"):
-    for s in range(5):
-      vals[("cartpole", arm, s)] = (None if arm == "true" else rng.uniform(), rng.uniform(0, 500))
-  records = _fake_records(vals)
-  rows = {r["arm"]: r for r in study.aggregate(records)}
-  for arm in ("r4_noise0.5", "bt_noise0.5"):
-    taus = [vals[("cartpole", arm, s)][0] for s in range(5)]
-    rets = [vals[("cartpole", arm, s)][1] for s in range(5)]
-    np.testing.assert_allclose(rows[arm]["heldout/kendall_tau"], np_interval(taus), rtol=1e-10)
-    np.testing.assert_allclose(rows[arm]["eval/true_return"], np_interval(rets), rtol=1e-10)
-  assert rows["true"]["heldout/kendall_tau"] is None and rows["true"]["n"] == 5
-  (pair,) = study.paired(records, "rbrl")
-  d = [vals[("cartpole", "r4_noise0.5", s)][1] - vals[("cartpole", "rbrl_noise0.5", s)][1]]
-  d = [
-    vals[("cartpole", "r4_noise0.5", s)][1] - vals[("cartpole", "rbrl_noise0.5", s)][1]
-    for s in range(5)
-  ]
-  np.testing.assert_allclose(pair["eval/true_return"], np_interval(d), rtol=1e-10)
-  (pair,) = study.paired(records[:-2], "bt")  # bt's last 2 seeds missing: 3 paired seeds
-  d = [
-    vals[("cartpole", "r4_noise0.5", s)][0] - vals[("cartpole", "bt_noise0.5", s)][0]
-    for s in range(3)
-  ]
-  assert pair["n"] == 3
-  np.testing.assert_allclose(pair["heldout/kendall_tau"], np_interval(d), rtol=1e-10)
-
-
-def test_study_skips_finished_cells(tmp_path, monkeypatch):
-  """Every cell runs once; a rerun runs nothing and rewrites no file; a lost cell reruns alone."""
-  import json
-
-  from jaxlab.rl.r4 import study
-
-  calls = []
-
-  def fake_run(config, *, env, method, ratings, protocol, updates, seed, workdir):
-    calls.append((method, config.noise, seed))
-    workdir.mkdir(parents=True, exist_ok=True)
-    s = {"eval/true_return": float(seed), "env_steps": updates * 2048, "seed": seed}
-    if method != "true":
-      s["heldout/kendall_tau"] = 0.5 + config.noise
-    (workdir / "summary.json").write_text(json.dumps(s))
-    return s
-
-  monkeypatch.setattr(r4_protocol, "run", fake_run)
-  kw = dict(env="cartpole", noises=(0.0, 0.5), seeds=range(2), updates=6)
-  kw.update(root=tmp_path / "wd", results=tmp_path / "res", log=lambda s: None)
-  c = r4.get_config()
-  records = study.run(c, **kw)
-  assert len(calls) == 2 * (1 + 3 * 2) == len(records)
-  assert ("true", 0.0, 1) in calls and ("bt", 0.5, 0) in calls
-  files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".md"}
-  study.run(c, **kw)
-  assert len(calls) == 14
-  assert {p: p.read_bytes() for p in files} == files
-  (tmp_path / "wd/cartpole/r4_noise0.5/seed1/summary.json").unlink()
-  study.run(c, **kw)
-  assert calls[14:] == [("r4", 0.5, 1)]
-  table = (tmp_path / "res/table.md").read_text()
-  assert "| cartpole | r4_noise0.5 | 2 | 12288 |" in table
-  # a cell another process holds (locked workdir) is left to it, not run twice
-  from jaxlab.core import workdir as workdir_lib
-
-  (tmp_path / "wd/cartpole/bt_noise0/seed0/summary.json").unlink()
-  with workdir_lib.session(tmp_path / "wd/cartpole/bt_noise0/seed0", {"x": 1}):
-    study.run(c, **kw)
-  assert len(calls) == 15
-
-
-def test_study_bad_grid_refused():
-  from jaxlab.rl.r4 import study
-
-  c = r4.get_config()
-  for kw, field in [(dict(noises=(-1.0,)), "study_noises"), (dict(seeds=()), "study_seeds")]:
-    args = {"env": "cartpole", "noises": (0.0,), "seeds": range(1), "updates": 5, "root": "x"}
-    with pytest.raises(ConfigError) as e:
-      study.run(c, **{**args, **kw})
-    assert e.value.field == field
 
 
 def test_bt_teacher_sees_the_raters_noisy_returns():

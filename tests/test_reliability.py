@@ -110,10 +110,6 @@ CASES = [
     "--dataset_dir",
   ),
   ("experiments.uhm_eval", ["--workdir={bad}/eval_run"], "--workdir"),
-  ("experiments.uhm_sweep", ["--suite=foo"], "--suite"),
-  ("experiments.uhm_sweep", ["--steps=0"], "--steps"),
-  ("experiments.uhm_sweep", ["--seeds=a"], "--seeds"),
-  ("experiments.uhm_sweep", ["--tasks=9"], "--tasks"),
   (
     "envs.ogbench_generate",
     ["--env_name=cube-single-play-v0", "--noise=nan", "--dataset_dir={tmp}/gen"],

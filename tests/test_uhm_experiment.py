@@ -221,50 +221,6 @@ def test_data_parallel_update_equals_single_device(tmp_path):
   assert max(jax.tree.leaves(moved)) > 0
 
 
-def test_sweep_table_pools_replicates_with_t_intervals(tmp_path):
-  """experiments.uhm_sweep --table on synthetic finished runs: one replicate per (data seed,
-  training seed), its task mean; a cell is mean [95 % t-interval] (n); unfinished runs left out."""
-  from scipy import stats
-
-  rng = np.random.default_rng(0)
-  finals = {}
-  for env in ("cube-single-play", "puzzle-3x3-play"):
-    for agent in ("uhm", "rebrac"):
-      for d in (0, 1):
-        for s in (0, 1, 2):
-          wd = tmp_path / env / "task1" / agent / f"d{d}" / f"s{s}"
-          wd.mkdir(parents=True)
-          final = float(rng.uniform(0, 1))
-          finals[(env, agent, d, s)] = 100 * final
-          (wd / "eval.csv").write_text(f"step,success\n50,{final / 2}\n100,{final}\n")
-          (wd / "metrics.csv").write_text("step,steps_per_sec\n50,1.0\n100,20.0\n")
-          (wd / "summary.json").write_text(json.dumps({"step": 100}))
-  # An unfinished run (stopped at step 50) must not enter the table.
-  (tmp_path / "cube-single-play/task1/uhm/d1/s2/eval.csv").write_text("step,success\n50,0.9\n")
-  args = ["--table", "--suite=lowbudget", "--agents=uhm,rebrac", "--tasks=1", "--steps=100"]
-  r = run_program("experiments.uhm_sweep", [*args, f"--workdir={tmp_path}"], tmp_path)
-  assert r.returncode == 0, r.stderr[-3000:]
-  md = (tmp_path / "table.md").read_text()
-
-  def cell(xs):
-    xs = np.asarray(xs)
-    h = stats.t.ppf(0.975, len(xs) - 1) * xs.std(ddof=1) / np.sqrt(len(xs))
-    return f"{xs.mean():.0f} [{xs.mean() - h:.0f}, {xs.mean() + h:.0f}] ({len(xs)})"
-
-  reps = [(d, s) for d in (0, 1) for s in (0, 1, 2)]
-  cube_uhm = [finals[("cube-single-play", "uhm", *k)] for k in reps if k != (1, 2)]
-  cube_rebrac = [finals[("cube-single-play", "rebrac", *k)] for k in reps]
-  assert f"| cube-single-play | {cell(cube_uhm)} | {cell(cube_rebrac)} |" in md, md
-  pooled = [
-    np.mean([finals[(e, "rebrac", *k)] for e in ("cube-single-play", "puzzle-3x3-play")])
-    for k in reps
-  ]
-  all_envs = next(line for line in md.splitlines() if line.startswith("| **all envs**"))
-  assert all_envs.endswith(f" | {cell(pooled)} |"), md  # uhm has 5 complete replicates there
-  assert (tmp_path / "curves_lowbudget_steps.png").exists()
-  assert (tmp_path / "curves_lowbudget_wallclock.png").exists()
-
-
 def test_uhm_eval_never_creates_what_it_reads(tmp_path):
   """A run directory without checkpoints: exit 2 naming --workdir, no checkpoints/ created; a
   missing step names --step; the lock file of the run is the only file uhm_eval may add."""

@@ -16,7 +16,8 @@ Sizes (with the ``itc`` arm unless one is given):
         no rule of the method changes
   cpu   the tiny networks with 20 environments x 50 steps = 1000 real steps per iteration,
         2 PPO epochs x 2 minibatches, and 50k steps: the reduced-budget run of docs/itc.md
-        (about 30 min on 2 CPU cores); with ``--mode=decoders`` the decoder study
+        (about 30 min on 2 CPU cores); the decoder study ``itc/decoders``
+        (``python -m experiments.study itc/decoders``, `jaxlab.studies.itc`) uses this config
 
 Commands (from the repository root):
   python -m experiments.itc

@@ -156,7 +156,7 @@ def read_json(path: str | os.PathLike) -> dict:
 def t_interval(xs) -> tuple[float, float, float]:
   """Mean and 95 % Student-t interval of replicate scores, ``(mean, lo, hi)``; nan bounds for n < 2.
 
-  The one interval every study in jaxlab reports (seeds are the replicates).
+  Seeds are the replicates; the studies' tables use `jaxlab.core.stats` (bootstrap intervals).
   """
   from scipy import stats
 

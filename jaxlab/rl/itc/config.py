@@ -93,20 +93,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.wm_lr = 1e-3  # world-model Adam learning rate
   c.wm_max_grad_norm = 0.5  # world-model gradient-norm clip
   c.tok_passes = 25  # tokenizer growth passes per iteration
-
-  # The decoder study (`study.run`, ``--mode=decoders``; docs/itc.md): per seed a world model of
-  # ``c.wm`` trained once on random play, then every decoder on the same held-out trajectories.
-  c.study = ml_collections.ConfigDict()
-  c.study.seeds = 3  # world-model seeds 0 .. seeds - 1
-  c.study.only_seed = -1  # -1: every seed; s: that seed alone (processes sharing the workdir)
-  c.study.envs = 16  # environments of the random play (training and held-out alike)
-  c.study.steps = 256  # random-play steps per environment (training and held-out alike)
-  c.study.tok_passes = 2  # tokenizer growth calls per 16-step chunk of the play
-  c.study.wm_updates = 250  # world-model steps (wm_batch sequences of max_blocks + 1 frames)
-  c.study.heldout_skip = 16  # held-out windows start at this step ...
-  c.study.window_stride = 240  # ... and every stride steps after it
-  c.study.horizon = 6  # imagined steps H (<= wm.max_blocks; the cpu preset imagines 6)
-  c.study.decoders = ("sample", "argmax", "itc", "itc_hungarian")  # compared on the same samples
   return c
 
 

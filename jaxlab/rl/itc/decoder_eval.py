@@ -1,27 +1,27 @@
-"""The decoder study (docs/itc.md, "Decoders on a fixed world model"): ITC's claim is about
-decoding, so the world model is held fixed and only the decoder changes.
+"""Decoders on a fixed world model (docs/itc.md): ITC's claim is about decoding, so the world
+model is held fixed and only the decoder changes. The study that uses it is ``itc/decoders``
+(`jaxlab.studies.itc`).
 
-Per world-model seed ``s`` (``config.study.seeds`` of them):
+For a world-model seed ``s``, with a :class:`Setting`:
 
-1. ``study.envs`` Craftax-Classic environments play ``study.steps`` steps with uniformly random
-   actions (seeded by ``s``); the tokenizer grows on those frames and the world model of
-   ``config.wm`` trains ``study.wm_updates`` steps on replayed sequences of ``max_blocks + 1``
-   frames (`dyna`'s world-model step, without the agent). Codebook and weights are written to
-   ``<workdir>/seed_<s>/world_model.msgpack``: a re-run reuses them.
+1. ``envs`` Craftax-Classic environments play ``steps`` steps with uniformly random actions (seeded
+   by ``s``); the tokenizer grows on those frames and the world model of ``config.wm`` trains
+   ``wm_updates`` steps on replayed sequences of ``max_blocks + 1`` frames (`dyna`'s world-model
+   step, without the agent). Codebook and weights are written to
+   ``<wm_dir>/seed_<s>/world_model.msgpack``: a later evaluation reuses them.
 2. The SAME held-out real trajectories for every seed (random play as in 1 under their own key;
-   windows of ``horizon + 1`` frames starting every ``study.window_stride`` steps after
-   ``study.heldout_skip``) are tokenized with seed ``s``'s codebook; from each window's
-   first frame the world model imagines ``horizon`` steps open loop under the real actions
-   (`imagine.open_loop`), decoded by every method of ``study.decoders`` with the SAME random key
-   (common random numbers: ``itc`` corrects the very samples that ``sample`` returns).
+   windows of ``horizon + 1`` frames starting every ``window_stride`` steps after
+   ``heldout_skip``) are tokenized with seed ``s``'s codebook; from each window's first frame the
+   world model imagines ``horizon`` steps open loop under the real actions (`imagine.open_loop`),
+   decoded by every decoder asked for with the SAME random key (common random numbers: ``itc``
+   corrects the very samples that ``sample`` returns, whichever decoders run together).
 3. Against the real tokens at horizons ``1 .. H``: :func:`token_accuracy`, :func:`count_error`
    (the map's token histogram), :func:`flicker` (a token that changes and changes back), the
-   real trajectories' own flicker as the reference. Written to ``seed_<s>/decoders.json``.
+   real trajectories' own flicker as the reference.
 
-:func:`table` gives mean and 95 % t-interval over seeds per decoder and horizon;
-:func:`run` writes ``table.csv``, ``table.md`` and ``summary.json``. One jitted program per
-stage (collection, growth, world-model training, imagination with all decoders through
-``lax.switch``), each compiled once per process and reused by every seed.
+One jitted program per stage (collection, growth, world-model training, imagination with the
+decoders through ``lax.switch``), each compiled once per :class:`Evaluator` and reused by every
+seed.
 """
 
 from __future__ import annotations
@@ -37,9 +37,7 @@ import numpy as np
 import optax
 
 from jaxlab.core import metrics as metrics_lib
-from jaxlab.core import runtime
 from jaxlab.core.errors import check_choice, require
-from jaxlab.core.metrics import t_interval
 from jaxlab.core.train_state import TrainState
 from jaxlab.rl.itc import buffer as buffer_lib
 from jaxlab.rl.itc import decode as decode_lib
@@ -80,26 +78,39 @@ def flicker(tokens: Array, first: Array) -> Array:
 # --- the stages ---
 
 
-def validate(config):
-  """``config.study`` checked (ConfigError naming the field) before anything is built."""
-  s = config.study
-  for name in ("seeds", "envs", "steps", "wm_updates", "window_stride"):
-    require(int(s[name]) >= 1, f"config.study.{name}", f"must be >= 1, got {s[name]}")
-  require(s.heldout_skip >= 0, "config.study.heldout_skip", "must be >= 0")
-  require(
-    -1 <= s.only_seed < s.seeds, "config.study.only_seed", "must be -1 (all) or a seed < seeds"
-  )
-  for m in s.decoders:
-    check_choice("config.study.decoders", m, decode_lib.METHODS)
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """The random play, the world model's training and the imagination of one evaluation."""
+
+  envs: int = 16  # environments of the random play (training and held-out alike)
+  steps: int = 256  # random-play steps per environment (training and held-out alike)
+  tok_passes: int = 2  # tokenizer growth calls per 16-step chunk of the play
+  wm_updates: int = 250  # world-model steps (wm_batch sequences of max_blocks + 1 frames)
+  heldout_skip: int = 16  # held-out windows start at this step ...
+  window_stride: int = 240  # ... and every stride steps after it
+  horizon: int = 6  # imagined steps H (<= wm.max_blocks)
+
+
+def validate(config, setting: Setting, decoders) -> Setting:
+  """``setting`` and ``decoders`` checked against ``config`` (ConfigError naming the field)
+  before anything is built."""
+  s = setting
+  for name in ("envs", "steps", "wm_updates", "window_stride", "tok_passes"):
+    v = getattr(s, name)
+    require(int(v) >= 1, f"setting.{name}", f"must be >= 1, got {v}")
+  require(s.heldout_skip >= 0, "setting.heldout_skip", "must be >= 0")
+  require(bool(decoders), "decoders", "name at least one decoder")
+  for m in decoders:
+    check_choice("decoders", m, decode_lib.METHODS)
   cap = config.wm.max_blocks
   require(
     1 <= s.horizon <= cap,
-    "config.study.horizon",
+    "setting.horizon",
     f"must be in [1, wm.max_blocks={cap}], got {s.horizon}",
   )
   require(
     s.steps >= cap + 1,
-    "config.study.steps",
+    "setting.steps",
     f"must be >= wm.max_blocks + 1 = {cap + 1} (one training sequence)",
   )
   return s
@@ -176,7 +187,7 @@ def heldout_windows(data: dict, horizon: int, skip: int, stride: int) -> dict:
   stride``, ...: ``obs [W, H + 1, ...]`` (uint8) and the actions taken ``[W, H]``."""
   t = data["action"].shape[1]
   starts = list(range(skip, t - horizon, stride))
-  require(bool(starts), "config.study.heldout_skip", "leaves no held-out window; lower it")
+  require(bool(starts), "setting.heldout_skip", "leaves no held-out window; lower it")
   take = lambda x, k: jnp.concatenate([x[:, s : s + k] for s in starts], axis=0)
   return {"obs": take(data["obs"], horizon + 1), "action": take(data["action"], horizon)}
 
@@ -225,7 +236,7 @@ def map_mask(grid: tuple[int, int], inventory_rows: int) -> np.ndarray:
   return np.arange(rows * cols) < (rows - inventory_rows) * cols
 
 
-# --- the study ---
+# --- one evaluation per seed ---
 
 
 def _save(path: pathlib.Path, wm: TrainState, book) -> None:
@@ -241,105 +252,55 @@ def _load(path: pathlib.Path, wm: TrainState, book):
   return wm.replace(params=got["params"]), tok_lib.Codebook(got["codes"], got["size"])
 
 
-def run(config, workdir, log=print) -> dict:
-  """The study of ``config`` (``config.study``; module docstring) in ``workdir``; finished seeds
-  are skipped, a trained world model is reused. ``study.only_seed >= 0`` runs that seed alone
-  (processes sharing a workdir split the seeds). Returns the :func:`table` of every finished
-  seed in ``0 .. seeds - 1``, also written to ``workdir``."""
-  from jaxlab.envs import craftax
-  from jaxlab.rl.itc import config as config_lib
+class Evaluator:
+  """The compiled stages of one ``(config, setting, decoders)``; :meth:`seed` evaluates one
+  world-model seed (its world model trained once, then reused from ``wm_dir``)."""
 
-  s = validate(config)
-  cfg = config_lib.validate_config(config)
-  wd = pathlib.Path(workdir)
-  wd.mkdir(parents=True, exist_ok=True)
-  decoders = tuple(s.decoders)
-  done = lambda seed: (wd / f"seed_{seed}" / "decoders.json").exists()
-  todo = [q for q in ([s.only_seed] if s.only_seed >= 0 else range(s.seeds)) if not done(q)]
-  if todo:
-    env = craftax.make(config.env, s.envs, config.ppo.reset_ratio, field="config.env")
-    jit_collect = jax.jit(collect, static_argnums=(0, 2))
-    jit_grow = jax.jit(lambda d: grow_codebook(d, cfg, s.tok_passes))
-    jit_train = jax.jit(lambda d, b, k: train_world_model(d, b, cfg, s.wm_updates, k))
-    jit_imagine = jax.jit(lambda w, b, win, k: imagine_all(w, b, win, k, cfg, decoders))
+  def __init__(self, config, setting: Setting, decoders, wm_dir, log=print):
+    from jaxlab.envs import craftax
+    from jaxlab.rl.itc import config as config_lib
+
+    self.setting = validate(config, setting, decoders)
+    self.cfg = cfg = config_lib.validate_config(config)
+    self.decoders = decoders = tuple(decoders)
+    self.wm_dir = pathlib.Path(wm_dir)
+    self.log = log
+    s = setting
+    self.env = craftax.make(config.env, s.envs, config.ppo.reset_ratio, field="config.env")
+    self.collect = jax.jit(collect, static_argnums=(0, 2))
+    self.grow = jax.jit(lambda d: grow_codebook(d, cfg, s.tok_passes))
+    self.train = jax.jit(lambda d, b, k: train_world_model(d, b, cfg, s.wm_updates, k))
+    self.imagine = jax.jit(lambda w, b, win, k: imagine_all(w, b, win, k, cfg, decoders))
     # Held-out play has the training play's shape, so one compiled collection serves both.
-    held = jit_collect(env, jax.random.key(_HELDOUT_SEED), s.steps)
-    windows = heldout_windows(held, s.horizon, s.heldout_skip, s.window_stride)
-    log(f"held-out: {windows['action'].shape[0]} windows of {s.horizon} steps")
-  for seed in todo:
-    if done(seed):  # another process finished it meanwhile
-      continue
-    out = wd / f"seed_{seed}"
-    out.mkdir(exist_ok=True)
-    key = jax.random.key(seed)
-    k_data, k_wm, k_img = jax.random.split(key, 3)
-    data = jit_collect(env, k_data, s.steps)
-    book = jit_grow(data)
+    held = self.collect(self.env, jax.random.key(_HELDOUT_SEED), s.steps)
+    self.windows = heldout_windows(held, s.horizon, s.heldout_skip, s.window_stride)
+    log(f"held-out: {self.windows['action'].shape[0]} windows of {s.horizon} steps")
+
+  def seed(self, seed: int) -> dict:
+    """``{decoder: {metric: [H]}, "real": {"flicker": [H]}, "codebook_size", "world_model"}``
+    (a NaN metric, flicker at the last horizon, is None)."""
+    out = self.wm_dir / f"seed_{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    k_data, k_wm, k_img = jax.random.split(jax.random.key(seed), 3)
+    data = self.collect(self.env, k_data, self.setting.steps)
+    book = self.grow(data)
     ckpt = out / "world_model.msgpack"
     if ckpt.exists():
-      wm, book = _load(ckpt, init_world_model(cfg, k_wm), book)
+      wm, book = _load(ckpt, init_world_model(self.cfg, k_wm), book)
       train_metrics = json.loads((out / "world_model.json").read_text())
-      log(f"seed {seed}: world model restored from {ckpt}")
+      self.log(f"seed {seed}: world model restored from {ckpt}")
     else:
-      wm, train_metrics = jit_train(data, book, k_wm)
+      wm, train_metrics = self.train(data, book, k_wm)
       train_metrics = {k: float(v) for k, v in train_metrics.items()}
       _save(ckpt, wm, book)
       metrics_lib.write_json(out / "world_model.json", train_metrics)
-      log(f"seed {seed}: world model trained ({train_metrics}), codebook {int(book.size)}")
-    res = jax.device_get(jit_imagine(wm, book, windows, k_img))
-    res = {m: {k: [float(x) for x in v] for k, v in r.items()} for m, r in res.items()}
+      self.log(f"seed {seed}: world model trained ({train_metrics}), codebook {int(book.size)}")
+    res = jax.device_get(self.imagine(wm, book, self.windows, k_img))
+    nan = lambda x: None if np.isnan(x) else float(x)  # noqa: E731
+    res = {m: {k: [nan(x) for x in v] for k, v in r.items()} for m, r in res.items()}
     res["codebook_size"] = int(book.size)
     res["world_model"] = train_metrics
-    metrics_lib.write_json(out / "decoders.json", res)  # strict JSON: NaN is written as null
-    log(f"seed {seed}: " + ", ".join(f"{m} acc@1 {res[m]['token_acc'][0]:.3f}" for m in decoders))
-  per_seed = {
-    q: json.loads((wd / f"seed_{q}" / "decoders.json").read_text())
-    for q in range(s.seeds)
-    if done(q)
-  }
-  if not per_seed:
-    return {}
-  tab = table(per_seed, decoders)
-  write_table(wd, tab, per_seed, config)
-  log(f"table over {len(per_seed)} of {s.seeds} seeds -> {wd / 'table.md'}")
-  return tab
-
-
-def table(per_seed: dict, decoders) -> dict:
-  """``{decoder: {metric: [(mean, lo, hi) per horizon]}}`` over seeds (95 % t-intervals);
-  ``real`` holds the real trajectories' flicker."""
-
-  out = {}
-  for m in tuple(decoders) + ("real",):
-    names = METRICS if m != "real" else ("flicker",)
-    out[m] = {}
-    for k in names:
-      # [S, H]; a null read back from JSON is the NaN it stood for
-      vals = np.asarray([per_seed[s][m][k] for s in sorted(per_seed)], np.float64)
-      out[m][k] = [t_interval(vals[:, h]) for h in range(vals.shape[1])]
-  return out
-
-
-def write_table(wd: pathlib.Path, tab: dict, per_seed: dict, config) -> None:
-  """``table.csv`` (decoder, metric, horizon, mean, lo, hi, seeds), ``table.md``, summary."""
-  n = len(per_seed)
-  rows = ["decoder,metric,horizon,mean,lo95,hi95,seeds"]
-  for m, parts in tab.items():
-    for k, vals in parts.items():
-      for h, (mean, lo, hi) in enumerate(vals, 1):
-        rows.append(f"{m},{k},{h},{mean:.6g},{lo:.6g},{hi:.6g},{n}")
-  (wd / "table.csv").write_text("\n".join(rows) + "\n")
-  md = []
-  for k in METRICS:
-    hs = len(next(iter(tab.values()))["flicker"])
-    md.append(f"{k} (mean [95 % interval] over {n} world-model seeds)\n")
-    md.append("| decoder | " + " | ".join(f"h={h}" for h in range(1, hs + 1)) + " |")
-    md.append("|---" * (hs + 1) + "|")
-    for m, parts in tab.items():
-      if k not in parts:
-        continue
-      cells = ["n/a" if np.isnan(a) else f"{a:.3f} [{lo:.3f}, {hi:.3f}]" for a, lo, hi in parts[k]]
-      md.append(f"| {m} | " + " | ".join(cells) + " |")
-    md.append("")
-  (wd / "table.md").write_text("\n".join(md))
-  runtime.write_summary(wd, {"seeds": sorted(per_seed), "config": config.to_dict(), "table": tab})
+    self.log(
+      f"seed {seed}: " + ", ".join(f"{m} acc@1 {res[m]['token_acc'][0]:.3f}" for m in self.decoders)
+    )
+    return res

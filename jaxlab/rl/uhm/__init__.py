@@ -5,7 +5,8 @@
 ``experiments.uhm`` runs (:mod:`jaxlab.rl.uhm.task`: ``load_task``, ``train``, ``evaluate_seeds``,
 ``write_report``, ``evaluate_checkpoint``); the parts are submodules: ``horizon`` (the n-step flow
 model), ``networks``, ``offline_data`` (OGBench sets as device arrays), ``diagnostics`` (held-out
-horizon-model and critic errors), ``study`` (sweeps and their tables). See docs/uhm.md.
+horizon-model and critic errors). Its studies are ``uhm/pilot`` and ``uhm/size`` of
+:mod:`jaxlab.studies`. See docs/uhm.md.
 """
 
 from jaxlab.rl.uhm.agent import *  # noqa: F403

@@ -61,8 +61,8 @@ ReBRAC baseline (`agent="rebrac"`) against the public code it follows, FQL's ReB
     * a'_data at the last transition of a trajectory is that transition's own action; FQL takes
       actions[i + 1], which its code marks as wrong there (it is the next trajectory's first);
     * per-task alpha_actor / alpha_critic: only some are public in the code we could read
-      (`task_defaults` says which); the others are to be picked with the small grid
-      `experiments.uhm_sweep --alpha_grid`, never silently guessed;
+      (`task_defaults` says which); the others are to be picked on tuning seeds (a small grid of
+      `--config.alpha_actor` / `--config.alpha_critic` runs), never silently guessed;
     * batches are drawn with jax.random inside jit (FQL: numpy on the host): same uniform law;
     * the gradient statistics FQL logs (grad/max, grad/min, grad/norm) are not logged.
 
@@ -162,8 +162,8 @@ def get_config() -> ml_collections.ConfigDict:
 
 # Per-task values that FQL's public material gives (README commands @ 719d044), by env prefix.
 # FQL's paper (arXiv 2502.02538) tabulates ReBRAC's alphas for every OGBench environment in an
-# appendix that we could not read: those entries are None here and must be picked with
-# `experiments.uhm_sweep --alpha_grid` (or passed) rather than guessed.
+# appendix that we could not read: those entries are None here and must be picked on tuning seeds
+# (or passed) rather than guessed.
 _REBRAC_ALPHAS = {
   "humanoidmaze-medium-navigate": (0.01, 0.01, "FQL README, ReBRAC humanoidmaze-medium command"),
   "cube-single-play": (1.0, 0.0, "FQL README, ReBRAC visual-cube-single command (pixel variant)"),
@@ -187,7 +187,7 @@ def task_defaults(env_name: str) -> dict:
     discount_source="FQL README commands (0.995 for antmaze-giant, humanoidmaze, antsoccer)",
     alpha_actor=None,
     alpha_critic=None,
-    alpha_source="not public in the material read; pick with experiments.uhm_sweep --alpha_grid",
+    alpha_source="not public in the material read; pick on tuning seeds with --config.alpha_*",
   )
   for prefix, (a_actor, a_critic, source) in _REBRAC_ALPHAS.items():
     if env_name.startswith(prefix):

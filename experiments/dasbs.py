@@ -7,6 +7,9 @@ Commands:
   # The CPU preset: Ising at beta_c, L = 4 (minutes on 2 CPU cores; its schedule and per-seed
   # unweighted energy errors: experiments/configs/dasbs.py and docs/dasbs.md, "CPU presets"):
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
+  # Seeds 0-3 of the CPU preset vmapped in one compiled program (one device; seed k equals
+  # --seed=k alone; summary.json: means over seeds and per_seed):
+  python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu --seeds=4
 
 Writes to --workdir (default runs/dasbs/<target>/L<L>_beta<beta>): config.json, metrics.csv, tb/,
 checkpoints/ (core runtime), curves.png (controller and corrector losses, each over its own phases),
@@ -62,13 +65,20 @@ def main(argv):
     default_ckpt_every=spec.phase_steps,
     variant=(tgt.kind, f"L{tgt.L}_beta{tgt.beta:g}"),
     mesh_axes=("data",),
+    seeds=True,
+  )
+  many = len(run.seeds) > 1
+  experiment.require(
+    not many or run.mesh is None, "seeds", "several seeds train vmapped on one device; drop --mesh"
   )
   ev = eval_settings()
   run.check_batch("config.batch_size", spec.batch_size)
-  evaluation.check_memory(spec, ev, devices=1 if run.mesh is None else run.mesh.size)
+  devices = 1 if run.mesh is None else run.mesh.size
+  evaluation.check_memory(spec, ev, devices=devices, seeds=len(run.seeds))
   print(
     f"[dasbs] {tgt} noise={spec.sched} source={spec.source} ctrl={spec.ctrl_loss} "
-    f"corr={spec.corr_loss} steps={run.steps} (schedule {spec.total_steps})",
+    f"corr={spec.corr_loss} steps={run.steps} (schedule {spec.total_steps})"
+    + (f" seeds={','.join(map(str, run.seeds))} (vmapped)" if many else ""),
     flush=True,
   )
   loop = run.loop(
@@ -86,6 +96,7 @@ def main(argv):
     loop=loop,
     mesh=run.mesh,
     log=lambda line: print(line, flush=True),
+    seeds=run.seeds if many else None,
   )
 
 

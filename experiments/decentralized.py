@@ -9,6 +9,11 @@ Commands (CPU):
   python -m experiments.decentralized --sweep --config.lr_policy=own  # each at its own step
   python -m experiments.decentralized --problem=logistic --lam=data  # non-IID digits, λ ∝ data
   python -m experiments.decentralized --mesh=nodes:8 --config.n=8     # one node per device
+  python -m experiments.decentralized --seeds=5   # seeds 0-4 vmapped: mean curves, per_seed
+
+--seeds (one device): every seed is its own problem instance and SGD key, all run in one vmapped
+scan per strategy (seed k equals --seed=k alone); the plots, verdicts, rates and sweep rows are
+those of the mean curves over seeds, metrics.csv gets a seed column, summary.json per_seed.
 
 A strategy whose iterates reach NaN/inf is reported as diverged (never as a winner); a single run
 in which every strategy diverged exits with status 3 after writing its summary.
@@ -69,11 +74,17 @@ def main(argv):
     mesh_axes=("nodes",),
     variant=("sweep" if _SWEEP.value else topology, problem),
     unused=UNUSED_FLAGS,
+    seeds=True,
   )
+  many = len(run.seeds) > 1
   cell = {} if _SWEEP.value else {"topology": topology, "lam": lam}  # the sweep: config's cells
-  dec.validate_config(config, problem=problem, mesh=run.mesh, steps=run.steps, **cell)
+  dec.validate_config(
+    config, problem=problem, mesh=run.mesh, steps=run.steps, seeds=len(run.seeds), **cell
+  )
   record = {"config": config.to_dict(), "problem": problem, "sweep": _SWEEP.value, **cell}
-  record.update(steps=run.steps, seed=run.seed, log_every=run.log_every, mesh=run.mesh_spec)
+  # another seed (set) in the same workdir is refused, not mixed into the run
+  seeds = {"seeds": list(run.seeds)} if many else {"seed": run.seed}
+  record.update(steps=run.steps, **seeds, log_every=run.log_every, mesh=run.mesh_spec)
   with workdir_lib.session(run.workdir, record) as workdir:
     summary = workdir_lib.finished(workdir)
     if summary is not None:
@@ -81,6 +92,7 @@ def main(argv):
     else:
       provenance.announce(run.mesh)
       kw = {"problem": problem, "steps": run.steps, "seed": run.seed, "mesh": run.mesh}
+      kw["seeds"] = run.seeds if many else None
       if _SWEEP.value:
         summary = dec.compare.run_sweep(config, workdir, **kw)
       else:

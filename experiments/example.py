@@ -3,6 +3,11 @@
 Command (CPU, ~10 s):
   python -m experiments.example --steps=500 --workdir=runs/example
   python -m experiments.example --mesh=data:-1 --config.batch_size=64   # data-parallel batch
+  python -m experiments.example --seeds=4   # seeds 0-3 vmapped in one program (one device)
+
+Every seed draws its own problem (key stream 1 of its seed), so several seeds stack their data
+sets on the seed axis and each seed samples its own rows: seed k of ``--seeds`` equals the run
+``--seed=k`` alone (tests/test_core_experiment.py).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import ml_collections
 import optax
 
 from jaxlab.core import experiment, resources, runtime, sharding
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core.train_state import TrainState
 
 
@@ -43,9 +49,13 @@ def create(config) -> TrainState:
   return TrainState.create(linear, {"w": jnp.zeros((config.dim,))}, optax.adam(config.lr))
 
 
-def sample(data, key, batch_size):
-  idx = jax.random.randint(key, (batch_size,), 0, data["y"].shape[0])
-  return jax.tree.map(lambda a: a[idx], data)
+def sample(data, key, batch_size, seed_index=None):
+  """``batch_size`` random rows; with ``seed_index``, rows of that seed's problem (``data`` stacked
+  over seeds): the rows its solo run draws with this key."""
+  idx = jax.random.randint(key, (batch_size,), 0, data["y"].shape[-1])
+  if seed_index is None:
+    return jax.tree.map(lambda a: a[idx], data)
+  return jax.tree.map(lambda a: a[seed_index, idx], data)
 
 
 def update(state: TrainState, batch, key):
@@ -58,9 +68,26 @@ def update(state: TrainState, batch, key):
   return state.apply_loss(loss_fn)
 
 
+def seeds_update(batch_size: int):
+  """``update`` over a seed axis. The runtime shares its data between seeds, but every seed has its
+  own problem: the state is ``(TrainState, seed index)`` and the batch the stacked data with the
+  sampling key (``sample_fn=pass_through``), so each seed samples its own rows inside the step."""
+
+  def step(carry, drawn, key):
+    state, i = carry
+    state, metrics = update(state, sample(drawn["data"], drawn["key"], batch_size, i), key)
+    return (state, i), metrics
+
+  return step
+
+
+def pass_through(data, key):
+  return {"data": data, "key": key}
+
+
 def main(argv):
   del argv
-  run = experiment.common("example", default_steps=500)
+  run = experiment.common("example", default_steps=500, seeds=True)
   config = _CONFIG.value
   experiment.check_config(
     config,
@@ -78,31 +105,67 @@ def main(argv):
   field = "config.dim" if d > n else "config.num_examples"
   resources.check_fits(4 * 2 * n * (d + 1), field, f"the {n} x {d} data set")
   resources.check_fits(4 * 4 * config.batch_size * (d + 1), "config.batch_size", "a batch")
+  if len(run.seeds) > 1:  # every seed holds its own data set and batches
+    what = f"{len(run.seeds)} seeds' data sets and batches"
+    nbytes = 4 * len(run.seeds) * (2 * n + 4 * config.batch_size) * (d + 1)
+    resources.check_fits(nbytes, "seeds", what)
 
-  key = jax.random.key_data(jax.random.key(run.seed))
-  data, w_true = make_problem(config, jax.random.fold_in(key, 1))
+  if len(run.seeds) > 1:
+    _, result = train_seeds(config, run)
+  else:
+    key = jax.random.key_data(jax.random.key(run.seed))
+    data, w_true = make_problem(config, jax.random.fold_in(key, 1))
 
-  def eval_fn(state, step):
-    del step
-    return {"w_err": float(jnp.linalg.norm(state.params["w"] - w_true))}
+    def eval_fn(state, step):
+      del step
+      return {"w_err": float(jnp.linalg.norm(state.params["w"] - w_true))}
 
-  sample_fn = sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh)
-  _, result = runtime.train(
-    create(config),
-    update,
-    run.loop(),
-    key=key,
-    workdir=run.workdir,
-    data=data,
-    sample_fn=sample_fn,
-    eval_fn=eval_fn,
-    mesh=run.mesh,
-    config=config,
-  )
+    sample_fn = sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh)
+    _, result = runtime.train(
+      create(config),
+      update,
+      run.loop(),
+      key=key,
+      workdir=run.workdir,
+      data=data,
+      sample_fn=sample_fn,
+      eval_fn=eval_fn,
+      mesh=run.mesh,
+      config=config,
+    )
   s = result.summary
   print(
-    f"final loss {s['train/loss']:.4g}, |w - w*| {s.get('eval/w_err', float('nan')):.4g} "
-    f"-> {run.workdir}/summary.json"
+    f"final loss {s['train/loss']:.4g}, |w - w*| {s.get('eval/w_err', float('nan')):.4g}"
+    + (f" (means over seeds {', '.join(map(str, run.seeds))})" if len(run.seeds) > 1 else "")
+    + f" -> {run.workdir}/summary.json"
+  )
+
+
+def train_seeds(config, run):
+  """``run.seeds`` trained together, vmapped in one compiled program on one device."""
+  experiment.require(
+    run.mesh is None, "seeds", "several seeds train vmapped on one device; drop --mesh"
+  )
+  seeds = run.seeds
+  keys = seeds_lib.seed_keys(seeds)
+  data, w_true = jax.jit(jax.vmap(lambda k: make_problem(config, jax.random.fold_in(k, 1))))(keys)
+  states = seeds_lib.stack([create(config)] * len(seeds))
+
+  def eval_fn(carry, step):
+    del step
+    return {"w_err": jnp.linalg.norm(carry[0].params["w"] - w_true, axis=-1)}
+
+  return runtime.train(
+    (states, jnp.arange(len(seeds), dtype=jnp.int32)),
+    seeds_update(config.batch_size),
+    run.loop(),
+    key=keys,
+    workdir=run.workdir,
+    data=data,
+    sample_fn=pass_through,
+    eval_fn=eval_fn,
+    config={**config.to_dict(), "seeds": list(seeds)},
+    seeds=seeds,
   )
 
 

@@ -10,6 +10,12 @@ docs/goma.md.
       variance growing with ||z - z*||^2); default methods goma_stochastic, dseg,
       popov_anchored_1step (single decaying step size), apv; ~30 s.
   python -m experiments.goma --problem=quadratic | --problem=rotation
+  python -m experiments.goma --seeds=0,3,7   # these instances (default: 5 seeds from --seed)
+
+--seeds picks the instances: a count N (seeds --seed ... --seed+N-1) or a list; without it, 5
+seeds from --seed. Seed k is one problem instance, start and noise stream, the same in any set of
+seeds; every method solves all seeds in one vmapped jit. summary.json: per_seed holds each seed's
+final residual (and constant).
 
 --steps is the number of iterations of every method. Writes into --workdir (default
 runs/goma/<problem>): curves.png (log-log; the curve is the geometric mean over seeds for
@@ -59,11 +65,17 @@ def main(argv):
   cfg = goma.validate_config(_CONFIG.value)
   goma.compare.check_problem(_PROBLEM.value, _NOISE.value, _METHODS.value)
   variant = (_PROBLEM.value,)
-  run = experiment.common("goma", default_steps=10_000, variant=variant, unused=UNUSED_FLAGS)
-  methods = goma.compare.check_run(cfg, _PROBLEM.value, _NOISE.value, _METHODS.value, run.steps)
+  run = experiment.common(
+    "goma", default_steps=10_000, variant=variant, unused=UNUSED_FLAGS, seeds=True
+  )
+  # a comparison is over seeds: without --seeds, 5 of them from --seed
+  seeds = goma.compare.run_seeds(None if experiment.FLAGS.seeds is None else run.seeds, run.seed)
+  methods = goma.compare.check_run(
+    cfg, _PROBLEM.value, _NOISE.value, _METHODS.value, run.steps, seeds
+  )
   noise = _NOISE.value if _PROBLEM.value.startswith("stochastic") else None
   record = {"config": cfg.to_dict(), "problem": _PROBLEM.value, "noise": noise}
-  record.update(methods=methods, steps=run.steps, seed=run.seed)
+  record.update(methods=methods, steps=run.steps, seeds=list(seeds))
   with workdir_lib.session(run.workdir, record) as workdir:
     if workdir_lib.finished(workdir) is not None:
       print(f"{workdir} holds this finished run (summary.json); nothing rewritten")
@@ -75,7 +87,7 @@ def main(argv):
       methods,
       _NOISE.value,
       steps=run.steps,
-      seed=run.seed,
+      seeds=seeds,
       log=lambda line: print(line, flush=True),
     )
     goma.compare.write_report(workdir, result)

@@ -13,6 +13,8 @@ jaxlab.lm.config.get_config):
     python -m experiments.lm --mesh=data:2,fsdp:2,context:2 --config.attention=ring
   python -m experiments.lm --mode=distill --config.distill.losses=nll,hpd,forward_kl
   python -m experiments.lm --mode=capacity
+  python -m experiments.lm --seeds=3        # seeds 0-2 vmapped in one program (train, one device)
+  python -m experiments.lm --mode=capacity --seeds=3  # every probe over seeds 0-2, vmapped
 
 The default workdir is runs/lm/<mode>/<config.name> (--mode=generate reads runs/lm/train/<name>);
 re-running with the same --workdir resumes from its latest checkpoint, data position included.
@@ -53,9 +55,19 @@ def main(argv):
     default_steps=c.steps,
     variant=("train" if mode == "generate" else mode, c.name),
     mesh_axes=("data", "fsdp", "context", "tensor"),
+    seeds=True,
   )
+  if len(run.seeds) > 1:  # train and capacity vmap seeds, on one device
+    experiment.require(
+      mode in modes.SEEDED_MODES, "seeds", f"--mode={mode} runs one seed; use --seed"
+    )
+    experiment.require(
+      run.mesh is None,
+      "seeds",
+      "several seeds train vmapped on one device; drop --mesh (or run one seed per mesh)",
+    )
   setup = modes.prepare(c, mode, run.workdir, run.mesh)  # every check, before anything is written
-  modes.run(mode, c, run.workdir, run.loop(), run.seed, run.mesh, setup)
+  modes.run(mode, c, run.workdir, run.loop(), run.seed, run.mesh, setup, run.seeds)
 
 
 if __name__ == "__main__":

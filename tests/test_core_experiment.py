@@ -33,6 +33,10 @@ def _run(args, cwd):
     (["--not_a_flag=1"], "not_a_flag"),
     (["positional"], "positional"),
     (["--coordinator_address=h:1"], "--coordinator_address"),
+    (["--seeds=0"], "--seeds"),
+    (["--seeds=1,1"], "--seeds"),
+    (["--seeds=2", "--mesh=data:-1"], "--seeds"),
+    (["--seeds=4096", "--config.num_examples=1000000"], "--seeds"),
   ],
 )
 def test_bad_input_exits_2_without_workdir(tmp_path, args, flag):
@@ -85,6 +89,23 @@ def test_example_runs_and_resumes(tmp_path):
   assert r.returncode == 0, r.stderr[-2000:]
   assert "resuming from checkpoint at step 200" in r.stderr + r.stdout
   assert json.loads((workdir / "summary.json").read_text())["step"] == 300
+
+
+def test_vmapped_seeds_equal_each_seed_alone(tmp_path):
+  """--seeds: every seed draws its own problem and batches; seed 3 of a vmapped run is the run
+  --seed=3 alone, and the summary holds each seed's numbers and their means."""
+  common = ["--steps=60", "--log_every=20"]
+  r = _run([f"--workdir={tmp_path / 'v'}", "--seeds=1,3", *common], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  r = _run([f"--workdir={tmp_path / 's'}", "--seed=3", *common], tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  both = json.loads((tmp_path / "v" / "summary.json").read_text())
+  alone = json.loads((tmp_path / "s" / "summary.json").read_text())
+  assert both["seeds"] == [1, 3] and "seeds" not in alone
+  for k in ("train/loss", "eval/w_err"):
+    assert both["per_seed"]["3"][k] == pytest.approx(alone[k], rel=1e-5, abs=1e-7), k
+    assert both[k] == pytest.approx((both["per_seed"]["1"][k] + both["per_seed"]["3"][k]) / 2)
+  assert both["per_seed"]["1"]["eval/w_err"] != pytest.approx(alone["eval/w_err"], rel=1e-3)
 
 
 def test_unwritable_workdir_is_one_line(tmp_path):

@@ -411,6 +411,38 @@ def test_training_keys_and_runtime_paths_agree(tiny_run, tmp_path):
   assert (tmp_path / "run" / "metrics.csv").exists()
 
 
+def test_vmapped_seeds_equal_each_seed_alone(tmp_path):
+  """--seeds: seeds train in one compiled program (the step unbatched, so the phase and refill
+  conds stay branches); seed 4 there equals the run of seed 4 alone through training, the
+  per-stage check and the final report against its own MCMC reference."""
+  from jaxlab.core import seeds as seeds_lib
+  from jaxlab.sampling import dasbs, evaluation
+
+  c = _tiny_config(num_stages=2)
+  ev = evaluation.get_config()
+  ev.update(eval_samples=64, stage_eval_samples=32, mcmc_chains=4, mcmc_samples=4)
+  ev.update(mcmc_burn_in=5, mcmc_thin=1)
+  spec = dasbs.make_spec(c)
+  loop = dasbs.default_loop(spec, log_every=3, eval_every=6, history=True)
+  quiet = lambda line: None
+  both, vmapped = evaluation.train_and_report(
+    c, ev, None, workdir=tmp_path / "v", loop=loop, seeds=(1, 4), log=quiet
+  )
+  key = jax.random.key_data(jax.random.key(4))  # what the program run with --seed=4 starts from
+  alone, solo = evaluation.train_and_report(
+    c, ev, key, workdir=tmp_path / "s", loop=loop, log=quiet
+  )
+  _assert_same_state(seeds_lib.take(both, 1), alone, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(both.ctrl.params["table"][0], both.ctrl.params["table"][1])
+  mine = vmapped["per_seed"]["4"]
+  for k in ("train/loss", "eval/stage_u_per_spin", "eval/energy_w2", "eval/abs_err_u_per_spin"):
+    assert mine[k] == pytest.approx(solo[k], rel=1e-5, abs=1e-6), k
+  assert mine["stage_err_u_signed"] == pytest.approx(solo["stage_err_u_signed"], abs=1e-6)
+  assert len(mine["stage_err_u_signed"]) == 2 and vmapped["seeds"] == [1, 4]
+  mean = (vmapped["per_seed"]["1"]["eval/energy_w2"] + mine["eval/energy_w2"]) / 2
+  assert vmapped["eval/energy_w2"] == pytest.approx(mean)
+
+
 def test_data_parallel_training_equals_single_device(tiny_run):
   """The same schedule on mesh data:8 (batch sharded) and on one device gives the same state."""
   from jaxlab.core import mesh as mesh_lib

@@ -123,6 +123,9 @@ def _run(module, args, cwd):
     (["--config.target=potts", "--config.h=0.5"], "--config.h"),
     ([f"--config={CONFIG_FILE}:ising_hot"], "--config"),
     (["--mcmc_thin=0"], "--mcmc_thin"),
+    (["--seeds=0"], "--seeds"),
+    (["--seeds=1,1"], "--seeds"),
+    (["--seeds=2", "--mesh=data:-1"], "--seeds"),
     # sizes that cannot fit, refused before anything is built (CPU preset otherwise)
     ([f"--config={CONFIG_FILE}:ising_critical_cpu", "--config.hidden=1000000"], "--config.hidden"),
     ([f"--config={CONFIG_FILE}:ising_critical_cpu", "--config.L=1000"], "--config.L"),

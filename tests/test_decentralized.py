@@ -445,6 +445,10 @@ def test_experiment_reports_divergence_not_a_winner(tmp_path):
     (["--steps=0"], "--steps"),
     (["--sweep", "--config.sweep_topologies="], "--config.sweep_topologies"),
     (["--sweep", "--config.sweep_lams=,"], "--config.sweep_lams"),
+    (["--seeds=0"], "--seeds"),
+    (["--seeds=1,1"], "--seeds"),
+    (["--seeds=2", "--mesh=nodes:-1"], "--seeds"),  # seeds run vmapped on one device
+    (["--seeds=4096", "--config.rows=100000"], "--seeds"),
   ],
 )
 def test_experiment_rejects_bad_flags_before_writing(tmp_path, args, flag):

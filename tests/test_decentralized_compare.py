@@ -238,6 +238,35 @@ def test_run_single_and_sweep_reproduce_the_program(tmp_path):
   assert (tmp_path / "sweep" / "sweep.md").exists()
 
 
+@pytest.mark.parametrize("problem, lam", [("least_squares", "dirichlet:2"), ("logistic", "data")])
+def test_vmapped_seeds_equal_each_seed_alone(tmp_path, problem, lam):
+  """--seeds: every seed is its own instance (data, split, so λ=data too) and key, all seeds in
+  one vmapped scan per strategy; seed 5 among seeds 2 and 5 equals seed 5 alone, and the top-level
+  verdicts are those of the mean curves."""
+  config = dec.get_config()
+  config.update(n=6, dim=3, rows=4)
+  kw = dict(topology="ring", lam=lam, problem=problem, steps=30, log_every=10)
+  many = dec.compare.run_single(
+    config, tmp_path / "v", seed=0, seeds=(2, 5), log=lambda line: None, **kw
+  )
+  alone = dec.compare.run_single(config, tmp_path / "s", seed=5, log=lambda line: None, **kw)
+  mine, theirs = many["per_seed"]["5"], many["per_seed"]["2"]
+  assert many["seeds"] == [2, 5] and mine["lr"] == pytest.approx(alone["lr"], rel=1e-12)
+  assert mine["winner_gap"] == alone["winner_gap"]
+  for s in ("I", "II"):
+    got, want = mine["final"][s], alone["final"][s]
+    assert set(got) == set(want) and got["diverged_at"] is None
+    for k in set(got) - {"comm", "diverged_at"}:
+      assert got[k] == pytest.approx(want[k], rel=1e-4, abs=1e-7), (s, k)
+    assert got["gap"] != pytest.approx(theirs["final"][s]["gap"], rel=1e-3)  # the seeds differ
+    mean = (got["gap"] + theirs["final"][s]["gap"]) / 2  # the tail mean of the mean curve
+    assert many["final"][s]["gap"] == pytest.approx(mean, rel=1e-6)
+  rows = metrics.read_csv(tmp_path / "v" / "metrics.csv")
+  assert list(rows)[:2] == ["step", "seed"] and list(rows["seed"][:2]) == [2, 5]
+  if problem == "least_squares":
+    assert len(many["rates"]) == len(alone["rates"]) == 6
+
+
 def test_validate_config_returns_the_cells_and_names_the_field():
   config = dec.get_config()
   topos, lams = dec.validate_config(config, problem="least_squares")

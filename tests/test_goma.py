@@ -384,7 +384,7 @@ def test_experiment_writes_plot_csv_summary(tmp_path):
     "--problem=stochastic_bilinear",
     "--methods=goma_stochastic,popov_anchored_1step",
     "--steps=300",
-    "--config.num_seeds=2",
+    "--seeds=2",
     "--config.d=5",
   ]
   out = _goma_cli(args, tmp_path / "ok")
@@ -404,7 +404,7 @@ def test_experiment_step_sweep_shows_where_the_goma_step_stops_being_stable(tmp_
   as stable or diverged (never as a residual), next to the methods' lines."""
   import json
 
-  args = ["--methods=goma", "--steps=200", "--config.num_seeds=1", "--config.n=5"]
+  args = ["--methods=goma", "--steps=200", "--seeds=1", "--config.n=5"]
   out = _goma_cli([*args, "--config.step_sweep=0.4,1.0"], tmp_path / "sweep")
   assert out.returncode == 0, out.stderr[-2000:]
   rows = json.loads((tmp_path / "sweep" / "summary.json").read_text())["step_sweep"]
@@ -424,9 +424,12 @@ def test_experiment_step_sweep_shows_where_the_goma_step_stops_being_stable(tmp_
     (["--config.smax=inf"], "--config.smax", "finite"),
     (["--config.step_sweep=0.4,x"], "--config.step_sweep", "finite numbers > 0"),
     (["--steps=10000000000"], "--steps", "overflows"),
-    (["--config.num_seeds=1000000", "--steps=100000"], "--steps", "this machine has"),
-    (["--config.num_seeds=1000", "--config.n=100000"], "--config.n", "this machine has"),
-    (["--config.num_seeds=0"], "--config.num_seeds", "> 0"),
+    (["--seeds=4096", "--steps=100000000"], "--steps", "this machine has"),
+    (["--seeds=1000", "--config.n=100000"], "--config.n", "this machine has"),
+    (["--seeds=0"], "--seeds", "a count of seeds must be in [1, 4096]"),
+    (["--seeds=1,1"], "--seeds", "repeats a seed"),
+    (["--seeds=3,x"], "--seeds", "a comma list of integers"),
+    (["--config.num_seeds=2"], "--config.num_seeds", "unknown config field"),
     (["--problem=nope"], "--problem", "allowed"),
   ],
 )
@@ -440,7 +443,7 @@ def test_experiment_rejects_bad_flags_before_writing(tmp_path, args, flag, text)
 def test_experiment_rerun_is_byte_identical_and_another_setting_is_refused(tmp_path):
   """A finished workdir re-run with the same flags rewrites nothing; other flags exit 2 naming
   --workdir and touch nothing."""
-  args = ["--methods=goma", "--steps=20", "--config.num_seeds=1", "--config.n=3"]
+  args = ["--methods=goma", "--steps=20", "--seeds=1", "--config.n=3"]
   args.append("--config.step_sweep=")
   wd = tmp_path / "run"
   assert _goma_cli(args, wd).returncode == 0

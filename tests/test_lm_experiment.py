@@ -179,6 +179,32 @@ def test_mode_train_on_synthetic_data(tmp_path):
   }
 
 
+@pytest.mark.parametrize("data", ["synthetic", "text", "text_from_host"])
+def test_vmapped_seeds_equal_each_seed_alone(tmp_path, monkeypatch, data):
+  """--seeds: seeds train in one compiled program, each on its own synthetic corpus or loader
+  order (the data stacks every seed's corpus or window table; a stream too large for the device
+  is read per seed on the host), its own init and validation batches; seed 4 equals seed 4 alone."""
+  from jaxlab.core import seeds as seeds_lib
+
+  c = _tiny_synthetic()
+  if data != "synthetic":
+    c.text, c.tokenizer, c.vocab_size, c.data_dir = "embedded", "bytes", 257, str(tmp_path / "d")
+  if data == "text_from_host":
+    monkeypatch.setattr(lm_data, "DEVICE_BYTES", 0)
+  loop = runtime.Loop(6, log_every=3, ckpt_every=6, progress=False, tensorboard=False)
+  both, vmapped = modes.train(c, tmp_path / "v", loop, 0, seeds=(1, 4))
+  alone, solo = modes.train(c, tmp_path / "s", loop, 4)
+  for a, b in zip(jax.tree.leaves(seeds_lib.take(both, 1)), jax.tree.leaves(alone)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+  first = np.asarray(jax.tree.leaves(both.params)[0])
+  assert not np.allclose(first[0], first[1])  # the seeds differ
+  mine = vmapped.per_seed[4]
+  for k in ("train/loss", "eval/val_loss"):
+    assert mine[k] == pytest.approx(solo.summary[k], rel=1e-5), k
+  assert vmapped.summary["seeds"] == [1, 4] and (tmp_path / "v" / "validation.png").exists()
+  assert json.loads((tmp_path / "v" / "config.json").read_text())["seeds"] == [1, 4]
+
+
 # ------------------------------------------------------------------------------- data
 
 
@@ -290,6 +316,22 @@ def test_capacity_probe_runs_in_memory(tmp_path, monkeypatch):
   assert r["bits_per_param"] == r["memorised_bits"] / r["params"]
 
 
+def test_capacity_seeds_vmapped_equal_each_seed_alone(tmp_path):
+  """--mode=capacity --seeds: every probe trains the seeds in one program, each on its own
+  bitstrings and initialisation; seed 4 there is the run of seed 4 alone."""
+  c = _tiny_synthetic()
+  c.capacity.d_models, c.capacity.num_strings, c.capacity.length, c.capacity.steps = "16", 8, 8, 20
+  both = modes.run("capacity", c, tmp_path / "v", None, 0, seeds=(1, 4))
+  alone = modes.run("capacity", c, tmp_path / "s", None, 4)
+  (probe,), (solo,) = both["probes"], alone["probes"]
+  assert both["seeds"] == [1, 4] and probe["params"] == solo["params"]
+  for k in ("final_loss", "memorised_bits", "bits_per_param"):
+    assert probe["per_seed"][4][k] == pytest.approx(solo[k], rel=1e-4, abs=1e-4), k
+  assert probe["per_seed"][1]["final_loss"] != pytest.approx(solo["final_loss"], rel=1e-4)
+  summary = json.loads((tmp_path / "v" / "summary.json").read_text())
+  assert set(summary["probes"][0]["per_seed"]) == {"1", "4"}
+
+
 def test_capacity_widths_are_validated():
   assert capacity.parse_widths("w", "16, 32") == [16, 32]
   for bad in ("17", "", "a,b", "0"):
@@ -322,9 +364,14 @@ def test_cli_bad_input_exits_2_naming_the_field(tmp_path):
     f"--config.text={tmp_path}/missing": "--config.text",
     "--config.vocab_size=100": "--config.vocab_size",  # BPE needs the 256 bytes + EOT
     "--mode=generate": "--workdir",  # nothing trained there
+    "--seeds=0": "--seeds",
+    "--seeds=1,1": "--seeds",
+    ("--seeds=2", "--mode=generate"): "--seeds",  # only --mode=train vmaps seeds
+    ("--seeds=2", "--mesh=data:-1"): "--seeds",  # on one device
   }
   for arg, field in cases.items():
-    r = _cli([arg, f"--workdir={tmp_path}/run"], tmp_path, timeout=120)
+    args = list(arg) if isinstance(arg, tuple) else [arg]
+    r = _cli([*args, f"--workdir={tmp_path}/run"], tmp_path, timeout=120)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
     assert lines[0].startswith(f"error: {field}:"), lines

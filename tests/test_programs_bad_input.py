@@ -65,7 +65,7 @@ FIELDS = {
   "experiments.qrim": ("config.gamma", "config.trials"),
   "experiments.dicode": ("config.bonus_k", "config.ppo.num_envs"),
   "experiments.itc": ("config.wm_lr", "config.ppo.num_envs", "config.imag_batch"),
-  "experiments.goma": ("config.sigma", "config.num_seeds", "config.n"),
+  "experiments.goma": ("config.sigma", "config.d", "config.n"),
   "experiments.decentralized": ("config.lr", "config.n"),
   "experiments.dasbs": ("config.beta", "config.batch_size", "config.buffer_size"),
   "experiments.lm": ("config.lr", "config.batch_size"),

@@ -5,7 +5,8 @@ Train transformers on N uniform random bitstrings (no generalisation possible) a
 memorised bits = sum_x max(0, H(x) - NLL_bits(x)), with H(x) = L bits per string. The paper reports
 ~3.6 bits/parameter at saturation; models here train far less than to saturation on CPU, so values
 are lower bounds. Training runs in memory on the core runtime (no files); its per-step losses come
-back in ``result["losses"]``.
+back in ``result["losses"]``. With several ``seeds`` every probe trains them together, vmapped in
+one compiled program (each seed its own bitstrings and initialisation, as its solo run).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import optax
 
 from jaxlab.core import runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core.errors import ConfigError, require
 from jaxlab.lm import config as lm_config
 from jaxlab.lm import train
@@ -81,11 +83,15 @@ def probe(
   lr: float,
   batch: int = 64,
   n_layers: int = 1,
+  seeds=None,
 ) -> dict:
   """Trains one model on ``num_strings`` random strings; returns memorised bits and bits/param.
 
   The result also holds ``losses``, the training loss of every step (a float32 array).
+  ``seeds`` (more than one): `probe_seeds`, ``key`` one raw key per seed.
   """
+  if seeds is not None and len(seeds) > 1:
+    return probe_seeds(d_model, num_strings, length, steps, key, lr, seeds, batch, n_layers)
   cfg = model_config(d_model, n_layers)
   kd, ki, ks = jax.random.split(key, 3)
   data = bitstrings(kd, num_strings, length)
@@ -115,11 +121,65 @@ def probe(
   }
 
 
-def sweep(widths, num_strings: int, length: int, steps: int, key, lr: float, report=None) -> list:
-  """One `probe` per width (one layer each, independent keys); ``report(row)`` after each."""
+def probe_seeds(
+  d_model: int, num_strings: int, length: int, steps: int, keys, lr: float, seeds, batch=64,
+  n_layers=1,
+) -> dict:  # fmt: skip
+  """`probe` of several seeds together, vmapped in one compiled program: seed ``i`` draws its own
+  bitstrings and initialisation from ``keys[i]``, as `probe` of that key alone. The figures are
+  means over seeds (``losses``: the mean per step), each seed's under ``per_seed``."""
+  seeds, cfg = tuple(seeds), model_config(d_model, n_layers)
+  kd, ki, ks = jnp.moveaxis(jax.vmap(lambda k: jax.random.split(k, 3))(keys), 1, 0)
+  data = jax.jit(jax.vmap(lambda k: bitstrings(k, num_strings, length)))(kd)
+  tx = optax.adam(lr)
+  states = seeds_lib.init(lambda k: train.create_state(cfg, tx, k, seq_len=length), ki)
+  batch = min(batch, num_strings)
+
+  def update(carry, drawn, k):
+    # the runtime shares its data between seeds: each seed samples its own row of strings
+    state, row = carry
+    pick = jax.random.choice(drawn["key"], num_strings, (batch,), replace=False)
+    state, metrics = train.update(state, {"tokens": drawn["data"][row, pick]}, k)
+    return (state, row), metrics
+
+  loop = runtime.Loop(steps, log_every=steps, ckpt_every=0, history=True, progress=False)
+  (states, _), result = runtime.train(
+    (states, jnp.arange(len(seeds))), update, loop, key=ks, data=data,
+    sample_fn=lambda data, k: {"data": data, "key": k}, seeds=seeds,
+  )  # fmt: skip
+  nll = np.asarray(jax.jit(jax.vmap(nll_bits_per_string))(states, data))
+  mem = np.maximum(0.0, length - nll).sum(-1)
+  n = param_count(seeds_lib.take(states.params, 0))
+  losses = np.asarray(result.history["loss"])  # [steps, seeds]
+  per_seed = {
+    s: {"memorised_bits": float(m), "bits_per_param": float(m) / n, "final_loss": float(f)}
+    for s, m, f in zip(seeds, mem, losses[-1])
+  }
+  return {
+    "d_model": d_model,
+    "params": n,
+    "num_strings": num_strings,
+    "length": length,
+    "data_bits": num_strings * length,
+    "memorised_bits": float(mem.mean()),
+    "bits_per_param": float(mem.mean()) / n,
+    "final_loss": float(losses[-1].mean()),
+    "losses": losses.mean(1),
+    "per_seed": per_seed,
+  }
+
+
+def sweep(
+  widths, num_strings: int, length: int, steps: int, key, lr: float, report=None, seeds=None
+) -> list:
+  """One `probe` per width (one layer each, independent keys); ``report(row)`` after each.
+  ``seeds`` (more than one): every probe trains those seeds vmapped (`probe_seeds`); ``key`` is
+  then one raw key per seed (`jaxlab.core.seeds.seed_keys`)."""
+  many = seeds is not None and len(seeds) > 1
+  fold = seeds_lib.stream if many else jax.random.fold_in
   rows = []
   for i, w in enumerate(widths):
-    rows.append(probe(w, num_strings, length, steps, jax.random.fold_in(key, i), lr=lr))
+    rows.append(probe(w, num_strings, length, steps, fold(key, i), lr=lr, seeds=seeds))
     if report is not None:
       report(rows[-1])
   return rows

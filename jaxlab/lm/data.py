@@ -67,10 +67,17 @@ def heldout_split(corpus: np.ndarray, seq_len: int, fraction: float):
   return corpus[:-n_held], corpus[-n_held:]
 
 
-def sample_windows(corpus, key, batch: int, seq_len: int, mesh=None):
-  """``{"tokens": int32[batch, seq_len + 1]}``: random windows, split over the mesh's batch axes."""
-  starts = jax.random.randint(key, (batch,), 0, corpus.shape[0] - seq_len - 1)
-  tokens = jax.vmap(lambda s: jax.lax.dynamic_slice(corpus, (s,), (seq_len + 1,)))(starts)
+def sample_windows(corpus, key, batch: int, seq_len: int, mesh=None, row=None):
+  """``{"tokens": int32[batch, seq_len + 1]}``: random windows, split over the mesh's batch axes.
+
+  ``row``: ``corpus`` holds one corpus per seed (``[seeds, tokens]``) and the windows come from
+  corpus ``row``, the windows that corpus alone gives with this key (a vmapped run over seeds)."""
+  starts = jax.random.randint(key, (batch,), 0, corpus.shape[-1] - seq_len - 1)
+  if row is None:
+    window = lambda s: jax.lax.dynamic_slice(corpus, (s,), (seq_len + 1,))
+  else:  # slice the windows only: indexing the corpus by a per-seed row would copy it whole
+    window = lambda s: jax.lax.dynamic_slice(corpus, (row, s), (1, seq_len + 1))[0]
+  tokens = jax.vmap(window)(starts)
   return {"tokens": sharding.constrain(tokens, ("batch", None), mesh)}
 
 
@@ -148,12 +155,19 @@ def device_stream(loader: StreamLoader, end: int) -> dict | None:
   return {"tokens": jnp.asarray(tokens, jnp.int32), "ids": jnp.asarray(ids)}
 
 
-def take(loader: StreamLoader, stream: dict, position, mesh=None, rules=None) -> jax.Array:
+def take(
+  loader: StreamLoader, stream: dict, position, mesh=None, rules=None, row=None
+) -> jax.Array:
   """Inside jit: the batch at ``position`` from `device_stream`'s arrays, equal to `fetch`'s.
 
   ``position + batch`` must not pass the table's end: `dynamic_slice` would clamp, not fail.
+  ``row``: ``stream["ids"]`` stacks one table per seed (``[seeds, end]``, each seed's loader
+  permutes the windows its own way) and the batch is seed ``row``'s.
   """
-  ids = jax.lax.dynamic_slice(stream["ids"], (position,), (loader.batch,))
+  if row is None:
+    ids = jax.lax.dynamic_slice(stream["ids"], (position,), (loader.batch,))
+  else:
+    ids = jax.lax.dynamic_slice(stream["ids"], (row, position), (1, loader.batch))[0]
   width = loader.seq_len + 1
   window = lambda w: jax.lax.dynamic_slice(stream["tokens"], (w * loader.seq_len,), (width,))
   return sharding.constrain(jax.vmap(window)(ids), ("batch", None), mesh, rules)
@@ -182,6 +196,15 @@ def fetch(loader: StreamLoader, position, mesh=None, rules=None) -> jax.Array:
 
   spec = P(axes if axes else None, None)
   return jax.shard_map(local, mesh=mesh, in_specs=P(), out_specs=spec, check_vma=False)(position)
+
+
+def fetch_seeds(loaders: list[StreamLoader], position, row) -> jax.Array:
+  """Inside a jit vmapped over seeds (one device): the batch at ``position`` of seed ``row``'s
+  loader, read on the host (`fetch`'s path for a stream too large for `device_stream`)."""
+  first = loaders[0]
+  out = jax.ShapeDtypeStruct((first.batch, first.seq_len + 1), jnp.int32)
+  read = lambda p, i: np.asarray(loaders[int(i)].rows(int(p)), np.int32)
+  return jax.pure_callback(read, out, position, row, vmap_method="sequential")
 
 
 def window_batches(loader: StreamLoader, n: int) -> np.ndarray:

@@ -106,8 +106,21 @@ def check_lm(config, cfg, mode: str, devices: int = 1, teacher=None) -> None:
     resources.check_fits(16 * c.corpus_tokens, "config.corpus_tokens", what)
 
 
-def check_capacity(cc, widths) -> None:
-  """The capacity probe: its bitstrings and one forward pass over all of them (scoring)."""
+def check_seeds(config, cfg, seeds: int) -> None:
+  """``seeds`` models trained together (one device): each seed's state and held-out batches are
+  kept at once (a chunk's activations that do not fit make the runtime train the seeds in
+  sequential groups)."""
+  c = config
+  state = check_model(cfg)
+  held = c.val_batches * c.batch_size * (c.seq_len + 1) * F32
+  corpus = 4 * c.corpus_tokens if c.text == "synthetic" else 0  # each seed's own corpus
+  what = f"{seeds} seeds' model states, held-out batches and data"
+  resources.check_fits(seeds * (state + held + corpus), "seeds", what)
+
+
+def check_capacity(cc, widths, seeds: int = 1) -> None:
+  """The capacity probe: its bitstrings and one forward pass over all of them (scoring); with
+  ``seeds`` probes at once (one vmapped program), all of theirs (refused naming ``seeds``)."""
   n, length, w = cc.num_strings, cc.length, max(widths)
   resources.check_int32("config.capacity.length", length + 1)
   resources.check_int32("config.capacity.d_models", 4 * w)
@@ -121,3 +134,6 @@ def check_capacity(cc, widths) -> None:
   nbytes = n * (length + 1) * 8 + n * length * per_token * F32
   what = f"{n:,} bitstrings of {length} bits and one forward pass over them (width {w})"
   resources.check_fits(nbytes, field, what)
+  if seeds > 1:
+    what = f"{seeds} seeds' probes of width {w} at once (states, bitstrings, scoring)"
+    resources.check_fits(seeds * (STATE_BYTES * params + nbytes), "seeds", what)

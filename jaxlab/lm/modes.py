@@ -9,6 +9,9 @@
 
 Each one first calls `prepare` (every check, and the text tokenized in memory, before anything is
 written) unless it is given its result; the program calls `prepare` itself, then `run`.
+``train(..., seeds=(0, 1, 2))`` and ``capacity(..., seeds=...)`` train those seeds together,
+vmapped in one compiled program on one device (the program's ``--seeds``); generate and distill
+run one seed.
 `train` writes shards (``<workdir>/data`` or ``config.data_dir``), checkpoints, metrics,
 ``summary.json`` (with tokens/s and MFU) and ``validation.png``; `distill` a teacher and one student
 per objective below its workdir, their held-out scores in ``summary.json`` and ``distill.png``;
@@ -28,16 +31,21 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from jaxlab.core import checkpoint, plots, runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, require
 from jaxlab.lm import capacity as capacity_lib
 from jaxlab.lm import config as config_lib
 from jaxlab.lm import data as lm_data
 from jaxlab.lm import distill as distill_lib
-from jaxlab.lm import flops, shards
+from jaxlab.lm import flops, memory, shards
 from jaxlab.lm import generate as generate_lib
 from jaxlab.lm import train as train_lib
 from jaxlab.lm.model import LMConfig, param_count
+
+# Modes that train several seeds vmapped in one program. generate samples one checkpoint; distill
+# runs one seed (its students would each need their own seed's teacher as per-seed data).
+SEEDED_MODES = ("train", "capacity")
 
 
 def data_folder(config, workdir) -> pathlib.Path:
@@ -145,18 +153,27 @@ def load_corpus(config, key, setup: dict):
   return built["train"].astype(np.int32), built["val"].astype(np.int32)
 
 
-def fit(config, cfg: LMConfig, key, workdir, loop, update, mesh=None, data=None, **kw):
+def fit(config, cfg: LMConfig, key, workdir, loop, update, mesh=None, data=None, seeds=None, **kw):
   """Creates a (sharded) state of ``cfg`` and trains it for ``loop.num_steps``; returns (state,
   result) with tokens/s, parameters, FLOPs/token and MFU in the summary. ``kw``: ``sample_fn``,
-  ``extra_eval(state) -> dict`` (scored between chunks)."""
+  ``extra_eval(state) -> dict`` (scored between chunks).
+
+  ``seeds`` (more than one, no mesh): ``key`` holds one raw key per seed, the runtime's state is
+  ``(states, seed index)`` with one `LMState` per seed on a leading axis (``update`` and
+  ``extra_eval`` take that pair), and tokens/s and MFU count every seed's tokens."""
   c, workdir, steps = config, pathlib.Path(workdir), loop.num_steps
   tx = train_lib.make_optimizer(c.lr, c.warmup, steps, c.weight_decay)
-  state = train_lib.create_state(cfg, tx, jax.random.fold_in(key, 1), c.seq_len, mesh=mesh)
-  n_params = param_count(state.params)
+  if seeds is None:
+    state = train_lib.create_state(cfg, tx, jax.random.fold_in(key, 1), c.seq_len, mesh=mesh)
+    n_params = param_count(state.params)
+  else:
+    create = lambda k: train_lib.create_state(cfg, tx, k, c.seq_len)
+    state = (seeds_lib.init(create, seeds_lib.stream(key, 1)), jnp.arange(len(seeds)))
+    n_params = param_count(seeds_lib.take(state[0].params, 0))
   fpt = flops.flops_per_token(cfg, c.seq_len, n_params)
   peak, peak_src = flops.peak_flops(c.peak_tflops)
   n_dev = 1 if mesh is None else mesh.size
-  tokens_per_step = c.batch_size * c.seq_len
+  tokens_per_step = c.batch_size * c.seq_len * (1 if seeds is None else len(seeds))
   meter = flops.ThroughputMeter(tokens_per_step, fpt * tokens_per_step, peak, n_dev)
   eval_every = loop.log_every * -(-steps // (10 * loop.log_every))  # <= ~10 evaluations
   extra_eval = kw.pop("extra_eval", None)
@@ -179,8 +196,9 @@ def fit(config, cfg: LMConfig, key, workdir, loop, update, mesh=None, data=None,
     data=data,
     eval_fn=eval_fn,
     mesh=mesh,
-    state_sharding=train_lib.state_sharding_tree(state, mesh),
-    config=c.to_dict(),
+    state_sharding=train_lib.state_sharding_tree(state, mesh) if seeds is None else None,
+    config=c.to_dict() if seeds is None else {**c.to_dict(), "seeds": list(seeds)},
+    seeds=seeds,
     **kw,
   )
   s = result.summary
@@ -233,10 +251,14 @@ def _key(seed: int):
   return jax.random.key_data(jax.random.key(seed))  # raw key: checkpoint-friendly
 
 
-def train(config, workdir, loop, seed: int, mesh=None, setup=None):
+def train(config, workdir, loop, seed: int, mesh=None, setup=None, seeds=None):
   """--mode=train: trains on the training split, scoring validation loss / perplexity between
   chunks (``validation.png``); a one-device run on text ends by printing a sample. Returns
-  ``(state, result)`` (`jaxlab.core.runtime.Result`; ``result.summary`` is summary.json)."""
+  ``(state, result)`` (`jaxlab.core.runtime.Result`; ``result.summary`` is summary.json).
+
+  ``seeds`` (more than one): `train_seeds`."""
+  if seeds is not None and len(seeds) > 1:
+    return train_seeds(config, workdir, loop, seeds, mesh, setup)
   c, workdir, key = config, pathlib.Path(workdir), _key(seed)
   setup = prepare(c, "train", workdir, mesh) if setup is None else setup
   tok = None
@@ -272,6 +294,94 @@ def train(config, workdir, loop, seed: int, mesh=None, setup=None):
     plots.lines(workdir / "validation.png", curve, "step", "held-out loss (nats)")
   if tok is not None and mesh is None:
     print(f"[lm] sample:\n{sample_text(c, state, tok, key)}", flush=True)
+  return state, result
+
+
+def train_seeds(config, workdir, loop, seeds, mesh=None, setup=None):
+  """`train` of several seeds together, vmapped in one compiled program on one device (the
+  program's ``--seeds``). Seed ``k`` equals ``train(..., seed=k)``: its own synthetic corpus or
+  loader order (the runtime shares its data between seeds, so the data stacks every seed's corpus
+  or window table and each seed's step reads its own row), initialisation and validation batches.
+  Returns ``(states, result)``: one `LMState` per seed on a leading axis; ``result.summary`` holds
+  the means over seeds and ``result.per_seed`` each seed's figures."""
+  seeds = tuple(seeds)
+  require(
+    mesh is None,
+    "seeds",
+    "several seeds train vmapped on one device; drop --mesh (or run one seed per mesh)",
+  )
+  c, workdir, keys = config, pathlib.Path(workdir), seeds_lib.seed_keys(seeds)
+  setup = prepare(c, "train", workdir, mesh) if setup is None else setup
+  memory.check_seeds(c, setup["model"], len(seeds))  # before the shards are written
+  tok = None
+  if c.text == "synthetic":
+    corpora, vals = [], []
+    for k in keys:
+      corpus = lm_data.synthetic_corpus(
+        jax.random.fold_in(k, 7), c.corpus_tokens, c.vocab_size, c.markov_alpha
+      )
+      corpus, heldout = lm_data.heldout_split(corpus, c.seq_len, c.val_fraction)
+      corpora.append(corpus)
+      vals.append(heldout_batches(c, heldout, k, c.val_batches))
+
+    def batch_of(drawn, state, row):
+      del state
+      return lm_data.sample_windows(
+        drawn["data"]["corpus"], drawn["key"], c.batch_size, c.seq_len, row=row
+      )
+
+    data = {"corpus": jnp.asarray(np.stack(corpora))}
+    sample_fn, advance = (lambda data, k: {"data": data, "key": k}), 0
+  else:
+    index, train_stream, val_stream = open_data(c, setup["data"])
+    tok = shards.load_tokenizer(setup["data"]["folder"], index)
+    loaders = [lm_data.StreamLoader(train_stream, c.batch_size, c.seq_len, seed=s) for s in seeds]
+    val_loader = lambda s: lm_data.StreamLoader(val_stream, c.batch_size, c.seq_len, seed=s)
+    vals = [lm_data.window_batches(val_loader(s), c.val_batches) for s in seeds]
+    end = loop.num_steps * c.batch_size
+    stream = lm_data.device_stream(loaders[0], end)
+    if stream is not None:
+      ids = [stream["ids"]] + [jnp.asarray(ld.window_ids(0, end), jnp.int32) for ld in loaders[1:]]
+      data = {"stream": {"tokens": stream["tokens"], "ids": jnp.stack(ids)}}
+
+      def batch_of(drawn, state, row):
+        tokens = lm_data.take(loaders[0], drawn["stream"], state.data_position, row=row)
+        return {"tokens": tokens}
+    else:  # too large for the device: each seed's loader reads its rows on the host
+      data = None
+
+      def batch_of(drawn, state, row):
+        del drawn
+        return {"tokens": lm_data.fetch_seeds(loaders, state.data_position, row)}
+
+    sample_fn, advance = None, c.batch_size
+    print(
+      f"[lm] data: {index['tokenizer']} tokenizer ({index['vocab_size']} tokens), "
+      f"{len(train_stream):,} train / {len(val_stream):,} validation tokens in "
+      f"{setup['data']['folder']}; seeds {', '.join(map(str, seeds))} (vmapped)",
+      flush=True,
+    )
+
+  def update(carry, drawn, key):
+    state, row = carry
+    new, metrics = train_lib.update(state, batch_of(drawn, state, row), key)
+    return (new.replace(data_position=state.data_position + advance), row), metrics
+
+  val = jnp.asarray(np.stack([np.asarray(v) for v in vals]))
+  evaluate = jax.jit(jax.vmap(train_lib.eval_metrics))
+  scores = lambda carry: {k: np.asarray(v) for k, v in evaluate(carry[0], val).items()}
+  kw = {} if sample_fn is None else {"sample_fn": sample_fn}
+  (state, _), result = fit(
+    c, setup["model"], keys, workdir, loop, update, data=data, seeds=seeds, extra_eval=scores, **kw
+  )
+  steps = sorted(s for s, ev in result.evals_per_seed.items() if "val_loss" in ev[seeds[0]])
+  if steps and jax.process_index() == 0:
+    curve = lambda s: (steps, [result.evals_per_seed[t][s]["val_loss"] for t in steps])
+    curves = {f"seed {s}": curve(s) for s in seeds}
+    plots.lines(workdir / "validation.png", curves, "step", "held-out loss (nats)")
+  if tok is not None:
+    sample = sample_text(c, seeds_lib.take(state, 0), tok, keys[0])
+    print(f"[lm] sample (seed {seeds[0]}):\n{sample}", flush=True)
   return state, result
 
 
@@ -417,32 +527,44 @@ def _distill(c, workdir: pathlib.Path, loop, seed: int, mesh, setup) -> dict:
   return results
 
 
-def capacity(config, workdir, seed: int, setup=None) -> dict:
+def capacity(config, workdir, seed: int, setup=None, seeds=None) -> dict:
   """--mode=capacity: one in-memory, single-device probe per width of ``config.capacity``;
-  writes ``summary.json`` and the plots to ``workdir`` and returns the summary."""
+  writes ``summary.json`` and the plots to ``workdir`` and returns the summary. ``seeds`` (more
+  than one): every probe trains those seeds vmapped in one program (`capacity.probe_seeds`); the
+  figures are means over seeds, each seed's under the probe's ``per_seed``."""
   workdir = pathlib.Path(workdir)
   setup = prepare(config, "capacity", workdir) if setup is None else setup
-  with workdir_lib.session(workdir.absolute(), config.to_dict()) as wd:
+  seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
+  record = config.to_dict() | ({"seeds": list(seeds)} if seeds else {})
+  if seeds:
+    memory.check_capacity(config.capacity, setup["widths"], len(seeds))
+  with workdir_lib.session(workdir.absolute(), record) as wd:
     done = workdir_lib.finished(wd)  # a finished run re-run: its record, nothing rewritten
-    return _recorded(wd, done) if done is not None else _capacity(config, wd, seed, setup)
+    if done is not None:
+      return _recorded(wd, done)
+    return _capacity(config, wd, seed, setup, seeds)
 
 
-def _capacity(config, workdir: pathlib.Path, seed: int, setup) -> dict:
-  cc, key = config.capacity, _key(seed)
+def _capacity(config, workdir: pathlib.Path, seed: int, setup, seeds=None) -> dict:
+  cc = config.capacity
+  key = _key(seed) if seeds is None else seeds_lib.seed_keys(seeds)
+  mean = f" (means over {len(seeds)} seeds)" if seeds else ""
 
   def report(r):
     print(
       f"[capacity] d_model={r['d_model']}: {r['params']} params, memorised "
-      f"{r['memorised_bits']:.0f} / {r['data_bits']} bits -> {r['bits_per_param']:.3f} bits/param",
+      f"{r['memorised_bits']:.0f} / {r['data_bits']} bits -> {r['bits_per_param']:.3f} bits/param"
+      + mean,
       flush=True,
     )
 
   rows = capacity_lib.sweep(
-    setup["widths"], cc.num_strings, cc.length, cc.steps, key, cc.lr, report
+    setup["widths"], cc.num_strings, cc.length, cc.steps, key, cc.lr, report, seeds
   )
   losses = {f"d_model={r['d_model']}": r.pop("losses") for r in rows}
   ref = capacity_lib.REFERENCE_BITS_PER_PARAM
   summary = {"probes": rows, "reference_bits_per_param": ref}
+  summary |= {"seeds": list(seeds)} if seeds else {}
   runtime.write_summary(workdir, summary)
   params = [r["params"] for r in rows]
   bits = {
@@ -456,8 +578,14 @@ def _capacity(config, workdir: pathlib.Path, seed: int, setup) -> dict:
   return summary
 
 
-def run(mode: str, config, workdir, loop, seed: int, mesh=None, setup=None):
-  """Dispatches ``mode`` (`jaxlab.lm.config.MODES`) as the program does."""
+def run(mode: str, config, workdir, loop, seed: int, mesh=None, setup=None, seeds=None):
+  """Dispatches ``mode`` (`jaxlab.lm.config.MODES`) as the program does; ``seeds`` (more than
+  one) only for `SEEDED_MODES` (`train_seeds`, `capacity`), the others run ``seed`` alone."""
+  if seeds is not None and len(seeds) > 1:
+    require(mode in SEEDED_MODES, "seeds", f"--mode={mode} runs one seed; use --seed")
+    if mode == "capacity":
+      return capacity(config, workdir, seed, setup, seeds)
+    return train_seeds(config, workdir, loop, seeds, mesh, setup)
   if mode == "generate":
     return generate(config, workdir, seed)
   if mode == "capacity":

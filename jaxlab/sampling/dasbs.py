@@ -31,6 +31,11 @@ default)::
     state, result = train(config, key)               # config: get_config() ConfigDict
     x, log_rnd = sample(state, key, num_samples)
     energies = state.spec.target.energy(x)
+
+Several training seeds train together, vmapped in one compiled program (`jaxlab.core.seeds`):
+``train(config, seeds.seed_keys(seeds), seeds=seeds)`` gives each seed the key its solo run gets
+and returns a state with a leading seed axis; `seed_vmap` keeps the step (which picks the stage,
+the phase and the refills) unbatched, so those stay branches.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import numpy as np
 import optax
 
 from jaxlab.core import resources, runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import sharding as shd
 from jaxlab.core.errors import check_config, require
 from jaxlab.core.train_state import TrainState
@@ -587,6 +593,20 @@ def make_update(spec: Spec, mesh=None):
   return functools.partial(_update, spec, mesh)
 
 
+def seed_vmap(fn):
+  """DASBS's transform over the runtime's seed axis (`runtime.train(..., seed_vmap=...)`).
+
+  Every seed is at the same step: passing it unbatched keeps `update`'s lax.conds on the step
+  (controller or corrector phase, buffer refill) branches, where vmap would turn a cond on a
+  batched predicate into both branches and a select (a refill every step)."""
+
+  def batched(states, keys):
+    step = states.step[0]
+    return jax.vmap(lambda state, key: fn(state.replace(step=step), key))(states, keys)
+
+  return batched
+
+
 def loss_by_phase(history) -> dict[str, np.ndarray]:
   """Per-step controller and corrector losses from `Loop(history=True)` metrics, each NaN outside
   its own phase, so a plot shows gaps there instead of a drop to zero."""
@@ -618,6 +638,7 @@ def train(
   loop: runtime.Loop | None = None,
   record=None,
   eval_fn=None,
+  seeds=None,
 ) -> tuple[DASBSState, runtime.Result]:
   """Runs the staged schedule through `jaxlab.core.runtime.train`; returns `(state, result)`.
 
@@ -625,8 +646,28 @@ def train(
   writes metrics and checkpoints and resumes, and `record` is saved as its config.json. Step i uses
   `fold_in(k_run, i)` with `k_init, k_run = split(key)`, so both paths give the same state.
   `eval_fn(state, step) -> dict` runs every `loop.eval_every` steps (it draws no training keys).
+
+  `seeds` (more than one): those seeds train together, vmapped in one compiled program on one
+  device; `key` then holds one raw key per seed (`jaxlab.core.seeds.seed_keys`), each what the
+  seed's solo run is given, the state has a leading seed axis and `eval_fn` returns arrays
+  ``[seeds]`` (`runtime.train(seeds=...)`).
   """
   spec = make_spec(config)
+  if seeds is not None and len(seeds) > 1:
+    require(mesh is None, "seeds", "several seeds train vmapped on one device; drop --mesh")
+    k_init, k_run = jnp.moveaxis(jax.vmap(jax.random.split)(key), 1, 0)
+    state = seeds_lib.init(functools.partial(_init_state, spec), k_init)
+    return runtime.train(
+      state,
+      make_update(spec),
+      loop or default_loop(spec),
+      key=k_run,
+      workdir=workdir,
+      config=record,
+      eval_fn=eval_fn,
+      seeds=tuple(seeds),
+      seed_vmap=seed_vmap,
+    )
   k_init, k_run = jax.random.split(key)
   state = init_state(spec, k_init)
   sh = state_sharding(state, mesh) if mesh is not None else None
@@ -656,18 +697,24 @@ def sample_paths(
 
   Per-path arrays (`x0`, `x1`, `log_rnd`, `log_p_u`, `log_p_r`, ...) are concatenated; the path
   statistics (`invalid_frac`, `jumps_per_site`) are averaged over the batches.
+
+  A state with a seed axis (`train(..., seeds=...)`) samples every seed in one vmapped program;
+  `key` then holds one key per seed and every output gets a leading seed axis.
   """
   spec = state.spec
   bs = min(num_samples, batch_size or spec.batch_size * spec.num_repl)
-  fn = jax.jit(lambda p, k: simulate(spec, state.ctrl, p, k, bs, mesh, steps))
-  outs = [
-    fn(state.ctrl.target_params, jax.random.fold_in(key, i)) for i in range(-(-num_samples // bs))
-  ]
+  sim = lambda p, k: simulate(spec, state.ctrl, p, k, bs, mesh, steps)
+  seeded = jnp.ndim(state.step) == 1
+  fn = jax.jit(jax.vmap(sim) if seeded else sim)
+  fold = (lambda i: seeds_lib.stream(key, i)) if seeded else (lambda i: jax.random.fold_in(key, i))
+  outs = [fn(state.ctrl.target_params, fold(i)) for i in range(-(-num_samples // bs))]
+  lead = int(seeded)  # the path axis follows the seed axis
+  cut = (slice(None),) * lead + (slice(num_samples),)
   return {
     k: (
-      jnp.concatenate([o[k] for o in outs])[:num_samples]
-      if jnp.ndim(outs[0][k])
-      else jnp.mean(jnp.stack([o[k] for o in outs]))
+      jnp.concatenate([o[k] for o in outs], axis=lead)[cut]
+      if jnp.ndim(outs[0][k]) > lead
+      else jnp.mean(jnp.stack([o[k] for o in outs]), axis=0)
     )
     for k in outs[0]
   }

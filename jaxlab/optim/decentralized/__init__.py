@@ -26,15 +26,19 @@ Usage (argument formats: a topology name and n; λ a positive (n,) array summing
     res.diverged_at                 # None, or the first step whose metrics are NaN/inf
 
 Distributed: ``run(..., mesh=make_mesh({"nodes": n}))`` puts node i on device i (`jax.shard_map`).
+Seeds: ``run_seeds`` runs one strategy for several seeds (each its own problem instance, λ, step
+and key) as ONE vmapped scan; seed k equals ``run`` of seed k alone.
 Bad arguments raise :class:`jaxlab.core.errors.ConfigError` naming the argument.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core.errors import ConfigError, require
@@ -43,6 +47,7 @@ from jaxlab.optim.decentralized.algorithms import (
   ORDERS,
   STRATEGIES,
   DecState,
+  _scan_dense,
   canonical_strategy,
   choose_comm,
   init_state,
@@ -104,6 +109,8 @@ from jaxlab.optim.decentralized.problems import (
 
 __all__ = [
   "run",
+  "run_seeds",
+  "stack_problems",
   "RunResult",
   "default_lr",
   "COMMS",
@@ -251,17 +258,84 @@ def run(
   else:
     final, ms, used = simulate_sharded(state, problem, key, int(steps), mesh, comm)
   ms = {k: np.asarray(v) for k, v in jax.device_get(ms).items()}
+  return _result(ms, jax.device_get(final.x), b, float(state.f_star), used)
+
+
+def _result(ms, x, mixing, f_star, comm) -> RunResult:
   bad = np.flatnonzero(~(np.isfinite(ms["gap"]) & np.isfinite(ms["consensus"])))
   return RunResult(
     gap=ms["gap"],
     consensus=ms["consensus"],
     gap_tracked=ms["gap_tracked"],
-    x=jax.device_get(final.x),
-    mixing=b,
-    f_star=float(state.f_star),
-    comm=used,
+    x=x,
+    mixing=mixing,
+    f_star=f_star,
+    comm=comm,
     diverged_at=int(bad[0]) + 1 if bad.size else None,
   )
+
+
+def stack_problems(problems: list[Problem]) -> Problem:
+  """Problems of one kind (one per seed) on a leading seed axis, each node's data padded to the
+  longest (the padding is masked: ``counts`` holds each node's length). Host-side metadata
+  (``smoothness``, the held-out ``test`` set) is not part of the stack: read it per seed."""
+  longest = max(int(p.inputs.shape[1]) for p in problems)
+
+  def pad(a):
+    return jnp.pad(a, [(0, 0), (0, longest - a.shape[1])] + [(0, 0)] * (a.ndim - 2))
+
+  first = problems[0]
+  # the static fields must agree to stack: a digits problem's loss is a new closure per instance
+  # (the same function), its smoothness a host-side number
+  meta = {"example_loss": first.example_loss, "smoothness": first.smoothness, "test": None}
+  same = [p.replace(inputs=pad(p.inputs), targets=pad(p.targets), **meta) for p in problems]
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *same)
+
+
+@functools.partial(jax.jit, static_argnames="steps")
+def _simulate_seeds(states, problems, keys, steps):
+  return jax.vmap(lambda s, p, k: _scan_dense(s, p, k, steps))(states, problems, keys)
+
+
+def run_seeds(
+  strategy: str,
+  graph: Graph,
+  lams,
+  problems: list[Problem],
+  steps: int,
+  lrs,
+  *,
+  keys,
+  order: str = "atc",
+  row_kind: str = "auto",
+  f_stars=None,
+) -> list[RunResult]:
+  """`run` of one strategy for several seeds as ONE vmapped scan (dense, one device): seed i has
+  its own λ ``lams[i]``, problem ``problems[i]``, step ``lrs[i]``, key ``keys[i]`` (a key array)
+  and optimum ``f_stars[i]``; returns each seed's `RunResult`, equal to `run` of that seed alone
+  up to the floating-point order of batched kernels (tests/test_decentralized_compare.py)."""
+  strategy = canonical_strategy(strategy)
+  f_stars = [None] * len(problems) if f_stars is None else f_stars
+  states = []
+  for lam, problem, lr, f_star in zip(lams, problems, lrs, f_stars, strict=True):
+    lr, lam = _check_run_args(graph, lam, steps, lr)
+    states.append(
+      init_state(strategy, graph, lam, problem, lr, order=order, row_kind=row_kind, f_star=f_star)
+    )
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+  final, ms = _simulate_seeds(stacked, stack_problems(problems), keys, steps=int(steps))
+  ms = {k: np.asarray(v) for k, v in jax.device_get(ms).items()}
+  xs = jax.device_get(final.x)
+  return [
+    _result(
+      {k: v[i] for k, v in ms.items()},
+      jax.tree.map(lambda v: v[i], xs),
+      np.asarray(st.mix, np.float64),
+      float(st.f_star),
+      "dense",
+    )
+    for i, st in enumerate(states)
+  ]
 
 
 # The comparison's defaults and validation (`python -m experiments.decentralized`); imported last

@@ -37,6 +37,7 @@ import jax
 import numpy as np
 
 from jaxlab.core import metrics, plots, runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core.errors import check_choice
 from jaxlab.optim import decentralized as dec
 from jaxlab.optim.decentralized import stability
@@ -96,6 +97,10 @@ class Comparison:
   lam: np.ndarray
   lrs: dict[str, float] = dataclasses.field(default_factory=dict)
   limits: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+  # several seeds (`combine`): each seed's own comparison and problem; the fields above are then
+  # the means over seeds
+  per_seed: dict[int, Comparison] = dataclasses.field(default_factory=dict)
+  problems: dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
 def row_kind_error(row_kind: str, graph: dec.Graph, lam_name: str) -> str | None:
@@ -127,47 +132,139 @@ def compare(
   """Runs (I) and (II) with the same key and f*: at one γ (``lr``, or `dec.default_lr` when
   None/0) under ``lr_policy="same"``, at ``own_fraction`` × each one's largest stable step under
   "own" (least squares only). An option left None is the `dec.get_config()` field of that name."""
+  opts = _options(lr_factor, order, row_kind, comm, lr_policy, own_fraction)
+  plan = _plan(graph, lam, problem, lr, opts)
+  results = {
+    s: dec.run(
+      s,
+      graph,
+      plan["lam"],
+      problem,
+      steps,
+      plan["lrs"][s],
+      key=key,
+      order=opts["order"],
+      row_kind=opts["row_kind"],
+      mesh=mesh,
+      comm=opts["comm"],
+      f_star=plan["f_star"],
+    )
+    for s in plan["strategies"]
+  }
+  return Comparison(results, plan["diag"], plan["common"], plan["lam"], plan["lrs"], plan["limits"])
+
+
+def compare_seeds(
+  graph: dec.Graph,
+  lams: Sequence,
+  problems: Sequence[dec.Problem],
+  steps: int,
+  *,
+  keys,
+  lr: float | None = None,
+  lr_factor: float | None = None,
+  order: str | None = None,
+  row_kind: str | None = None,
+  lr_policy: str | None = None,
+  own_fraction: float | None = None,
+) -> list[Comparison]:
+  """`compare` for several seeds at once (one device): seed i has its own λ ``lams[i]``, problem
+  ``problems[i]`` and key ``keys[i]`` (a key array), so its own steps and optimum; each strategy
+  runs every seed in ONE vmapped scan (`dec.run_seeds`). Returns each seed's `Comparison`, equal
+  to `compare` of that seed alone up to the floating-point order of batched kernels."""
+  opts = _options(lr_factor, order, row_kind, None, lr_policy, own_fraction)
+  plans = [_plan(graph, lam, prob, lr, opts) for lam, prob in zip(lams, problems, strict=True)]
+  runs = {
+    s: dec.run_seeds(
+      s,
+      graph,
+      [p["lam"] for p in plans],
+      list(problems),
+      steps,
+      [p["lrs"][s] for p in plans],
+      keys=keys,
+      order=opts["order"],
+      row_kind=opts["row_kind"],
+      f_stars=[p["f_star"] for p in plans],
+    )
+    for s in plans[0]["strategies"]
+  }
+  return [
+    Comparison(
+      {s: r[i] for s, r in runs.items()}, p["diag"], p["common"], p["lam"], p["lrs"], p["limits"]
+    )
+    for i, p in enumerate(plans)
+  ]
+
+
+def combine(comps: Sequence[Comparison], graph: dec.Graph, row_kind: str = "auto") -> Comparison:
+  """The comparison of several seeds' runs as one: per-step means over seeds of every curve (a
+  strategy counts as diverged from the first step any seed diverged, where its mean turns NaN),
+  the mean steps, limits and λ. The diagnostic is the seeds' when they share λ, else that of
+  the mean λ (λ differs between seeds only when it follows each seed's data, ``--lam=data``).
+  The runs' iterates (``x``) are not combined: score each seed's own (`final_metrics`)."""
+  first = comps[0]
+  mean = lambda xs: float(np.mean(xs))
+
+  def run(s):
+    rs = [c.results[s] for c in comps]
+    gone = [r.diverged_at for r in rs if r.diverged_at is not None]
+    return dec.RunResult(
+      **{m: np.mean([getattr(r, m) for r in rs], axis=0) for m in METRICS},
+      x=None,
+      mixing=np.mean([r.mixing for r in rs], axis=0),
+      f_star=mean([r.f_star for r in rs]),
+      comm=rs[0].comm,
+      diverged_at=min(gone) if gone else None,
+    )
+
+  same_lam = all(np.array_equal(c.lam, first.lam) for c in comps)
+  lam = first.lam if same_lam else np.mean([c.lam for c in comps], axis=0)
+  lam = lam / lam.sum()
+  diag = first.diagnostic if same_lam else dec.diagnose(graph, lam, row_kind=row_kind)
+  limits = {
+    s: {k: mean([c.limits[s][k] for c in comps]) for k in first.limits[s]} for s in first.limits
+  }
+  return Comparison(
+    {s: run(s) for s in first.results},
+    diag,
+    mean([c.lr for c in comps]),
+    first.lam if same_lam else lam,
+    {s: mean([c.lrs[s] for c in comps]) for s in first.lrs},
+    limits,
+  )
+
+
+def _options(lr_factor, order, row_kind, comm, lr_policy, own_fraction) -> dict:
+  """`compare`'s options, each None replaced by the `dec.get_config()` field of that name."""
   defaults = dec.get_config()
-  lr_factor = defaults.lr_factor if lr_factor is None else lr_factor
-  order = defaults.order if order is None else order
-  row_kind = defaults.row_kind if row_kind is None else row_kind
-  comm = defaults.comm if comm is None else comm
-  lr_policy = defaults.lr_policy if lr_policy is None else lr_policy
-  own_fraction = defaults.own_fraction if own_fraction is None else own_fraction
-  check_choice("lr_policy", lr_policy, LR_POLICIES)
+  given = dict(lr_factor=lr_factor, order=order, row_kind=row_kind, comm=comm)
+  given.update(lr_policy=lr_policy, own_fraction=own_fraction)
+  opts = {k: defaults[k] if v is None else v for k, v in given.items()}
+  check_choice("lr_policy", opts["lr_policy"], LR_POLICIES)
+  return opts
+
+
+def _plan(graph, lam, problem, lr, opts) -> dict:
+  """Everything a comparison fixes before running: λ, the strategies, each one's step (and, for
+  least squares, stability limit and linear rate), the diagnostic and f*."""
+  order, row_kind = opts["order"], opts["row_kind"]
   lam = np.asarray(lam, np.float64)
   strategies = [s for s in dec.STRATEGIES if not (s == "II" and graph.directed)]
   limits = stability_limits(graph, lam, problem, strategies, order, row_kind)
-  if lr_policy == "own":
-    lrs = {s: own_fraction * limits[s]["lr_max"] for s in strategies}
+  if opts["lr_policy"] == "own":
+    lrs = {s: opts["own_fraction"] * limits[s]["lr_max"] for s in strategies}
     common = float("nan")
   else:
-    common = float(lr or dec.default_lr(problem, lam, lr_factor))
+    common = float(lr or dec.default_lr(problem, lam, opts["lr_factor"]))
     lrs = dict.fromkeys(strategies, common)
   for s in limits:
     limits[s]["rho"] = stability.spectral_radius(
       s, graph, lam, problem, lrs[s], order=order, row_kind=row_kind
     )
   diag = dec.diagnose(graph, lam, row_kind=row_kind)
-  f_star = problem.f_star(lam)
-  results = {
-    s: dec.run(
-      s,
-      graph,
-      lam,
-      problem,
-      steps,
-      lrs[s],
-      key=key,
-      order=order,
-      row_kind=row_kind,
-      mesh=mesh,
-      comm=comm,
-      f_star=f_star,
-    )
-    for s in strategies
-  }
-  return Comparison(results, diag, common, lam, lrs, limits)
+  plan = dict(lam=lam, strategies=strategies, limits=limits, lrs=lrs, common=common, diag=diag)
+  return plan | {"f_star": problem.f_star(lam)}
 
 
 def stability_limits(graph, lam, problem, strategies, order, row_kind) -> dict[str, dict]:
@@ -287,12 +384,18 @@ def verdicts(
 
 def final_metrics(comp: Comparison, problem: dec.Problem, tail: float) -> dict[str, dict]:
   """Per strategy: tail means of `METRICS`, comm, diverged_at and (classification problems that
-  stayed finite) the test accuracy of x̄_λ."""
+  stayed finite) the test accuracy of x̄_λ; for a `combine`d comparison, the mean over seeds of
+  each seed's accuracy on its own held-out set."""
   final = {}
   for s, r in comp.results.items():
     final[s] = {m: tail_mean(getattr(r, m), tail) for m in METRICS}
     final[s].update(comm=r.comm, diverged_at=r.diverged_at)
-    if problem.test is not None and r.diverged_at is None:
+    if problem.test is None or r.diverged_at is not None:
+      continue
+    if comp.per_seed:
+      each = [final_metrics(c, comp.problems[k], tail)[s] for k, c in comp.per_seed.items()]
+      final[s]["test_accuracy"] = float(np.mean([f["test_accuracy"] for f in each]))
+    else:
       xbar = jax.tree.map(lambda v: np.tensordot(comp.lam, np.asarray(v), 1), r.x)
       final[s]["test_accuracy"] = problem.accuracy(xbar)
   return final
@@ -457,14 +560,38 @@ def make_problem(config, problem: str, seed: int) -> dec.Problem:
   return dec.make_problem(problem, config.n, alpha=config.split_alpha, **kw)
 
 
-def compare_cell(config, problem, graph, lam_spec, *, steps, seed, mesh=None, lr_policy=None):
-  """`compare` of (graph, λ = ``lam_spec`` (kind, α)) with the config's step options."""
+def make_problems(config, problem: str, seeds: Sequence[int]) -> list[dec.Problem]:
+  """`make_problem` of every seed: each seed its own instance (data, split, initial point)."""
+  return [make_problem(config, problem, s) for s in seeds]
+
+
+def cell_lambda(config, graph, lam_spec, problem: dec.Problem) -> np.ndarray:
+  """λ = ``lam_spec`` (kind, α) on ``graph`` (``data``: ``problem``'s local data sizes)."""
   name, alpha = lam_spec
   counts = np.asarray(problem.counts)
-  lam = dec.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=counts)
+  return dec.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=counts)
+
+
+def compare_cell(
+  config, problem, graph, lam_spec, *, steps, seed, mesh=None, lr_policy=None, seeds=None
+):
+  """`compare` of (graph, λ = ``lam_spec`` (kind, α)) with the config's step options.
+
+  ``seeds`` (more than one): ``problem`` is the list of each seed's problem (`make_problems`);
+  every seed runs in one vmapped scan per strategy (`compare_seeds`, one device) and the result
+  is their `combine`d comparison, each seed's own under ``per_seed``."""
   opts = {k: config[k] for k in ("lr_factor", "order", "row_kind", "comm", "own_fraction")}
   opts["lr_policy"] = lr_policy or config.lr_policy
   lr = config.lr or None  # 0 = auto (dec.default_lr), the same γ for both strategies
+  if seeds is not None and len(seeds) > 1:
+    del opts["comm"]
+    lams = [cell_lambda(config, graph, lam_spec, p) for p in problem]
+    keys = jax.random.wrap_key_data(seeds_lib.seed_keys(seeds))  # key(k) for seed k
+    comps = compare_seeds(graph, lams, problem, steps, keys=keys, lr=lr, **opts)
+    comp = combine(comps, graph, config.row_kind)
+    comp.per_seed, comp.problems = dict(zip(seeds, comps)), dict(zip(seeds, problem))
+    return comp
+  lam = cell_lambda(config, graph, lam_spec, problem)
   key = jax.random.key(seed)
   return compare(graph, lam, problem, steps, key=key, lr=lr, mesh=mesh, **opts)
 
@@ -483,18 +610,23 @@ def comp_label(config) -> str:
   return "same step" + (" (config.lr)" if config.lr else " (default_lr, inside I's limit)")
 
 
-def rates(config, problem, graph, lam_spec, comp, *, steps, seed, mesh=None) -> list[dict]:
+def rates(
+  config, problem, graph, lam_spec, comp, *, steps, seed, mesh=None, seeds=None
+) -> list[dict]:
   """rates.md rows: the comparison just run, then both strategies at their own stable steps with
-  full and with minibatch gradients (least squares)."""
+  full and with minibatch gradients (least squares). ``seeds``: as `compare_cell` (the rows are
+  then those of the mean curves over seeds)."""
   rows = rate_rows(comp, f"{comp_label(config)}, full gradients", tail=config.tail)
-  sgd = problem.replace(batch_size=config.sgd_batch)
+  sgd_one = lambda p: p.replace(batch_size=config.sgd_batch)
+  sgd = [sgd_one(p) for p in problem] if isinstance(problem, list) else sgd_one(problem)
   runs = [("own", problem, "full"), ("own", sgd, f"minibatch {config.sgd_batch}")]
   if config.lr_policy == "own":
     runs = runs[1:]
   for policy, prob, grads in runs:
     c = compare_cell(
-      config, prob, graph, lam_spec, steps=steps, seed=seed, mesh=mesh, lr_policy=policy
-    )
+      config, prob, graph, lam_spec, steps=steps, seed=seed, mesh=mesh, lr_policy=policy,
+      seeds=seeds,
+    )  # fmt: skip
     rows += rate_rows(c, f"own step ({config.own_fraction:g} × limit), {grads}", tail=config.tail)
   return rows
 
@@ -511,19 +643,40 @@ def run_single(
   log_every: int,
   mesh=None,
   log: Callable[[str], Any] = print,
+  seeds: Sequence[int] | None = None,
 ) -> dict[str, Any]:
   """One (graph, λ): gap.png, consensus.png, metrics.csv (every ``log_every`` steps),
   diagnostic.md, rates.md (least squares) and summary.json in ``workdir``; returns the summary
-  ("all_diverged": every strategy reached NaN/inf). ``lam`` as typed: kind or dirichlet:α."""
+  ("all_diverged": every strategy reached NaN/inf). ``lam`` as typed: kind or dirichlet:α.
+
+  ``seeds`` (more than one, no mesh): every seed is its own problem instance and key, all run in
+  one vmapped scan per strategy; the plots, verdicts and rates are those of the mean curves over
+  seeds (a strategy diverged on any seed counts as diverged), metrics.csv has a ``seed`` column
+  and summary.json each seed's own verdicts under ``per_seed``."""
+  seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
   lam_spec = dec.parse_lambda(lam, config.lam_alpha, "lam")
-  graph, prob = make_graph(config, topology), make_problem(config, problem, seed)
+  graph = make_graph(config, topology)
+  probs = make_problems(config, problem, seeds) if seeds else make_problem(config, problem, seed)
+  prob = probs[0] if seeds else probs
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   t0 = time.time()
-  comp = compare_cell(config, prob, graph, lam_spec, steps=steps, seed=seed, mesh=mesh)
+  comp = compare_cell(
+    config, probs, graph, lam_spec, steps=steps, seed=seed, mesh=mesh, seeds=seeds
+  )
   wall = time.time() - t0
-  plot_curves(workdir, comp, f"{prob.name}, {graph.name}, λ={lam}")
-  metrics.write_table(workdir / "metrics.csv", metric_rows(comp.results, log_every))
+  over = f", mean over seeds {', '.join(map(str, seeds))}" if seeds else ""
+  plot_curves(workdir, comp, f"{prob.name}, {graph.name}, λ={lam}{over}")
+  if seeds:
+    rows = [
+      {"step": row["step"], "seed": s, **{k: v for k, v in row.items() if k != "step"}}
+      for s, c in comp.per_seed.items()
+      for row in metric_rows(c.results, log_every)
+    ]
+    rows.sort(key=lambda r: r["step"])  # one row per seed and step, as the runtime writes them
+  else:
+    rows = metric_rows(comp.results, log_every)
+  metrics.write_table(workdir / "metrics.csv", rows)
   diag = comp.diagnostic
   (workdir / "diagnostic.md").write_text(diagnostic_markdown(graph, lam, diag))
   verdict = verdicts(comp, prob, tie_tol=config.tie_tol, tail=config.tail)
@@ -541,15 +694,31 @@ def run_single(
     "wall_s": wall,
     "config": config.to_dict(),
   }
+  if seeds:
+    summary["seeds"] = list(seeds)
+    summary["per_seed"] = {
+      str(k): {
+        "lr": c.lr,
+        "f_star": c.results["I"].f_star,
+        **verdicts(c, comp.problems[k], tie_tol=config.tie_tol, tail=config.tail),
+      }
+      for k, c in comp.per_seed.items()
+    }
   gone = all_diverged(comp.results)
   summary["all_diverged"] = gone
   if prob.name == "least_squares" and not gone:
-    summary["rates"] = rates(config, prob, graph, lam_spec, comp, steps=steps, seed=seed, mesh=mesh)
+    summary["rates"] = rates(
+      config, probs, graph, lam_spec, comp, steps=steps, seed=seed, mesh=mesh, seeds=seeds
+    )
     title = f"Error against iterations: {prob.name}, {graph.name}, λ={lam}"
     md = f"# {title}\n\n{RATES_NOTE}\n\n" + md_table(summary["rates"], RATE_COLS)
     (workdir / "rates.md").write_text(md)
     log(md_table(summary["rates"], RATE_COLS).rstrip("\n"))
   runtime.write_summary(workdir, summary)  # last: a summary.json marks a finished run
+  if seeds:
+    for k, v in summary["per_seed"].items():
+      log("\n".join(f"seed {k}: {line}" for line in final_lines(v["final"])))
+    log(f"means over seeds {', '.join(map(str, seeds))}:")
   log("\n".join(final_lines(verdict["final"])))
   log(
     f"winner (gap): {verdict['winner_gap']}; diagnostic gap_W {diag['gap_W']:.3f} "
@@ -567,11 +736,18 @@ def run_sweep(
   seed: int,
   mesh=None,
   log: Callable[[str], Any] = print,
+  seeds: Sequence[int] | None = None,
 ) -> dict[str, Any]:
   """config.sweep_topologies × config.sweep_lams: sweep.md, sweep.csv and summary.json in
-  ``workdir``; cells with A = W are listed as identical, not run. Returns the summary."""
-  topos, lams = dec.validate_config(config, problem=problem, mesh=mesh)
-  prob = make_problem(config, problem, seed)
+  ``workdir``; cells with A = W are listed as identical, not run. Returns the summary.
+
+  ``seeds`` (more than one): every cell runs every seed's instance in one vmapped scan per
+  strategy and its row is that of the mean curves over seeds (`run_single`)."""
+  seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
+  n_seeds = len(seeds) if seeds else 1
+  topos, lams = dec.validate_config(config, problem=problem, mesh=mesh, seeds=n_seeds)
+  probs = make_problems(config, problem, seeds) if seeds else make_problem(config, problem, seed)
+  prob = probs[0] if seeds else probs
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   rows, same = [], []
@@ -580,23 +756,27 @@ def run_sweep(
     graph = make_graph(config, t)
     for name, alpha in lams:
       label = lambda_label(name, alpha)
-      lam = dec.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=prob.counts)
-      if identical_cell(graph, lam, config.row_kind):
+      cell = [cell_lambda(config, graph, (name, alpha), p) for p in (probs if seeds else [probs])]
+      if all(identical_cell(graph, lam, config.row_kind) for lam in cell):
         same.append(f"{t}/{label}")
         log(f"{t:>22s} {label:>14s}  identical (A = W): not compared")
         continue
-      comp = compare_cell(config, prob, graph, (name, alpha), steps=steps, seed=seed, mesh=mesh)
+      comp = compare_cell(
+        config, probs, graph, (name, alpha), steps=steps, seed=seed, mesh=mesh, seeds=seeds
+      )
       rows.append(sweep_row(t, label, comp, tie_tol=config.tie_tol, tail=config.tail))
       log(sweep_line(rows[-1]))
   title = (
     f"Strategy I vs II: {prob.name}, n={config.n}, {steps} steps, order={config.order}, "
     f"batch {config.batch_size}, "
     + ("same γ per cell" if config.lr_policy == "same" else f"{config.own_fraction:g} × own limit")
+    + (f", mean curves over seeds {', '.join(map(str, seeds))}" if seeds else "")
   )
   md = sweep_markdown(rows, title, tail=config.tail, tie_tol=config.tie_tol, identical_cells=same)
   (workdir / "sweep.md").write_text(md)
   metrics.write_table(workdir / "sweep.csv", rows)
   summary = {"problem": prob.name, "n": config.n, "steps": steps}
+  summary |= {"seeds": list(seeds)} if seeds else {}
   summary |= sweep_summary(rows, same) | {"wall_s": time.time() - t0}
   runtime.write_summary(workdir, summary | {"config": config.to_dict()})
   log(f"II wins f-gap in {summary['II_wins_gap']}/{summary['cells']} cells -> {workdir}/sweep.md")

@@ -84,9 +84,10 @@ def sweep_topologies(config) -> list[str]:
   return items
 
 
-def check_sizes(config, steps: int | None = None) -> None:
+def check_sizes(config, steps: int | None = None, seeds: int = 1) -> None:
   """Refuses sizes whose arrays cannot fit, before any graph or data set is built: the n x n
-  mixing matrices, the least-squares data (n x rows x dim) and the per-step curves."""
+  mixing matrices, the least-squares data (n x rows x dim) and the per-step curves; ``seeds``
+  problems and runs held at once (refused naming ``seeds``)."""
   n = config.n
   for field in ("n", "rows", "dim", "batch_size", "sgd_batch"):
     resources.check_int32(f"config.{field}", config[field])
@@ -100,6 +101,9 @@ def check_sizes(config, steps: int | None = None) -> None:
   if steps is not None:
     resources.check_int32("steps", steps, "the step count")
     resources.check_fits(4 * 8 * 2 * steps * (n + 4), "steps", f"the curves of {steps} steps")
+  if seeds > 1:  # every seed's problem, iterates and curves, at once (one vmapped scan)
+    one = 4 * 8 * n * n + data + 4 * 4 * n * config.dim * 4 + 4 * 8 * 2 * (steps or 0) * (n + 4)
+    resources.check_fits(seeds * one, "seeds", f"{seeds} seeds' problems, iterates and curves")
 
 
 def validate_config(
@@ -110,13 +114,16 @@ def validate_config(
   lam: tuple[str, float] | None = None,
   mesh=None,
   steps: int | None = None,
+  seeds: int = 1,
 ) -> tuple[list[str], list[tuple[str, float]]]:
   """Every check before anything runs; returns the (topologies, λ specs) to compare: the sweep's
   (``topology=None``) or the one cell. ConfigError names the field or flag (``config.lr``,
-  ``problem``, ``topology``, ``mesh``)."""
+  ``problem``, ``topology``, ``mesh``, ``seeds``: several run vmapped on one device)."""
   check_choice("problem", problem, problems.PROBLEMS)
   check_config(config, CHECKS)
-  check_sizes(config, steps)
+  msg = "several seeds run vmapped on one device; drop --mesh"
+  require(seeds == 1 or mesh is None, "seeds", msg)
+  check_sizes(config, steps, seeds)
   if config.lr_policy == "own":
     msg = "needs least_squares (its stability limit is exact); use lr_policy=same"
     require(problem == "least_squares", "config.lr_policy", msg)

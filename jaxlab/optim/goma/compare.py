@@ -5,8 +5,13 @@ quantities")::
     from jaxlab.optim import goma
     cfg = goma.get_config()
     result = goma.compare.run_comparison(
-        cfg, "bilinear", None, "multiplicative", steps=10_000, seed=0)
+        cfg, "bilinear", None, "multiplicative", steps=10_000, seeds=(0, 1, 2, 3, 4))
     goma.compare.write_report("runs/goma/bilinear", result)  # curves.png, metrics.csv, summary.json
+
+Seed ``k`` is one problem instance, start and noise stream, drawn from ``jax.random.key(k)``
+(`jaxlab.core.seeds.seed_keys`): the same in any set of seeds, so seed k of a comparison over
+several seeds equals the comparison over seed k alone (tests/test_goma_compare.py). Every method
+solves all seeds in one vmapped jit.
 
 Lower level, host-side NumPy on the arrays `jaxlab.optim.goma.vi.run` returns, stacked over seeds:
 ``method_summary(res, calls, lips, r2, stochastic=False, fit=(100, 10_000), seconds=1.0,
@@ -28,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core import metrics, plots, resources, runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core.errors import ConfigError, check_choice
 from jaxlab.optim import report
 from jaxlab.optim.goma import config as config_lib
@@ -129,6 +135,19 @@ def method_summary(
   return entry, (calls, center, res.min(0), res.max(0))
 
 
+def seed_rows(residual_sq, oracle_calls, lipschitz, r2, *, stochastic: bool) -> list[dict]:
+  """Each seed's own figures (``residual_sq`` (seeds, iters+1), as `method_summary`): its final
+  ||F(z_K)||² and, for deterministic problems, its k² ||F(z_k)||² / (L² R²)."""
+  del oracle_calls
+  res = np.asarray(residual_sq, np.float64)
+  rows = [{"residual_sq_final": float(r)} for r in res[:, -1]]
+  if not stochastic:
+    const = rate_constant(res[:, -1], lipschitz, r2, res.shape[1] - 1)
+    for row, c in zip(rows, const):
+      row["constant"] = float(c)
+  return rows
+
+
 def curve_rows(
   curves: Mapping[str, tuple[np.ndarray, ...]], points: Sequence[int]
 ) -> list[dict[str, Any]]:
@@ -171,16 +190,24 @@ def check_problem(problem: str, noise: str, methods: str | Sequence[str] | None)
   return items
 
 
-def check_run(cfg, problem: str, noise: str, methods, steps: int) -> list[str]:
+def run_seeds(seeds: Sequence[int] | None = None, seed: int = 0) -> tuple[int, ...]:
+  """The seeds of a comparison: ``seeds`` (checked as ``--seeds``), else `config.NUM_SEEDS` seeds
+  from ``seed``."""
+  if seeds is None:
+    return seeds_lib.parse_seeds(config_lib.NUM_SEEDS, seed)
+  return seeds_lib.parse_seeds(list(seeds))
+
+
+def check_run(cfg, problem: str, noise: str, methods, steps: int, seeds=None) -> list[str]:
   """Everything `run_comparison` would refuse, checked before anything is built or written: the
-  config, problem, noise, methods, --steps (>= 2, int32) and the memory of the stacked curves and
-  problem matrices (`resources.check_fits`). Returns the methods."""
+  config, problem, noise, methods, --steps (>= 2, int32), --seeds and the memory of the stacked
+  curves and problem matrices (`resources.check_fits`). Returns the methods."""
   config_lib.validate_config(cfg)
   methods = check_problem(problem, noise, methods)
   if steps < 2:
     raise ConfigError("steps", f"must be >= 2, got {steps}")
   resources.check_int32("steps", steps, "the iteration count")
-  seeds = cfg.num_seeds
+  seeds = len(run_seeds(seeds))
   dim = 2 * (cfg.d if problem.startswith("stochastic") else cfg.n)
   # residuals + oracle calls per iteration (float32 and int32, several copies while scanning and
   # stacking), the sweep's curves, and each seed's problem matrix
@@ -266,39 +293,45 @@ def run_comparison(
   noise: str,
   *,
   steps: int,
-  seed: int,
+  seeds: Sequence[int] | None = None,
+  seed: int = 0,
   log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-  """Every method on ``problem`` for ``steps`` iterations over ``cfg.num_seeds`` seeds, then (for
-  deterministic problems) the step sweep. Returns {"summary": what summary.json holds, "curves":
-  per method (calls, center, lo, hi), "title"}; ``log`` gets the progress lines."""
-  methods = check_run(cfg, problem, noise, methods, steps)
+  """Every method on ``problem`` for ``steps`` iterations over ``seeds`` (default: `run_seeds`,
+  5 seeds from ``seed``), then (for deterministic problems) the step sweep. Returns {"summary":
+  what summary.json holds, "curves": per method (calls, center, lo, hi), "title"}; ``log`` gets
+  the progress lines. The summary's ``per_seed`` holds each seed's final residual (and, for
+  deterministic problems, its k² ||F||² / (L² R²)) per method."""
+  seeds = run_seeds(seeds, seed)
+  methods = check_run(cfg, problem, noise, methods, steps, seeds)
   factors = config_lib.sweep_factors(cfg.step_sweep)
   stochastic = problem.startswith("stochastic")
-  keys = jax.random.split(jax.random.PRNGKey(seed), cfg.num_seeds)
+  keys = seeds_lib.seed_keys(seeds)
   fit = (cfg.fit_lo, min(cfg.fit_hi, steps))
   if fit[0] >= fit[1]:
     log(f"(no slopes: --steps={steps} leaves no fit range above config.fit_lo={fit[0]})")
   per_method, curves = {}, {}
+  per_seed = {str(s): {} for s in seeds}
   for m in methods:
     t0 = time.perf_counter()
     out = jax.block_until_ready(solve(problem, cfg, noise, m, steps, keys))
     base, extra = VARIANTS.get(m, (m, {}))
     kw = {"stochastic": stochastic, "fit": fit, "hparams": method_hparams(base, extra)}
     per_method[m], curves[m] = method_summary(*out, seconds=time.perf_counter() - t0, **kw)
+    for s, row in zip(seeds, seed_rows(*out, stochastic=stochastic)):
+      per_seed[str(s)][m] = row
     log(summary_line(m, per_method[m], fit))
   sweep = None
   if factors and not stochastic:
     log("step sweep: deterministic GOMA = anchored Popov with constant eta (APV: eta_k -> 0.215/L)")
     sweep = sweep_rows(factors, step_sweep(problem, cfg, steps, keys, factors), fit)
     log("\n".join(sweep_line(r) for r in sweep))
-  title = f"{problem}" + (f" ({noise} noise)" if stochastic else "") + f", {cfg.num_seeds} seeds"
+  title = f"{problem}" + (f" ({noise} noise)" if stochastic else "") + f", {len(seeds)} seeds"
   summary = {
     "problem": problem,
     "noise": noise if stochastic else None,
     "iters": steps,
-    "num_seeds": cfg.num_seeds,
-    "seed": seed,
+    "seeds": list(seeds),
     "fit_range": list(fit),
     "center": "mean" if stochastic else "geometric_mean",
     "slope_method": "endpoints (vi.fit_slope); slope_lsq: least squares on log-spaced points",
@@ -309,6 +342,7 @@ def run_comparison(
     "config": cfg.to_dict(),
     "methods": per_method,
     "step_sweep": sweep,
+    "per_seed": per_seed,
   }
   return {"summary": summary, "curves": curves, "title": title}
 

@@ -9,14 +9,18 @@ import ml_collections
 
 from jaxlab.core.errors import check_config, require
 
+# Seeds of a comparison without --seeds: --seed ... --seed + 4. Seed k is one problem instance,
+# start and noise stream (`jaxlab.core.seeds.seed_keys`), the same in any set of seeds.
+NUM_SEEDS = 5
+
 
 def get_config() -> ml_collections.ConfigDict:
   """Problem sizes, noise and fit range. ~20-40 s per command on 2 CPU cores (5 seeds, 10^4 iters).
+  The seeds (instances, starts and noise streams, vmapped in one jit) are the shared --seeds flag.
 
   python -m experiments.goma --problem=bilinear --methods=eg,popov,eag_v,feg,apv,goma --steps=10000
   """
   c = ml_collections.ConfigDict()
-  c.num_seeds = 5  # independent instances + starts (+ noise streams), vmapped in one jit
   c.n = 40  # bilinear/quadratic: size of each player (T1: 40)
   c.smin = 1e-3  # bilinear: smallest singular value (log-spaced spectrum)
   c.smax = 1.0  # bilinear: largest singular value (= L)
@@ -55,7 +59,6 @@ def validate_config(cfg) -> ml_collections.ConfigDict:
   check_config(
     cfg,
     {
-      "num_seeds": "positive",
       "n": "positive",
       "d": "positive",
       "smin": "positive",

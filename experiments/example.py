@@ -5,9 +5,9 @@ Command (CPU, ~10 s):
   python -m experiments.example --mesh=data:-1 --config.batch_size=64   # data-parallel batch
   python -m experiments.example --seeds=4   # seeds 0-3 vmapped in one program (one device)
 
-Every seed draws its own problem (key stream 1 of its seed), so several seeds stack their data
-sets on the seed axis and each seed samples its own rows: seed k of ``--seeds`` equals the run
-``--seed=k`` alone (tests/test_core_experiment.py).
+Every seed draws its own problem (key stream 1 of its seed); several seeds stack their data sets
+on the seed axis (``runtime.train(..., seeds=, seed_data=True)``), so seed k of ``--seeds`` equals
+the run ``--seed=k`` alone (tests/test_core_experiment.py).
 """
 
 from __future__ import annotations
@@ -49,13 +49,9 @@ def create(config) -> TrainState:
   return TrainState.create(linear, {"w": jnp.zeros((config.dim,))}, optax.adam(config.lr))
 
 
-def sample(data, key, batch_size, seed_index=None):
-  """``batch_size`` random rows; with ``seed_index``, rows of that seed's problem (``data`` stacked
-  over seeds): the rows its solo run draws with this key."""
-  idx = jax.random.randint(key, (batch_size,), 0, data["y"].shape[-1])
-  if seed_index is None:
-    return jax.tree.map(lambda a: a[idx], data)
-  return jax.tree.map(lambda a: a[seed_index, idx], data)
+def sample(data, key, batch_size):
+  idx = jax.random.randint(key, (batch_size,), 0, data["y"].shape[0])
+  return jax.tree.map(lambda a: a[idx], data)
 
 
 def update(state: TrainState, batch, key):
@@ -66,23 +62,6 @@ def update(state: TrainState, batch, key):
     return loss, {"loss": loss}
 
   return state.apply_loss(loss_fn)
-
-
-def seeds_update(batch_size: int):
-  """``update`` over a seed axis. The runtime shares its data between seeds, but every seed has its
-  own problem: the state is ``(TrainState, seed index)`` and the batch the stacked data with the
-  sampling key (``sample_fn=pass_through``), so each seed samples its own rows inside the step."""
-
-  def step(carry, drawn, key):
-    state, i = carry
-    state, metrics = update(state, sample(drawn["data"], drawn["key"], batch_size, i), key)
-    return (state, i), metrics
-
-  return step
-
-
-def pass_through(data, key):
-  return {"data": data, "key": key}
 
 
 def main(argv):
@@ -110,62 +89,38 @@ def main(argv):
     nbytes = 4 * len(run.seeds) * (2 * n + 4 * config.batch_size) * (d + 1)
     resources.check_fits(nbytes, "seeds", what)
 
-  if len(run.seeds) > 1:
-    _, result = train_seeds(config, run)
-  else:
-    key = jax.random.key_data(jax.random.key(run.seed))
-    data, w_true = make_problem(config, jax.random.fold_in(key, 1))
+  # every seed draws its own problem (key stream 1): several seeds stack their data sets
+  seeds = run.seeds
+  keys = seeds_lib.seed_keys(seeds)
+  problems = lambda k: make_problem(config, jax.random.fold_in(k, 1))
+  data, w_true = jax.vmap(problems)(keys) if len(seeds) > 1 else problems(keys[0])
 
-    def eval_fn(state, step):
-      del step
-      return {"w_err": float(jnp.linalg.norm(state.params["w"] - w_true))}
+  def eval_fn(state, step):
+    del step
+    return {"w_err": jnp.linalg.norm(state.params["w"] - w_true, axis=-1)}
 
-    sample_fn = sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh)
-    _, result = runtime.train(
-      create(config),
-      update,
-      run.loop(),
-      key=key,
-      workdir=run.workdir,
-      data=data,
-      sample_fn=sample_fn,
-      eval_fn=eval_fn,
-      mesh=run.mesh,
-      config=config,
-    )
+  several = dict(seeds=seeds, seed_data=True) if len(seeds) > 1 else {}
+  experiment.require(not several or run.mesh is None, "seeds", "train vmapped on one device")
+  state = seeds_lib.stack([create(config)] * len(seeds)) if several else create(config)
+  sample_fn = sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh)
+  _, result = runtime.train(
+    state,
+    update,
+    run.loop(),
+    key=keys if several else keys[0],
+    workdir=run.workdir,
+    data=data,
+    sample_fn=sample_fn,
+    eval_fn=eval_fn,
+    mesh=run.mesh,
+    config={**config.to_dict(), "seeds": list(seeds)} if several else config,
+    **several,
+  )
   s = result.summary
   print(
     f"final loss {s['train/loss']:.4g}, |w - w*| {s.get('eval/w_err', float('nan')):.4g}"
     + (f" (means over seeds {', '.join(map(str, run.seeds))})" if len(run.seeds) > 1 else "")
     + f" -> {run.workdir}/summary.json"
-  )
-
-
-def train_seeds(config, run):
-  """``run.seeds`` trained together, vmapped in one compiled program on one device."""
-  experiment.require(
-    run.mesh is None, "seeds", "several seeds train vmapped on one device; drop --mesh"
-  )
-  seeds = run.seeds
-  keys = seeds_lib.seed_keys(seeds)
-  data, w_true = jax.jit(jax.vmap(lambda k: make_problem(config, jax.random.fold_in(k, 1))))(keys)
-  states = seeds_lib.stack([create(config)] * len(seeds))
-
-  def eval_fn(carry, step):
-    del step
-    return {"w_err": jnp.linalg.norm(carry[0].params["w"] - w_true, axis=-1)}
-
-  return runtime.train(
-    (states, jnp.arange(len(seeds), dtype=jnp.int32)),
-    seeds_update(config.batch_size),
-    run.loop(),
-    key=keys,
-    workdir=run.workdir,
-    data=data,
-    sample_fn=pass_through,
-    eval_fn=eval_fn,
-    config={**config.to_dict(), "seeds": list(seeds)},
-    seeds=seeds,
   )
 
 

@@ -155,3 +155,33 @@ def test_a_state_without_the_seed_axis_is_a_clear_error(data):
       _init(jax.random.key(0)), _update, runtime.Loop(2, progress=False),
       key=seeds_lib.seed_keys((0, 1)), data=data, sample_fn=_sample, seeds=(0, 1),
     )  # fmt: skip
+
+
+def test_seeds_with_their_own_data_equal_their_solo_runs(tmp_path, monkeypatch):
+  """seed_data: each seed trains on its own data set (drawn from its key), as its solo run does;
+  also when the seeds train in sequential groups."""
+
+  def problem(key):
+    x = jax.random.normal(key, (32, 4))
+    return {"x": x, "y": x @ jax.random.normal(jax.random.fold_in(key, 1), (4,))}
+
+  seeds = (2, 6, 7)
+  keys = seeds_lib.seed_keys(seeds)
+  data = jax.vmap(problem)(seeds_lib.stream(keys, 2))
+  loop = runtime.Loop(12, log_every=4, progress=False, tensorboard=False, plot=False)
+  kw = dict(sample_fn=_sample, seeds=seeds, seed_data=True)
+  states = seeds_lib.init(_init, seeds_lib.stream(keys, 0))
+  both, result = runtime.train(states, _update, loop, key=keys, data=data, **kw)
+  k = keys[2]
+  solo, alone = runtime.train(
+    _init(jax.random.fold_in(k, 0)), _update, loop, key=k, data=problem(jax.random.fold_in(k, 2)),
+    sample_fn=_sample,
+  )  # fmt: skip
+  np.testing.assert_allclose(np.asarray(both.w[2]), np.asarray(solo.w), rtol=1e-6, atol=1e-7)
+  assert result.per_seed[7]["train/loss"] == pytest.approx(alone.summary["train/loss"], rel=1e-5)
+  chunk = runtime.make_chunk_fn(_update, _sample, None, seeds_lib.vmap, True)
+  one = jax.tree.map(lambda x: x[:1], (states, keys, data))
+  small = chunk.memory(one[0], one[2], one[1], 4, arguments=False)
+  monkeypatch.setattr(resources, "device_memory", lambda: int(small * 1.01))
+  grouped, _ = runtime.train(states, _update, loop, key=keys, data=data, **kw)
+  np.testing.assert_array_equal(np.asarray(grouped.w), np.asarray(both.w))

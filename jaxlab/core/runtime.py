@@ -175,6 +175,7 @@ def make_chunk_fn(
   sample_fn: Callable | None = None,
   state_sharding: PyTree | None = None,
   seed_vmap: Callable | None = None,
+  seed_data: bool = False,
 ) -> Callable:
   """Returns ``chunk(state, data, key, start, length, max_len=None) -> (state, per_step)``, the
   metrics ``per_step`` as host (NumPy) arrays ``[length, ...]``.
@@ -189,22 +190,26 @@ def make_chunk_fn(
   ``seed_vmap`` (e.g. :func:`jaxlab.core.seeds.vmap`) makes it a chunk over a leading seed axis:
   the state and ``key`` are stacked per seed, the data is shared, and each step runs
   ``seed_vmap(one)(states, keys)`` where ``one(state, key)`` is the single-seed step; the metrics
-  are then ``[length, seeds, ...]``.
+  are then ``[length, seeds, ...]``. With ``seed_data`` every seed has its own data too (a leading
+  seed axis on ``data``): ``seed_vmap(one)(states, keys, data)``, ``one(state, key, data)``.
   """
   leaves, treedef = jax.tree.flatten(state_sharding)
-  cache_key = (update_fn, sample_fn, treedef, tuple(leaves), seed_vmap)
+  cache_key = (update_fn, sample_fn, treedef, tuple(leaves), seed_vmap, seed_data)
   try:
     return _CHUNK_FNS[cache_key]
   except TypeError:  # an unhashable function object: build without caching
-    return _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap)
+    return _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
   except KeyError:
     while len(_CHUNK_FNS) >= _CHUNK_FNS_KEPT:
       _CHUNK_FNS.pop(next(iter(_CHUNK_FNS)))
-    fn = _CHUNK_FNS[cache_key] = _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap)
+    fn = _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
+    _CHUNK_FNS[cache_key] = fn
     return fn
 
 
-def _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap=None) -> Callable:
+def _build_chunk_fn(
+  update_fn, sample_fn, state_sharding, seed_vmap=None, seed_data=False
+) -> Callable:
   def one(state, data, key, step):
     k_sample, k_update = jax.random.split(jax.random.fold_in(key, step))
     batch = data if sample_fn is None else sample_fn(data, k_sample)
@@ -216,6 +221,8 @@ def _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap=None) -> Cal
   else:
     # every seed folds the same step into its own key: seed k draws what its solo run draws
     def body(states, data, keys, step):
+      if seed_data:
+        return seed_vmap(lambda state, key, d: one(state, d, key, step))(states, keys, data)
       return seed_vmap(lambda state, key: one(state, data, key, step))(states, keys)
 
   # jitted so that the shape probe below and the loop share one trace of update_fn (jax caches
@@ -343,7 +350,14 @@ def _chunk_ends(start: int, loop: Loop) -> list[int]:
 
 
 def check_chunk_memory(
-  chunk_fn, loop: Loop, state, data, key, start: int, seeds: tuple[int, ...] | None = None
+  chunk_fn,
+  loop: Loop,
+  state,
+  data,
+  key,
+  start: int,
+  seeds: tuple[int, ...] | None = None,
+  seed_data: bool = False,
 ) -> list[slice] | None:
   """Compiles the chunk a run from ``start`` uses and refuses it (``ConfigError`` naming
   ``loop.memory_field``) when XLA's memory analysis says it needs more than one device has.
@@ -372,8 +386,9 @@ def check_chunk_memory(
   while True:
     groups = _seed_groups(n, size)
     g = groups[0].stop - groups[0].start  # the largest group
-    first = jax.tree.map(lambda x: x[groups[0]], (state, key))
-    known[g] = chunk_fn.memory(first[0], data, first[1], max_len, arguments=not resident)
+    part = jax.tree.map(lambda x: x[groups[0]], (state, key))
+    part_data = jax.tree.map(lambda x: x[groups[0]], data) if seed_data else data
+    known[g] = chunk_fn.memory(part[0], part_data, part[1], max_len, arguments=not resident)
     if known[g] is None or known[g] <= limit:
       break
     if g == 1:
@@ -408,8 +423,16 @@ def _call_chunk(chunk_fn, state, ctx: dict, step: int, length: int, max_len: int
   groups = ctx.get("groups")
   if not groups:
     return chunk_fn(state, ctx["data"], ctx["key"], step, length, max_len)
+  per_seed_data = ctx.get("seed_data", False)
   parts = [
-    chunk_fn(jax.tree.map(lambda x: x[g], state), ctx["data"], ctx["key"][g], step, length, max_len)
+    chunk_fn(
+      jax.tree.map(lambda x: x[g], state),
+      jax.tree.map(lambda x: x[g], ctx["data"]) if per_seed_data else ctx["data"],
+      ctx["key"][g],
+      step,
+      length,
+      max_len,
+    )
     for g in groups
   ]
   state = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[p[0] for p in parts])
@@ -512,7 +535,9 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
   max_len = _max_len(start, ends)
   if "groups" not in ctx:
     # a resumed run's chunk is compiled (and its memory checked) here; a fresh run's already was
-    ctx["groups"] = check_chunk_memory(chunk_fn, loop, state, ctx["data"], ctx["key"], start, seeds)
+    ctx["groups"] = check_chunk_memory(
+      chunk_fn, loop, state, ctx["data"], ctx["key"], start, seeds, ctx["seed_data"]
+    )
   with checkpoint.sigterm_flag() as sigterm:
     for i, end in enumerate(ends):
       # the first chunk's program is compiled before it runs (check_chunk_memory), by this call
@@ -686,6 +711,7 @@ def train(
   config: Any = None,
   seeds: tuple[int, ...] | None = None,
   seed_vmap: Callable | None = None,
+  seed_data: bool = False,
 ) -> tuple[PyTree, Result]:
   """Runs ``loop.num_steps`` updates in jitted chunks; see the module docstring.
 
@@ -695,6 +721,8 @@ def train(
   shared, ``eval_fn`` returns arrays ``[seeds]``, metrics.csv and eval.csv hold one row per seed
   (a ``seed`` column), TensorBoard one run per seed (``tb/seed<k>``), and one checkpoint holds
   every seed. ``seed_vmap`` replaces :func:`jaxlab.core.seeds.vmap` as the transform over seeds.
+  ``seed_data``: every seed has its own data set (``data`` stacked on a leading seed axis, e.g. a
+  problem drawn from each seed's key); ``sample_fn`` then sees one seed's data, as in its solo run.
   When the seeds' chunk does not fit in memory, they train in sequential groups (one line says so).
 
   ``update_fn(state, batch, key) -> (state, metrics)``; ``sample_fn(data, key) -> batch`` runs
@@ -708,6 +736,8 @@ def train(
   wd = None if workdir is None else pathlib.Path(workdir).absolute()
   t0 = time.perf_counter()
   seeds = _check_seeds(seeds, state, key)
+  if seed_data and seeds is None:
+    raise ValueError("seed_data=True needs seeds= (the data's leading axis is the seed axis)")
   if seeds is not None:
     seed_vmap = seed_vmap or seeds_lib.vmap
   state, data, state_sharding = _place(state, data, mesh, state_sharding, data_sharding)
@@ -716,12 +746,12 @@ def train(
     provenance.announce(mesh)
   fit: dict = {}
   with in_mesh():
-    chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap)
+    chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
     compiled_before = _cache_size(chunk_fn)
     if wd is None or not (wd / CKPT_DIR).exists():
       # A run without checkpoints starts at step 0: its chunk is compiled and its memory checked
       # before the workdir is created, so one that cannot fit leaves nothing behind.
-      fit["groups"] = check_chunk_memory(chunk_fn, loop, state, data, key, 0, seeds)
+      fit["groups"] = check_chunk_memory(chunk_fn, loop, state, data, key, 0, seeds, seed_data)
   with workdir_lib.session(wd, config) as wd:
     mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
     host = None
@@ -730,7 +760,8 @@ def train(
       # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
       host = _Host(loop, wd if start < loop.num_steps else None, start)
       ctx = dict(host=host, mngr=mngr, eval_fn=eval_fn, workdir=wd, data=data, key=key)
-      ctx.update(compiled_before=compiled_before, seeds=seeds, **(fit if start == 0 else {}))
+      ctx.update(compiled_before=compiled_before, seeds=seeds, seed_data=seed_data)
+      ctx.update(fit if start == 0 else {})
       with in_mesh():
         state, step, mean, evals, hist, steady = _run_chunks(state, chunk_fn, loop, ctx, start)
     finally:

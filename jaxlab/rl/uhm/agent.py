@@ -404,10 +404,10 @@ def seed_vmap(fn: Callable) -> Callable:
   or critic-only update, target update) a branch, where vmap would turn a cond on a batched
   predicate into both branches and a select (tests/test_uhm.py)."""
 
-  def batched(states, keys):
+  def batched(states, keys, *rest):
     step = states.ac.step[0]
-    one = lambda state, key: fn(state.replace(ac=state.ac.replace(step=step)), key)
-    return jax.vmap(one)(states, keys)
+    one = lambda state, *a: fn(state.replace(ac=state.ac.replace(step=step)), *a)
+    return jax.vmap(one)(states, keys, *rest)
 
   return batched
 

@@ -26,7 +26,6 @@ import os
 import time
 
 import jax
-import numpy as np
 from absl import flags
 
 from jaxlab.core import experiment, runtime

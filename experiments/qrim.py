@@ -16,10 +16,15 @@ workdir (default ``runs/qrim/<env>/<set_size>``):
    ``--config.robust_ppo=False`` skips this part).
 
 The config is ``jaxlab.rl.qrim.get_config()`` (``--config.x=...``; PPO's fields under
-``--config.ppo.``). Commands (CPU, 2 busy cores):
+``--config.ppo.``). ``--seeds=3`` (seeds ``--seed`` .. +2) or ``--seeds=0,3,7`` runs several
+seeds in one workdir: parts 1 and 2 seed by seed, part 3's PPO for all seeds vmapped in one
+compiled program per arm (seed k draws the keys of ``--seed=k`` alone); summary.json holds the
+means and ``per_seed``, each seed's queries.png is under ``seed<k>/``. Commands (CPU, 2 busy
+cores):
 
   python -m experiments.qrim --env=cartpole --set_size=256 --steps=200   # ~25 min
   python -m experiments.qrim --env=pendulum --set_size=64 --config.robust_ppo=False
+  python -m experiments.qrim --env=cartpole --set_size=64 --seeds=3     # seeds 0-2
 
 The evidence over seeds of docs/qrim.md (robust against nominal PPO; the queries against |U|)
 is ``python -m experiments.study qrim/robust`` and ``qrim/queries`` (`jaxlab.studies.qrim`).
@@ -50,12 +55,20 @@ def main(argv):
     default_steps=qrim.ppo_updates(config),
     variant=(env, set_size),
     unused=("mesh", "keep", "ckpt_every", "profile", "log_every"),
+    seeds=True,
   )
   provenance.announce()
   qrim_protocol.run(
-    config, env=env, set_size=set_size, updates=run.steps, seed=run.seed, workdir=run.workdir
+    config,
+    env=env,
+    set_size=set_size,
+    updates=run.steps,
+    seed=run.seed,
+    seeds=run.seeds,
+    workdir=run.workdir,
   )
-  print(f"-> {run.workdir}/summary.json, queries.png")
+  plot = "seed<k>/queries.png" if len(run.seeds) > 1 else "queries.png"
+  print(f"-> {run.workdir}/summary.json, {plot}")
 
 
 if __name__ == "__main__":

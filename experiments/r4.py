@@ -14,12 +14,17 @@ PPO's fields under ``--config.ppo.``); ``--steps`` (PPO updates) defaults to
 
 Outputs in the workdir (default ``runs/r4/<env>/<method>/<protocol>``): summary.json,
 alignment.png (held-out learned vs true return), agent.png (true return vs environment steps),
-trajectories.npz (the rated pool, to rate by hand). Commands (CPU, 2 busy cores):
+trajectories.npz (the rated pool, to rate by hand). ``--seeds=3`` (seeds ``--seed`` .. +2) or
+``--seeds=0,3,7`` runs several seeds in one workdir: each seed's pool, ratings and reward fit in
+turn, and every PPO phase for all seeds vmapped in one compiled program (seed k draws
+the keys of ``--seed=k`` alone); summary.json holds the means and ``per_seed``, each seed's
+files are under ``seed<k>/``. Commands (CPU, 2 busy cores):
 
   python -m experiments.r4 --env=cartpole --method=r4 --ratings=simulated   # ~6 min
   python -m experiments.r4 --env=cartpole --method=bt --ratings=simulated
   python -m experiments.r4 --env=cartpole --method=r4 --ratings=my_ratings.csv
   python -m experiments.r4 --env=cartpole --method=r4 --protocol=online
+  python -m experiments.r4 --env=cartpole --method=r4 --seeds=3   # seeds 0-2, PPO vmapped
 
 The comparison studies of docs/r4.md (every method x rater noise x seed) are
 ``python -m experiments.study r4/cartpole`` and ``r4/asterix`` (`jaxlab.studies.r4`).
@@ -54,6 +59,7 @@ def main(argv):
     default_steps=r4.ppo_updates(config),
     variant=(FLAGS.env, method, "file" if ratings != "simulated" else "sim", protocol),
     unused=("mesh", "keep", "ckpt_every", "profile", "log_every"),
+    seeds=True,
   )
   summary = r4_protocol.run(
     config,
@@ -63,12 +69,14 @@ def main(argv):
     protocol=protocol,
     updates=run.steps,
     seed=run.seed,
+    seeds=run.seeds,
     workdir=run.workdir,
   )
   tau = summary.get("heldout/kendall_tau", float("nan"))
+  over = f" (means over {len(run.seeds)} seeds)" if len(run.seeds) > 1 else ""
   print(
     f"{method}: held-out Kendall tau {tau:.3f}, "
-    f"true eval return {summary['eval/true_return']:.4g} -> {run.workdir}"
+    f"true eval return {summary['eval/true_return']:.4g}{over} -> {run.workdir}"
   )
 
 

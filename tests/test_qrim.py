@@ -189,6 +189,9 @@ def test_experiment_bad_input_exits_2(tmp_path):
     (["--set_size=3000000000"], "--set_size: 3000000000 overflows"),  # int32
     (["--config.episodes=1000000000"], "--config.episodes: needs about"),
     (["--config.ppo.mlp.hidden=(-5,)"], "--config.ppo.mlp.hidden"),
+    (["--seeds=0"], "--seeds"),
+    (["--seeds=1,1"], "--seeds"),
+    (["--seeds=4096", "--set_size=65536"], "--seeds: needs about"),  # every seed's evaluation
   ]:
     r = run_program("experiments.qrim", [f"--workdir={tmp_path / 'run'}", *args], tmp_path)
     _exit_2(r, flag)
@@ -241,6 +244,35 @@ def test_experiment_runs(tmp_path):
   assert s["tabular_robust_vi"]["max_abs_value_error"] < 1e-5
   assert set(s["robust_ppo"]) == {"nominal", "robust"}
   assert (tmp_path / "run" / "queries.png").exists()
+
+
+def test_vmapped_seeds_equal_each_seed_alone(tmp_path):
+  """--seeds: each arm's PPO for the seeds in one compiled program; seed 1 there is the run
+  seed=1 alone (parts 1 and 2 and the inner minimisations run seed by seed)."""
+  from jaxlab.rl.qrim import protocol
+
+  c = qrim.get_config()
+  c.max_log2, c.trials, c.sweeps, c.states, c.phases, c.episodes = 5, 4, 3, 4, 2, 1
+  c.ppo.num_envs, c.ppo.num_steps, c.ppo.minibatches, c.ppo.eval_steps = 4, 8, 1, 30
+  kw = dict(env="cartpole", set_size=16, updates=4)
+  both = protocol.run(c, seeds=(0, 1), workdir=tmp_path / "both", **kw)
+  alone = protocol.run(c, seed=1, **kw)
+  mine = both["per_seed"]["1"]
+  assert set(mine) == set(alone)
+  for k in ("query_scaling", "slope_oracle_queries", "tabular_robust_vi", "seed"):
+    assert mine[k] == alone[k], k
+  for arm in ("nominal", "robust"):
+    a, b = mine["robust_ppo"][arm], alone["robust_ppo"][arm]
+    assert a["phase_parameters"] == b["phase_parameters"]
+    np.testing.assert_allclose(a["heldout_returns"], b["heldout_returns"], rtol=1e-4)
+  assert (
+    mine["robust_ppo"]["robust"]["inner_oracle_queries"]
+    == (alone["robust_ppo"]["robust"]["inner_oracle_queries"])
+  )
+  assert both["seeds"] == [0, 1] and "seed" not in both and "query_scaling" not in both
+  slopes = [both["per_seed"][s]["slope_oracle_queries"] for s in ("0", "1")]
+  assert both["slope_oracle_queries"] == pytest.approx(np.mean(slopes))
+  assert all((tmp_path / "both" / f"seed{s}" / "queries.png").exists() for s in (0, 1))
 
 
 # --- the held-out grid of the robust arms ---

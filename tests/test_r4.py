@@ -282,8 +282,14 @@ def test_experiment_bad_input_exits_2(tmp_path):
   bad.write_text("trajectory_id,rating\n0,1\n0,2\n")
   big = tmp_path / "big.csv"
   big.write_text("trajectory_id,rating\n0," + "1" * 30 + "\n1,2\n")
+  good = tmp_path / "good.csv"
+  good.write_text("trajectory_id,rating\n0,0\n1,1\n")
   small = ["--config.pool=32", "--config.heldout=16", "--config.traj_len=20"]
   for args, flag in [
+    (["--seeds=0"], "--seeds"),
+    (["--seeds=1,1"], "--seeds"),
+    ([f"--ratings={good}", "--seeds=2"], "--seeds"),  # a ratings file rates one seed's pool
+    (["--seeds=4096", "--config.pool=100000"], "--seeds: needs about"),  # every seed's pool
     (["--method=dpo"], "--method"),
     ([f"--ratings={bad}"], "--ratings"),
     ([f"--ratings={big}"], "--ratings"),  # a 30-digit rating: one line, no OverflowError
@@ -298,7 +304,7 @@ def test_experiment_bad_input_exits_2(tmp_path):
     _exit_2(r, flag)
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()
-  assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv", "big.csv"]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv", "big.csv", "good.csv"]
 
 
 def _files(wd):
@@ -331,6 +337,41 @@ def test_experiment_rerun_is_safe(tmp_path):
   r = run_program("experiments.r4", [*args, "--seed=1"], tmp_path, timeout=600)
   _exit_2(r, "--workdir")
   assert "seed" in r.stderr and _files(wd) == before
+
+
+def _tiny_config():
+  """A run of seconds: 32 rated trajectories of 20 steps, a 20-step fit, 2 PPO phases."""
+  c = r4.get_config()
+  c.pool, c.heldout, c.traj_len, c.eval_points = 32, 16, 20, 2
+  c.reward.steps, c.reward.ood_samples = 20, 16
+  c.ppo.num_envs, c.ppo.num_steps, c.ppo.minibatches = 4, 8, 1
+  c.ppo.eval_envs, c.ppo.eval_steps = 4, 20
+  return c
+
+
+def test_vmapped_seeds_equal_each_seed_alone(tmp_path):
+  """--seeds: the seeds' PPO phases in one compiled program; seed 1 there is the run seed=1
+  alone (the pool, ratings and reward fit are the same computation, PPO is vmapped)."""
+  import json
+
+  kw = dict(env="cartpole", method="r4", ratings="simulated", protocol="offline", updates=4)
+  both = r4_protocol.run(_tiny_config(), seeds=(0, 1), workdir=tmp_path / "both", **kw)
+  alone = r4_protocol.run(_tiny_config(), seed=1, **kw)
+  mine = both["per_seed"]["1"]
+  assert set(mine) == set(alone) and mine["config"] == alone["config"]
+  assert mine["heldout/kendall_tau"] == alone["heldout/kendall_tau"]
+  assert mine["eval/true_return"] == pytest.approx(alone["eval/true_return"], rel=1e-4)
+  for (s1, r1), (s2, r2) in zip(mine["curve"], alone["curve"], strict=True):
+    assert s1 == s2 and r1 == pytest.approx(r2, rel=1e-4)
+  assert both["seeds"] == [0, 1] and both["config"]["seeds"] == [0, 1]
+  taus = [both["per_seed"][s]["heldout/kendall_tau"] for s in ("0", "1")]
+  assert taus[0] != taus[1] and both["heldout/kendall_tau"] == pytest.approx(np.mean(taus))
+  assert both["env"] == "cartpole" and "curve" not in both and "seed" not in both
+  for seed in (0, 1):  # each seed's files in its own folder
+    names = {p.name for p in (tmp_path / "both" / f"seed{seed}").iterdir()}
+    assert names == {"trajectories.npz", "alignment.png", "agent.png"}
+  written = json.loads((tmp_path / "both" / "summary.json").read_text())
+  assert written["per_seed"]["1"]["heldout/kendall_tau"] == alone["heldout/kendall_tau"]
 
 
 @pytest.mark.slow

@@ -207,43 +207,59 @@ def test_table_states_the_seeds_budget_and_interval():
 # --- the cells call the library as the recorded runs did (library calls replaced by fakes)
 
 
-def test_r4_cell_runs_protocol_per_seed_with_the_arms_setting(tmp_path, monkeypatch):
+def test_r4_cell_runs_all_seeds_in_one_protocol_run_with_the_arms_setting(tmp_path, monkeypatch):
   from jaxlab.rl.r4 import protocol
 
   calls = []
 
   def fake_run(config, **kw):
     calls.append((config.noise, config.bins, kw))
-    return {"config": {"noise": config.noise}, "seed": kw["seed"], "env_steps": 32768}
+    per_seed = {
+      str(s): {"config": {"noise": config.noise, "seed": s}, "seed": s, "env_steps": 32768}
+      for s in kw["seeds"]
+    }
+    if len(kw["seeds"]) == 1:
+      return per_seed[str(kw["seeds"][0])]
+    return {"seeds": list(kw["seeds"]), "per_seed": per_seed}
 
   monkeypatch.setattr(protocol, "run", fake_run)
   out = studies.get("r4/asterix").cell("bt_noise0.5", (0, 2), tmp_path / "cell")
-  assert sorted(out) == [0, 2] and [c[0] for c in calls] == [0.5, 0.5]
-  _, bins, kw = calls[1]
-  assert tuple(bins) == (0.5, 1.5) and kw["method"] == "bt" and kw["updates"] == 16
-  assert kw["seed"] == 2 and kw["workdir"] == tmp_path / "cell" / "seed2"
+  assert sorted(out) == [0, 2] and len(calls) == 1  # one run: the seeds' PPO vmapped
+  noise, bins, kw = calls[0]
+  assert noise == 0.5 and tuple(bins) == (0.5, 1.5) and kw["method"] == "bt"
+  assert kw["updates"] == 16 and kw["seeds"] == (0, 2)
+  assert kw["workdir"] == tmp_path / "cell" / "seeds0-2"
   assert kw["ratings"] == "simulated" and kw["protocol"] == "offline"
+  assert out[2]["seed"] == 2 and out[2]["config"]["seed"] == 2  # each seed's own record
+  out = studies.get("r4/asterix").cell("bt_noise0.5", (1,), tmp_path / "cell")
+  assert calls[1][2]["workdir"] == tmp_path / "cell" / "seed1" and out[1]["seed"] == 1
 
 
-def test_qrim_cell_keeps_each_seed_and_shares_the_part_3_key(tmp_path, monkeypatch):
+def test_qrim_cell_trains_unfinished_seeds_together_with_the_part_3_keys(tmp_path, monkeypatch):
   import jax
 
   from jaxlab.rl.qrim import robust
 
-  keys = []
+  calls = []
 
-  def fake_train_arm(env, search, config, set_size, updates, key, arm):
-    keys.append(jax.random.key_data(key).tolist())
-    return {"heldout_mean_return": 1.0, "train_env_steps": updates * 2048, "arm_seen": arm}
+  def fake_train_arm_seeds(env, search, config, set_size, updates, keys, arm):
+    calls.append(jax.random.key_data(keys).tolist())
+    return [
+      {"heldout_mean_return": float(i), "train_env_steps": updates * 2048, "arm_seen": arm}
+      for i in range(len(keys))
+    ]
 
-  monkeypatch.setattr(robust, "train_arm", fake_train_arm)
+  monkeypatch.setattr(robust, "train_arm_seeds", fake_train_arm_seeds)
   study = studies.get("qrim/robust")
   out = study.cell("random", (3,), tmp_path / "cell")
   assert out[3]["arm_seen"] == "random" and out[3]["config"]["seed"] == 3
   assert out[3]["train_env_steps"] == study.budget["train_env_steps"]
-  study.cell("random", (3,), tmp_path / "cell")  # finished: read back, not trained again
-  want = jax.random.key_data(jax.random.fold_in(jax.random.key(3), 2)).tolist()
-  assert keys == [want]
+  out = study.cell("random", (3, 5), tmp_path / "cell")  # 3 finished: read back, 5 trained
+  assert out[5]["config"]["seed"] == 5 and out[3]["heldout_mean_return"] == 0.0
+  want = lambda s: jax.random.key_data(jax.random.fold_in(jax.random.key(s), 2)).tolist()
+  assert calls == [[want(3)], [want(5)]]
+  study.cell("random", (3, 5), tmp_path / "cell")  # finished: nothing trains
+  assert len(calls) == 2
 
 
 def test_dicode_cell_records_the_config_and_what_the_archive_learnt(tmp_path, monkeypatch):
@@ -261,6 +277,22 @@ def test_dicode_cell_records_the_config_and_what_the_archive_learnt(tmp_path, mo
   assert seen == [(tmp_path / "cell" / "seed1", 40, "dicode", "offline", 1)]
   assert out[1]["archive/best_score"] == 0.2 and out[1]["archive/scored_tasks"] == 1
   assert out[1]["config"]["curriculum"] == "dicode" and out[1]["config"]["seed"] == 1
+
+
+def test_dicode_cell_trains_every_seed_of_an_arm_in_one_call(tmp_path, monkeypatch):
+  from jaxlab.rl.dicode import runner as dicode_runner
+
+  calls = []
+
+  def fake_run_seeds(workdir, config, curriculum, proposer, seeds):
+    calls.append((workdir, curriculum, proposer["kind"], seeds))
+    return {s: {"env_steps": 12288, "eval/return": float(s)} for s in seeds}
+
+  monkeypatch.setattr(dicode_runner, "run_seeds", fake_run_seeds)
+  out = studies.get("dicode/curricula_12k").cell("dr", (0, 1, 2), tmp_path / "cell")
+  assert calls == [(tmp_path / "cell", "dr", "offline", (0, 1, 2))]
+  assert sorted(out) == [0, 1, 2] and out[2]["eval/return"] == 2.0
+  assert out[1]["config"]["seed"] == 1 and out[1]["config"]["proposer"] == {"kind": None}
 
 
 def test_itc_cell_evaluates_every_decoder_once_per_seed(tmp_path, monkeypatch):

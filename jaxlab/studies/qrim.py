@@ -11,7 +11,10 @@ the initial policy and PPO keys (the key of ``protocol.run``'s part 3), so the p
 fitted log-log slope, and tabular robust value iteration at |U| = 16 .. 1024 (queries per backup
 and the accuracy against exhaustive minimisation): one arm, no test (the claim is a rate).
 
-Each seed runs in ``<workdir>/seed<k>`` (config.json, summary.json): a finished seed is read back.
+Each seed's record is in ``<workdir>/seed<k>`` (config.json, summary.json): a finished seed is
+read back. A ``qrim/robust`` cell trains the arm for all its unfinished seeds in one call, their
+PPO vmapped in one compiled program (:func:`jaxlab.rl.qrim.robust.train_arm_seeds`; each seed
+draws the keys of its run alone).
 """
 
 from __future__ import annotations
@@ -43,22 +46,30 @@ def _search(config):
 
 
 def arm_cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, dict]:
-  """``robust.train_arm`` of ``arm`` for each seed."""
+  """``robust.train_arm_seeds`` of ``arm`` for the seeds not finished in ``workdir``, in one
+  call (their PPO vmapped), then each seed's record (``runner.once``)."""
   import jax
+  import jax.numpy as jnp
 
+  from jaxlab.core import workdir as workdir_lib
   from jaxlab.rl import qrim
   from jaxlab.rl.qrim import robust
 
   config = qrim.get_config()
   search = _search(config)
-  out = {}
-  for seed in seeds:
-    rec = {**config.to_dict(), "env": ENV, "set_size": SET_SIZE, "steps": UPDATES}
-    rec |= {"arm": arm, "seed": seed}
-    key = jax.random.fold_in(jax.random.key(seed), 2)  # protocol.run's part-3 key
-    compute = lambda key=key: robust.train_arm(ENV, search, config, SET_SIZE, UPDATES, key, arm)
-    out[seed] = runner.once(pathlib.Path(workdir) / f"seed{seed}", rec, compute)
-  return out
+  base = {**config.to_dict(), "env": ENV, "set_size": SET_SIZE, "steps": UPDATES, "arm": arm}
+  recs = {seed: {**base, "seed": seed} for seed in seeds}
+  dirs = {seed: pathlib.Path(workdir) / f"seed{seed}" for seed in seeds}
+  todo = [seed for seed in seeds if not (dirs[seed] / "summary.json").exists()]
+  for seed in todo:  # another setting in a seed's folder is refused before anything trains
+    workdir_lib.check_config(dirs[seed], recs[seed])
+  done = {}
+  if todo:
+    # protocol.run's part-3 key of each seed
+    keys = jnp.stack([jax.random.fold_in(jax.random.key(seed), 2) for seed in todo])
+    outs = robust.train_arm_seeds(ENV, search, config, SET_SIZE, UPDATES, keys, arm)
+    done = dict(zip(todo, outs, strict=True))
+  return {seed: runner.once(dirs[seed], recs[seed], lambda s=seed: done[s]) for seed in seeds}
 
 
 def backup(search, config, seed: int, sizes=BACKUP_SIZES) -> dict:

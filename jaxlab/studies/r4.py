@@ -3,7 +3,9 @@
 An arm is a reward learner at a rater noise (``r4_noise0.5``: R4 with Gaussian noise of 0.5 x the
 pool's return std before binning) or ``true`` (PPO on the true reward: the upper control, which
 rates nothing). A cell runs :func:`jaxlab.rl.r4.protocol.run` (offline protocol, simulated
-raters) once per seed in ``<workdir>/seed<k>`` (a finished seed's run is read back, not rerun).
+raters) once for all its seeds, their PPO vmapped in one compiled program, in
+``<workdir>/seeds<a>-<b>...`` (one seed: ``<workdir>/seed<k>``; a finished run is read back, not
+rerun); each seed's record is what its run alone returns.
 Within a seed every arm sees the same behaviour pool, held-out trajectories, rater noise draw and
 PPO seed (all derive from the seed), so the pairs isolate the reward-learning loss; every arm
 trains PPO for the same updates.
@@ -63,23 +65,26 @@ def config(env: str, arm: str):
 
 
 def cell(env: str, arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, dict]:
-  """One :func:`jaxlab.rl.r4.protocol.run` per seed: its summary (``config`` included)."""
+  """One :func:`jaxlab.rl.r4.protocol.run` of every seed (PPO vmapped over them) -> each seed's
+  summary (``config`` included) as its run alone returns it."""
   from jaxlab.rl.r4 import protocol
 
   method, _ = arm_setting(arm)
-  out = {}
-  for seed in seeds:
-    out[seed] = protocol.run(
-      config(env, arm),
-      env=env,
-      method=method,
-      ratings="simulated",
-      protocol="offline",
-      updates=TASKS[env]["updates"],
-      seed=seed,
-      workdir=pathlib.Path(workdir) / f"seed{seed}",
-    )
-  return out
+  seeds = tuple(seeds)
+  name = f"seed{seeds[0]}" if len(seeds) == 1 else "seeds" + "-".join(map(str, seeds))
+  out = protocol.run(
+    config(env, arm),
+    env=env,
+    method=method,
+    ratings="simulated",
+    protocol="offline",
+    updates=TASKS[env]["updates"],
+    seeds=seeds,
+    workdir=pathlib.Path(workdir) / name,
+  )
+  if len(seeds) == 1:
+    return {seeds[0]: out}
+  return {seed: out["per_seed"][str(seed)] for seed in seeds}
 
 
 def _study(name: str, env: str) -> Study:

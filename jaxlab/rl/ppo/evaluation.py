@@ -103,6 +103,25 @@ def summarize_seeds(out: dict, env, num_seeds: int) -> tuple[dict, dict[str, flo
   return scalars, rates
 
 
+def seed_means(summaries, skip=("seed", "config")) -> dict:
+  """One summary for several seeds' summaries (dicts of the same keys): a value every seed shares
+  is kept, numbers that differ become their mean over the seeds, nested dicts are merged alike,
+  and anything else that differs (lists such as curves, the names in ``skip``) is left to the
+  per-seed summaries."""
+  out = {}
+  for k, v in summaries[0].items():
+    vals = [s.get(k) for s in summaries]
+    if k in skip:
+      continue
+    if all(isinstance(x, dict) for x in vals):
+      out[k] = seed_means(vals, ())
+    elif all(x == v for x in vals):
+      out[k] = v
+    elif all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals):
+      out[k] = float(np.mean(vals))
+  return out
+
+
 def achievement_chart(path, rates, title: str = ""):
   """Success rate (%) of each achievement: fraction of evaluation episodes unlocking it."""
   from jaxlab.core import plots

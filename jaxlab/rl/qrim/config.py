@@ -83,10 +83,11 @@ def validate_config(config, set_size: int) -> tuple[SearchConfig, ppo.PPOConfig]
   return search, pc
 
 
-def check_memory(config, env: str, set_size: int) -> None:
+def check_memory(config, env: str, set_size: int, seeds: int = 1) -> None:
   """Refuses (ConfigError naming the field) sizes whose arrays cannot fit, before any is built:
   part 1's ``trials x 2^max_log2`` sets, part 2's robust MDP ``P[|U|, S, A, S]`` and its per-sweep
-  values, part 3's evaluation of ``|U| x episodes`` environments and PPO's rollout."""
+  values, part 3's evaluation of ``|U| x episodes`` environments (for each of ``seeds`` seeds:
+  one vmapped program) and PPO's rollout (the runtime checks the seeds' PPO program)."""
   from jaxlab.core import resources
   from jaxlab.envs import gymnax
 
@@ -113,9 +114,11 @@ def check_memory(config, env: str, set_size: int) -> None:
     for d in spec.obs_shape:
       obs *= int(d)
     envs = set_size * int(config.episodes)
+    what = f"part 3's evaluation of {set_size} parameters x {config.episodes} episodes"
+    eval_bytes = 4.0 * envs * (3 * obs + 4 * sum(config.ppo.mlp.hidden))
     resources.check_fits(
-      4.0 * envs * (3 * obs + 4 * sum(config.ppo.mlp.hidden)),
-      "config.episodes" if config.episodes > set_size else "set_size",
-      f"part 3's evaluation of {set_size} parameters x {config.episodes} episodes",
+      eval_bytes, "config.episodes" if config.episodes > set_size else "set_size", what
     )
+    if seeds > 1:
+      resources.check_fits(seeds * eval_bytes, "seeds", f"{what} for each of {seeds} seeds")
     ppo.check_memory(config.ppo, spec.obs_shape, spec.action_dim, "mlp", prefix="config.ppo")

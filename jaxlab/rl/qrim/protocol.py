@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,7 @@ import numpy as np
 
 from jaxlab.core import plots, runtime
 from jaxlab.core import workdir as workdir_lib
+from jaxlab.rl.ppo import evaluation as ppo_eval
 from jaxlab.rl.qrim import config as qrim_config
 from jaxlab.rl.qrim import robust
 from jaxlab.rl.qrim import search as qrim_search
@@ -104,8 +106,9 @@ def run(
   env: str,
   set_size: int,
   updates: int,
-  seed: int,
+  seed: int = 0,
   workdir: str | pathlib.Path | None = None,
+  seeds: Sequence[int] | None = None,
 ) -> dict:
   """The three parts of ``python -m experiments.qrim`` -> its summary.
 
@@ -115,52 +118,87 @@ def run(
   sizes that cannot fit: :func:`jaxlab.rl.qrim.config.check_memory`); writes summary.json and
   queries.png to ``workdir`` (``None``: nothing is written) through
   ``jaxlab.core.workdir.session`` (locked; another recorded config is refused naming
-  ``--workdir``; a finished run's record is returned with every file unchanged)."""
+  ``--workdir``; a finished run's record is returned with every file unchanged).
+
+  ``seeds`` (more than one; default ``(seed,)``): parts 1 and 2 run one seed after another and
+  part 3 trains each arm's PPO for all seeds vmapped in one compiled program
+  (:func:`jaxlab.rl.qrim.robust.robust_ppo_seeds`). Seed ``k`` there draws the keys of
+  ``seed=k`` alone: parts 1 and 2 are its, part 3 up to float rounding (amplified by PPO).
+  The summary then holds ``seeds``, ``per_seed`` (each seed's summary as its own run returns
+  it) and, at the top level, what the seeds share and the means of the numbers that differ;
+  each seed's queries.png goes to ``<workdir>/seed<k>/``."""
+  seeds = (seed,) if seeds is None else tuple(int(s) for s in seeds)
+  several = len(seeds) > 1
   robust.check_env(env)
   search, _ = qrim_config.validate_config(config, set_size)
-  qrim_config.check_memory(config, env, set_size)
+  qrim_config.check_memory(config, env, set_size, seeds=len(seeds))
   if workdir is not None:  # before computing: a read-only folder fails now, not after the run
     workdir_lib.check_writable(workdir, "workdir")
   updates = updates if config.robust_ppo else 0
-  recorded = {**config.to_dict(), "env": env, "set_size": set_size, "seed": seed, "steps": updates}
+  which = {"seed": seeds[0]} if not several else {"seeds": list(seeds)}
+  recorded = {**config.to_dict(), "env": env, "set_size": set_size, **which, "steps": updates}
   with workdir_lib.session(None if workdir is None else pathlib.Path(workdir), recorded) as wd:
     record = workdir_lib.finished(wd)
     if record is not None:  # a finished run: its record, every file left as it is
       print(f"{wd} holds this finished run; its record (nothing rewritten)", flush=True)
       return record
-    summary, rows = _parts(search, config, env=env, set_size=set_size, updates=updates, seed=seed)
+    parts = _parts(search, config, env=env, set_size=set_size, updates=updates, seeds=seeds)
     if wd is not None:
       title = f"{search.mode} simulation, 95% CI over {config.trials} sets"
-      query_plot(wd / "queries.png", rows, title)
+      for s, (_, rows) in zip(seeds, parts, strict=True):
+        out = wd if not several else wd / f"seed{s}"
+        out.mkdir(exist_ok=True)
+        query_plot(out / "queries.png", rows, title + (f", seed {s}" if several else ""))
+    if several:
+      per_seed = {str(s): summary for s, (summary, _) in zip(seeds, parts, strict=True)}
+      summary = {
+        **ppo_eval.seed_means(list(per_seed.values())),
+        "seeds": list(seeds),
+        "per_seed": per_seed,
+      }
+    else:
+      summary = parts[0][0]
+    if wd is not None:
       runtime.write_summary(wd, summary)
   return summary
 
 
-def _parts(search, config, *, env: str, set_size: int, updates: int, seed: int):
-  """The three parts of :func:`run` -> ``(summary, query-scaling rows)``."""
-  key = jax.random.key(seed)
-  rows = query_scaling(search, config, jax.random.fold_in(key, 0))
-  slope, slope_total = query_slopes(rows)
-  print(f"oracle queries ~ |U|^{slope:.3f} (with the classical checks: ^{slope_total:.3f})")
-  tab = tabular(search, config, set_size, jax.random.fold_in(key, 1))
-  print(
-    f"robust VI: max |V_q - V_exhaustive| = {tab['max_abs_value_error']:.2e}, "
-    f"queries/backup {tab['queries_per_backup_quantum']:.1f} vs {set_size}"
-  )
-  rl = {}
+RECONSTRUCTION = "Duerr-Hoyer minimum finding on BBHT search, simulated; not the paper's code"
+
+
+def _parts(search, config, *, env: str, set_size: int, updates: int, seeds: tuple[int, ...]):
+  """The three parts of :func:`run` for each seed -> ``[(summary, query-scaling rows)]``."""
+  out = []
+  for seed in seeds:
+    key = jax.random.key(seed)
+    rows = query_scaling(search, config, jax.random.fold_in(key, 0))
+    slope, slope_total = query_slopes(rows)
+    where = f"seed {seed}: " if len(seeds) > 1 else ""
+    print(
+      f"{where}oracle queries ~ |U|^{slope:.3f} (with the classical checks: ^{slope_total:.3f})"
+    )
+    tab = tabular(search, config, set_size, jax.random.fold_in(key, 1))
+    print(
+      f"{where}robust VI: max |V_q - V_exhaustive| = {tab['max_abs_value_error']:.2e}, "
+      f"queries/backup {tab['queries_per_backup_quantum']:.1f} vs {set_size}"
+    )
+    summary = {
+      "reconstruction": RECONSTRUCTION,
+      "env": env,
+      "set_size": set_size,
+      "seed": seed,
+      "search": search.__dict__,
+      "query_scaling": rows,
+      "slope_oracle_queries": slope,
+      "slope_with_checks": slope_total,
+      "tabular_robust_vi": tab,
+      "robust_ppo": {},
+      "ppo_updates": updates,
+    }
+    out.append((summary, rows))
   if updates:
-    rl = robust.robust_ppo(env, search, config, set_size, updates, jax.random.fold_in(key, 2))
-  summary = {
-    "reconstruction": "Duerr-Hoyer minimum finding on BBHT search, simulated; not the paper's code",
-    "env": env,
-    "set_size": set_size,
-    "seed": seed,
-    "search": search.__dict__,
-    "query_scaling": rows,
-    "slope_oracle_queries": slope,
-    "slope_with_checks": slope_total,
-    "tabular_robust_vi": tab,
-    "robust_ppo": rl,
-    "ppo_updates": updates,
-  }
-  return summary, rows
+    keys = jnp.stack([jax.random.fold_in(jax.random.key(s), 2) for s in seeds])
+    arms = robust.robust_ppo_seeds(env, search, config, set_size, updates, keys)
+    for (summary, _), rl in zip(out, arms, strict=True):
+      summary["robust_ppo"] = rl
+  return out

@@ -8,13 +8,16 @@ worst-case parameter ``u* = argmin_u J(pi, u)``, where ``J(pi, u)`` is the polic
 under ``u`` (``episodes`` rollouts). The argmin is the quantum minimum finding of
 :func:`jaxlab.rl.qrim.make_minimizer` (or exhaustive), and its oracle queries are counted. The
 policy is evaluated on held-out parameters: the midpoints between grid points. :func:`robust_ppo`
-runs it and the same PPO on the nominal parameters (part 3 of ``python -m experiments.qrim``).
+runs it and the same PPO on the nominal parameters (part 3 of ``python -m experiments.qrim``);
+:func:`robust_ppo_seeds` and :func:`train_arm_seeds` train several seeds' PPO vmapped in one
+compiled program, each seed with the keys of its run alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -128,10 +131,18 @@ def robust_ppo(env_name: str, search, config, set_size: int, updates: int, key: 
 
   ``search``: a :class:`jaxlab.rl.qrim.SearchConfig`; ``config``: :func:`jaxlab.rl.qrim.get_config`
   (``phases``, ``episodes``, ``ppo``)."""
-  return {
-    arm: train_arm(env_name, search, config, set_size, updates, key, arm)
-    for arm in ("nominal", "robust")
-  }
+  return robust_ppo_seeds(env_name, search, config, set_size, updates, key[None])[0]
+
+
+def robust_ppo_seeds(
+  env_name: str, search, config, set_size: int, updates: int, keys: Array
+) -> list[dict]:
+  """:func:`robust_ppo` of every key of ``keys`` (one per seed, ``[seeds]``), each arm's PPO
+  trained for all seeds vmapped in one compiled program: entry ``i`` is
+  ``robust_ppo(..., keys[i])`` up to float rounding. The arms share their compiled programs."""
+  setup = _Setup.build(env_name, search, config, set_size, updates, keys)
+  arms = {arm: _train_arm(setup, arm) for arm in ("nominal", "robust")}
+  return [{arm: arms[arm][i] for arm in arms} for i in range(len(keys))]
 
 
 def train_arm(
@@ -142,59 +153,143 @@ def train_arm(
   (``"random"``: the control with robust's schedule but no worst-case selection) or the
   minimiser's argmin of ``J(pi, u)`` over U (``"robust"``); then ``J`` on the held-out cell
   midpoints. Every arm starts from the same initial policy and PPO keys for one ``key``."""
+  return train_arm_seeds(env_name, search, config, set_size, updates, key[None], arm)[0]
+
+
+def train_arm_seeds(
+  env_name: str, search, config, set_size: int, updates: int, keys: Array, arm: str
+) -> list[dict]:
+  """:func:`train_arm` of every key of ``keys`` (one per seed, ``[seeds]``): the seeds' PPO
+  phases train vmapped in one compiled program (:mod:`jaxlab.core.seeds`), their ``J(pi, u)``
+  estimates and held-out evaluations are one vmapped program each, and the robust arm's
+  minimisations run one seed after another (host side). Entry ``i`` is
+  ``train_arm(..., keys[i], arm)`` up to the float rounding of batched kernels, which PPO
+  amplifies over tens of updates; one key runs without a seed axis, exactly as ``train_arm``."""
   if arm not in ARMS:
     raise ConfigError("arm", f"must be one of {', '.join(ARMS)}, got {arm!r}")
-  pc = ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
-  grid_u = grid(env_name, set_size)
-  held = grid(env_name, set_size, held_out=True)
-  nominal = np.asarray([NOMINAL[check_env(env_name)]], np.float32)
-  mini = jax.jit(qrim_search.make_minimizer(search))
-  mlp = dict(hidden=tuple(config.ppo.mlp.hidden), activation=config.ppo.mlp.activation)
+  return _train_arm(_Setup.build(env_name, search, config, set_size, updates, keys), arm)
 
-  def evaluator(policy, thetas, episodes):
-    env = make(env_name, np.repeat(thetas, episodes, 0))
-    ev = ppo_eval.make_evaluate(env, policy, config.ppo.eval_steps, greedy=config.ppo.eval_greedy)
-    return lambda params, k: returns_per_param(ev, params, k, len(thetas), episodes)
 
-  per_phase = max(1, updates // config.phases)
-  env = make(env_name, np.repeat(nominal, pc.num_envs, 0))
-  policy = policies.make("mlp", env.num_actions, env.action_dim, **mlp)
-  state = ppo.init(env, policy, pc, key)
-  update = jax.jit(ppo.make_update(env, policy, pc))
-  on_grid = evaluator(policy, grid_u, config.episodes)
-  on_held = evaluator(policy, held, config.episodes)
-  queries, chosen, exact, done, phase = [], [], [], 0, 0
+@dataclasses.dataclass
+class _Setup:
+  """What every arm of one comparison shares: the grids, the environments, the policy, the
+  compiled PPO update and evaluations, the initial state, and the seeds' keys."""
+
+  config: Any
+  set_size: int
+  updates: int
+  pc: ppo.PPOConfig
+  grid_u: np.ndarray
+  mini: Any
+  update: Any
+  on_grid: Any  # (params, keys) -> J on U: [U], or [seeds, U]
+  on_held: Any  # the same on the held-out cell midpoints
+  state: Any  # the initial PPO state (copied by each arm: a chunk may donate its input)
+  keys: Array  # [seeds], or one key (no seed axis)
+  seeds: int
+  fold: Any  # (keys, i) -> the stream i of every seed's key
+
+  @classmethod
+  def build(cls, env_name, search, config, set_size, updates, keys) -> _Setup:
+    several = len(keys) > 1
+    pc = ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
+    nominal = np.asarray([NOMINAL[check_env(env_name)]], np.float32)
+    mlp = dict(hidden=tuple(config.ppo.mlp.hidden), activation=config.ppo.mlp.activation)
+    env = make(env_name, np.repeat(nominal, pc.num_envs, 0))
+    policy = policies.make("mlp", env.num_actions, env.action_dim, **mlp)
+    if several:
+      state = ppo.init_seeds(env, policy, pc, keys)
+    else:
+      keys = keys[0]
+      state = ppo.init(env, policy, pc, keys)
+
+    def evaluator(thetas, episodes):
+      env = make(env_name, np.repeat(thetas, episodes, 0))
+      ev = ppo_eval.make_evaluate(env, policy, config.ppo.eval_steps, greedy=config.ppo.eval_greedy)
+      if not several:
+        return lambda params, k: returns_per_param(ev, params, k, len(thetas), episodes)
+      ev_seeds = jax.jit(jax.vmap(ev))
+
+      def on(params, k):  # each seed's row as returns_per_param computes it alone
+        out = np.asarray(ev_seeds(params, k)["return"])
+        return np.stack([r.reshape(len(thetas), episodes).mean(1) for r in out])
+
+      return on
+
+    grid_u = grid(env_name, set_size)
+    return cls(
+      config=config,
+      set_size=set_size,
+      updates=updates,
+      pc=pc,
+      grid_u=grid_u,
+      mini=jax.jit(qrim_search.make_minimizer(search)),
+      update=jax.jit(ppo.make_update(env, policy, pc)),
+      on_grid=evaluator(grid_u, config.episodes),
+      on_held=evaluator(grid(env_name, set_size, held_out=True), config.episodes),
+      state=state,
+      keys=keys,
+      seeds=len(keys) if several else 1,
+      fold=jax.vmap(jax.random.fold_in, in_axes=(0, None)) if several else jax.random.fold_in,
+    )
+
+
+def _train_arm(setup: _Setup, arm: str) -> list[dict]:
+  """:func:`train_arm_seeds` of ``arm`` on a built setup."""
+  c, keys, fold, n_seeds = setup.config, setup.keys, setup.fold, setup.seeds
+  grid_u, updates, set_size = setup.grid_u, setup.updates, setup.set_size
+  several = n_seeds > 1
+  state = jax.tree.map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, setup.state)
+  per_phase = max(1, updates // c.phases)
+  runs = [{"queries": [], "chosen": [], "exact": []} for _ in range(n_seeds)]
+  done, phase = 0, 0
   while done < updates:
-    if arm == "robust":
-      j = on_grid(state.train.params, jax.random.fold_in(key, 100 + phase))
-      u, info = mini(jnp.asarray(j, jnp.float32), jax.random.fold_in(key, 200 + phase))
-      u = int(u)
-      queries.append((int(info["queries"]), int(info["measurements"])))
-      exact.append(bool(j[u] <= j.min()))  # a tie with the minimum is as good as the argmin
-    elif arm == "random":
-      u = int(jax.random.randint(jax.random.fold_in(key, 200 + phase), (), 0, set_size))
     if arm != "nominal":
-      chosen.append(u)
-      state = state.replace(env_state=set_theta(state.env_state, grid_u[u]))
+      if arm == "robust":
+        js = np.reshape(setup.on_grid(state.train.params, fold(keys, 100 + phase)), (n_seeds, -1))
+      ks = fold(keys, 200 + phase)
+      ks = list(ks) if several else [ks]
+      us = []
+      for i, r in enumerate(runs):
+        if arm == "robust":
+          j = js[i]
+          u, info = setup.mini(jnp.asarray(j, jnp.float32), ks[i])
+          u = int(u)
+          r["queries"].append((int(info["queries"]), int(info["measurements"])))
+          r["exact"].append(bool(j[u] <= j.min()))  # a tie with the minimum is as good as argmin
+        else:
+          u = int(jax.random.randint(ks[i], (), 0, set_size))
+        r["chosen"].append(u)
+        us.append(u)
+      if several:
+        thetas = jnp.asarray(grid_u[np.asarray(us)])
+        state = state.replace(env_state=jax.vmap(set_theta)(state.env_state, thetas))
+      else:
+        state = state.replace(env_state=set_theta(state.env_state, grid_u[us[0]]))
     n = min(per_phase, updates - done)
     loop = runtime.Loop(n, log_every=n, ckpt_every=0, progress=False, tensorboard=False, plot=False)
-    state, _ = runtime.train(state, update, loop, key=jax.random.fold_in(key, 300 + phase))
+    labels = tuple(range(n_seeds)) if several else None  # in memory: no per-seed files
+    state, _ = runtime.train(state, setup.update, loop, key=fold(keys, 300 + phase), seeds=labels)
     done, phase = done + n, phase + 1
-  ret = on_held(state.train.params, jax.random.fold_in(key, 999))
-  out = {
-    "heldout_mean_return": float(ret.mean()),
-    "heldout_worst_return": float(ret.min()),
-    "heldout_returns": ret.tolist(),
-    "train_env_steps": updates * pc.num_envs * pc.num_steps,
-    "phase_parameters": [grid_u[u].tolist() for u in chosen],
-  }
-  if arm == "robust":
-    q = np.asarray(queries, float)
-    out["inner_oracle_queries"] = float(q[:, 0].mean())
-    out["inner_classical_checks"] = float(q[:, 1].mean())
-    out["inner_queries_exhaustive"] = set_size
-    out["inner_exact_fraction"] = float(np.mean(exact))  # u* as bad as the exhaustive argmin
-    out["selections"] = len(queries)
-    out["selection_rollouts"] = len(queries) * set_size * config.episodes  # J(pi, u) estimates
-  print(f"{arm} PPO: held-out mean {ret.mean():.4g}, worst {ret.min():.4g}", flush=True)
-  return out
+  rets = np.reshape(setup.on_held(state.train.params, fold(keys, 999)), (n_seeds, -1))
+  outs = []
+  for ret, r in zip(rets, runs, strict=True):
+    out = {
+      "heldout_mean_return": float(ret.mean()),
+      "heldout_worst_return": float(ret.min()),
+      "heldout_returns": ret.tolist(),
+      "train_env_steps": updates * setup.pc.num_envs * setup.pc.num_steps,
+      "phase_parameters": [grid_u[u].tolist() for u in r["chosen"]],
+    }
+    if arm == "robust":
+      q = np.asarray(r["queries"], float)
+      out["inner_oracle_queries"] = float(q[:, 0].mean())
+      out["inner_classical_checks"] = float(q[:, 1].mean())
+      out["inner_queries_exhaustive"] = set_size
+      out["inner_exact_fraction"] = float(np.mean(r["exact"]))  # as bad as the exhaustive argmin
+      out["selections"] = len(r["queries"])
+      out["selection_rollouts"] = len(r["queries"]) * set_size * c.episodes  # J estimates
+    outs.append(out)
+  means = f"held-out mean {rets.mean(1).mean():.4g}, worst {rets.min(1).mean():.4g}"
+  print(f"{arm} PPO: {means}" + (f" (means over {n_seeds} seeds)" if several else ""), flush=True)
+  return outs

@@ -115,10 +115,11 @@ def validate_config(config, *, method: str, ratings: str, protocol: str, updates
   return rc, pc
 
 
-def check_memory(config, env: str, method: str = "r4") -> None:
+def check_memory(config, env: str, method: str = "r4", seeds: int = 1) -> None:
   """Refuses (ConfigError naming the field) sizes whose arrays cannot fit, before any is built:
-  the ``pool + heldout`` (and online ``online_per_round``) trajectories of ``traj_len`` steps,
-  the reward fit's batch and PPO's rollout and evaluation (``ppo.check_memory``)."""
+  the ``pool + heldout`` (and online ``online_per_round``) trajectories of ``traj_len`` steps of
+  each of ``seeds`` seeds, the reward fit's batch and PPO's rollout and evaluation
+  (``ppo.check_memory``; the runtime checks the seeds' PPO program as a whole)."""
   from jaxlab.core import resources
   from jaxlab.envs import gymnax
 
@@ -128,11 +129,11 @@ def check_memory(config, env: str, method: str = "r4") -> None:
   total = int(config.pool) + int(config.heldout)
   field = "config.traj_len" if config.traj_len > total else "config.pool"
   features = (obs + max(spec.num_actions, spec.action_dim, 1)) * 4
-  resources.check_fits(
-    total * config.traj_len * (3 * step + features),  # rollout outputs, host copies, features
-    field,
-    f"{total} trajectories of {config.traj_len} steps (observations {spec.obs_shape})",
-  )
+  pool_bytes = total * config.traj_len * (3 * step + features)  # rollouts, host copies, features
+  what = f"{total} trajectories of {config.traj_len} steps (observations {spec.obs_shape})"
+  resources.check_fits(pool_bytes, field, what)
+  if seeds > 1:  # every seed's pool is kept until its PPO ends
+    resources.check_fits(seeds * pool_bytes, "seeds", f"{what} for each of {seeds} seeds")
   resources.check_int32(field, total * int(config.traj_len), "the trajectories' steps")
   rw = config.reward
   width = features + 4 * sum(int(h) for h in rw.hidden)  # bytes of one step's activations

@@ -10,13 +10,15 @@ recompiling. ``episode_return`` of the PPO metrics stays the TRUE return (the in
 tracks it). Online: rounds of (roll out the current policy, rate the new trajectories, refit the
 reward ensemble on all ratings so far, continue PPO). :func:`run` is the whole protocol of
 ``python -m experiments.r4`` (pool, rating, fit, PPO phases, evaluation, outputs): a notebook calls
-it with ``r4.get_config()``. See docs/r4.md.
+it with ``r4.get_config()``; with ``seeds=(0, 1, 2)`` it trains the seeds' PPO phases vmapped in
+one compiled program. See docs/r4.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -25,6 +27,7 @@ import numpy as np
 from flax import struct
 
 from jaxlab.core import plots, provenance, runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError
 from jaxlab.envs import gymnax, vec
@@ -155,41 +158,30 @@ def alignment_plot(path, pred, true, method: str) -> None:
   )
 
 
-def run(
-  config,
-  *,
-  env: str,
-  method: str,
-  ratings: str,
-  protocol: str,
-  updates: int,
-  seed: int,
-  workdir: str | pathlib.Path | None = None,
-) -> dict:
-  """The offline or online protocol of ``python -m experiments.r4`` -> its summary.
+KEYS = ("fit", "ppo", "eval", "online")  # a seed's key streams after its pool and ratings
 
-  ``config``: :func:`r4.get_config`; ``env``: a gymnax task (``jaxlab.envs.gymnax``); ``method``:
-  r4 | rbrl | bt | true; ``ratings``: ``"simulated"`` or a ``trajectory_id,rating`` CSV;
-  ``protocol``: offline | online; ``updates``: PPO updates (the program's default:
-  :func:`r4.ppo_updates`). Everything is validated (ConfigError naming the field) before
-  ``workdir`` is created; there it writes trajectories.npz, alignment.png, agent.png and
-  summary.json (``workdir=None``: nothing is written). The workdir goes through
-  ``jaxlab.core.workdir.session`` (locked; a different recorded config, e.g. another seed, is
-  refused naming ``--workdir``); a finished run's record is returned with every file unchanged,
-  and trajectories.npz (the pool a ratings CSV refers to) is never overwritten.
-  """
-  gymnax.resolve(env)
-  rc, pc = r4.validate_config(
-    config, method=method, ratings=ratings, protocol=protocol, updates=updates
-  )
-  r4.check_memory(config, env, method)
-  if workdir is not None:  # before computing: a read-only folder fails now, not after the run
-    workdir_lib.check_writable(workdir, "workdir")
-  provenance.announce()  # once per process: the study's cells share one line
-  rounds = config.online_rounds if protocol == "online" else config.eval_points
+
+@dataclasses.dataclass
+class _Seed:
+  """One seed of :func:`run` on the host: its rated pool, keys, evaluation curve and summary."""
+
+  seed: int
+  pool: r4_data.Trajectories
+  heldout: r4_data.Trajectories
+  ids: np.ndarray
+  rated: np.ndarray
+  seen: np.ndarray  # the returns the rater perceived (what Bradley-Terry's teacher compares)
+  edges: Any
+  keys: dict  # KEYS -> key
+  summary: dict = dataclasses.field(default_factory=dict)
+  curve: list = dataclasses.field(default_factory=list)
+
+
+def _prepare(config, env: str, ratings: str, seed: int, several: bool) -> _Seed:
+  """Seed ``seed``'s behaviour pool and held-out trajectories, rated; ConfigError when the
+  ratings fall in fewer than 2 classes."""
   key = jax.random.key(seed)
   k_pool, k_rate, k_fit, k_ppo, k_eval, k_online = jax.random.split(key, 6)
-
   total = config.pool + config.heldout
   trajs = r4_data.collect(gymnax.make(env, total), config.traj_len, k_pool)
   pool, heldout = trajs.take(np.arange(config.pool)), trajs.take(np.arange(config.pool, total))
@@ -202,27 +194,100 @@ def run(
       field = "config.bins" if len(config.bins) else "config.num_classes"
       why = f"the pool's returns ({g.min():.4g} to {g.max():.4g}) fall"
       why += f" with edges {tuple(config.bins)}" if len(config.bins) else ""
-    raise ConfigError(field, f"{why} in fewer than 2 rating classes")
-  recorded = {
-    **config.to_dict(),
-    "env": env,
-    "method": method,
-    "ratings": ratings,
-    "ratings_sha256": None if ratings == "simulated" else _sha256(ratings),
-    "protocol": protocol,
-    "seed": seed,
-    "steps": updates,
-  }
-  with workdir_lib.session(None if workdir is None else pathlib.Path(workdir), recorded) as wd:
+    where = f" (seed {seed})" if several else ""
+    raise ConfigError(field, f"{why} in fewer than 2 rating classes{where}")
+  keys = dict(zip(KEYS, (k_fit, k_ppo, k_eval, k_online), strict=True))
+  return _Seed(seed, pool, heldout, ids, rated, seen, edges, keys)
+
+
+def seed_dir(workdir: pathlib.Path | None, seed: int, several: bool) -> pathlib.Path | None:
+  """Where a run's per-seed files go: the workdir itself for one seed, ``seed<k>/`` under it
+  for several."""
+  if workdir is None or not several:
+    return workdir
+  path = pathlib.Path(workdir) / f"seed{seed}"
+  path.mkdir(exist_ok=True)
+  return path
+
+
+def run(
+  config,
+  *,
+  env: str,
+  method: str,
+  ratings: str,
+  protocol: str,
+  updates: int,
+  seed: int = 0,
+  workdir: str | pathlib.Path | None = None,
+  seeds: Sequence[int] | None = None,
+) -> dict:
+  """The offline or online protocol of ``python -m experiments.r4`` -> its summary.
+
+  ``config``: :func:`r4.get_config`; ``env``: a gymnax task (``jaxlab.envs.gymnax``); ``method``:
+  r4 | rbrl | bt | true; ``ratings``: ``"simulated"`` or a ``trajectory_id,rating`` CSV;
+  ``protocol``: offline | online; ``updates``: PPO updates (the program's default:
+  :func:`r4.ppo_updates`). Everything is validated (ConfigError naming the field) before
+  ``workdir`` is created; there it writes trajectories.npz, alignment.png, agent.png and
+  summary.json (``workdir=None``: nothing is written). The workdir goes through
+  ``jaxlab.core.workdir.session`` (locked; a different recorded config, e.g. another seed, is
+  refused naming ``--workdir``); a finished run's record is returned with every file unchanged,
+  and trajectories.npz (the pool a ratings CSV refers to) is never overwritten.
+
+  ``seeds`` (more than one; default ``(seed,)``): the seeds' pools, ratings and reward fits run
+  one seed after another on the host, and their PPO phases train all seeds vmapped in one
+  compiled program (:mod:`jaxlab.core.seeds`). Seed ``k`` there draws the keys of ``seed=k``
+  alone: the same pool, ratings and reward, and PPO up to float rounding (which PPO amplifies
+  over tens of updates: see docs/r4.md). The
+  summary then holds ``seeds``, ``per_seed`` (each seed's summary as its own run returns it)
+  and, at the top level, what the seeds share and the means of the numbers that differ; each
+  seed's trajectories.npz, alignment.png and agent.png go to ``<workdir>/seed<k>/``. A ratings
+  file rates one seed's pool, so it goes with one seed.
+  """
+  seeds = (seed,) if seeds is None else tuple(int(s) for s in seeds)
+  several = len(seeds) > 1
+  gymnax.resolve(env)
+  rc, pc = r4.validate_config(
+    config, method=method, ratings=ratings, protocol=protocol, updates=updates
+  )
+  if several and ratings != "simulated":
+    raise ConfigError(
+      "seeds", "a ratings file rates the pool of one seed (its trajectories.npz); give one seed"
+    )
+  r4.check_memory(config, env, method, seeds=len(seeds))
+  if workdir is not None:  # before computing: a read-only folder fails now, not after the run
+    workdir_lib.check_writable(workdir, "workdir")
+  provenance.announce()  # once per process: the study's cells share one line
+  rounds = config.online_rounds if protocol == "online" else config.eval_points
+  runs = [_prepare(config, env, ratings, s, several) for s in seeds]
+
+  def recorded(seeds):
+    return {
+      **config.to_dict(),
+      "env": env,
+      "method": method,
+      "ratings": ratings,
+      "ratings_sha256": None if ratings == "simulated" else _sha256(ratings),
+      "protocol": protocol,
+      **({"seed": seeds[0]} if len(seeds) == 1 else {"seeds": list(seeds)}),
+      "steps": updates,
+    }
+
+  with workdir_lib.session(
+    None if workdir is None else pathlib.Path(workdir), recorded(seeds)
+  ) as wd:
     record = workdir_lib.finished(wd)
     if record is not None:  # a finished run: its record, every file left as it is
       print(f"{wd} holds this finished run; its record (nothing rewritten):", flush=True)
       return record
-    if wd is not None and not (wd / "trajectories.npz").exists():  # the rated pool stays
-      arrays = dict(obs=pool.obs, action=pool.action, mask=pool.mask, true_return=pool.true_return)
-      tmp = wd / "trajectories.tmp.npz"
-      np.savez_compressed(tmp, **arrays)
-      tmp.replace(wd / "trajectories.npz")
+    for r in runs:
+      out = seed_dir(wd, r.seed, several)
+      if out is not None and not (out / "trajectories.npz").exists():  # the rated pool stays
+        p = r.pool
+        arrays = dict(obs=p.obs, action=p.action, mask=p.mask, true_return=p.true_return)
+        tmp = out / "trajectories.tmp.npz"
+        np.savez_compressed(tmp, **arrays)
+        tmp.replace(out / "trajectories.npz")
     return _train(
       config,
       rc,
@@ -231,16 +296,9 @@ def run(
       method=method,
       protocol=protocol,
       updates=updates,
-      seed=seed,
       workdir=wd,
-      pool=pool,
-      heldout=heldout,
-      ids=ids,
-      rated=rated,
-      seen=seen,
-      edges=edges,
+      runs=runs,
       rounds=rounds,
-      keys=(k_fit, k_ppo, k_eval, k_online),
       recorded=recorded,
     )
 
@@ -252,103 +310,145 @@ def _sha256(path) -> str:
 
 
 def _train(
-  config,
-  rc,
-  pc,
-  *,
-  env,
-  method,
-  protocol,
-  updates,
-  seed,
-  workdir,
-  pool,
-  heldout,
-  ids,
-  rated,
-  seen,
-  edges,
-  rounds,
-  keys,
-  recorded,
+  config, rc, pc, *, env, method, protocol, updates, workdir, runs, rounds, recorded
 ) -> dict:
-  """The reward fit, PPO phases and outputs of :func:`run` (inside its workdir session)."""
-  k_fit, k_ppo, k_eval, k_online = keys
+  """The reward fits, PPO phases and outputs of :func:`run` (inside its workdir session).
+
+  With several seeds the host parts (reward fits, the online protocol's rollouts, ratings and
+  refits) loop over the seeds and every PPO phase is one vmapped program over them."""
+  seeds = tuple(r.seed for r in runs)
+  several = len(seeds) > 1
   venv = gymnax.make(env, pc.num_envs)
   hidden, activation = tuple(config.ppo.mlp.hidden), config.ppo.mlp.activation
   policy = policies.make(
     "mlp", venv.num_actions, venv.action_dim, hidden=hidden, activation=activation
   )
-  summary = {}
+  rewards = []  # each seed's (reward parameters, scale)
   if method != "true":
-    reward_state, data, fit_summary = fit_reward(
-      rc, pool, ids, rated, venv.num_actions, k_fit, seen
-    )
-    pred = r4.predict_returns(reward_state, features_of(heldout, venv.num_actions), heldout.mask)
-    summary.update({f"heldout/{k}": v for k, v in r4.alignment(pred, heldout.true_return).items()})
-    summary.update({f"reward/{k}": v for k, v in fit_summary.items() if k.startswith("train/")})
-    if workdir is not None:
-      alignment_plot(workdir / "alignment.png", pred, heldout.true_return, method)
-    venv, set_reward = reward_env(venv, rc, reward_state.params, reward_scale(reward_state, data))
-  state = ppo.init(venv, policy, pc, k_ppo)
+    for r in runs:
+      reward_state, data, fit_summary = fit_reward(
+        rc, r.pool, r.ids, r.rated, venv.num_actions, r.keys["fit"], r.seen
+      )
+      pred = r4.predict_returns(
+        reward_state, features_of(r.heldout, venv.num_actions), r.heldout.mask
+      )
+      align = r4.alignment(pred, r.heldout.true_return)
+      r.summary.update({f"heldout/{k}": v for k, v in align.items()})
+      r.summary.update({f"reward/{k}": v for k, v in fit_summary.items() if k.startswith("train/")})
+      if workdir is not None:
+        out = seed_dir(workdir, r.seed, several)
+        alignment_plot(out / "alignment.png", pred, r.heldout.true_return, method)
+      rewards.append((reward_state.params, reward_scale(reward_state, data)))
+    # the initial reward parameters are replaced per seed below (several seeds)
+    venv, set_reward = reward_env(venv, rc, *rewards[0])
+
+    def swap(state, rewards):
+      if not several:
+        return state.replace(env_state=set_reward(state.env_state, *rewards[0]))
+      params = seeds_lib.stack([p for p, _ in rewards])
+      scales = jnp.asarray(np.asarray([s for _, s in rewards]), jnp.float32)
+      return state.replace(env_state=jax.vmap(set_reward)(state.env_state, params, scales))
+
+  if several:
+    keys = {name: jnp.stack([r.keys[name] for r in runs]) for name in KEYS}
+    fold = lambda k, i: jax.vmap(lambda x: jax.random.fold_in(x, i))(k)
+    state = ppo.init_seeds(venv, policy, pc, keys["ppo"])
+    if rewards:
+      state = swap(state, rewards)
+  else:
+    keys = runs[0].keys
+    fold = jax.random.fold_in
+    state = ppo.init(venv, policy, pc, keys["ppo"])
   update = jax.jit(ppo.make_update(venv, policy, pc))
   eval_env = gymnax.make(env, config.ppo.eval_envs)
   evaluate = ppo_eval.make_evaluate(
     eval_env, policy, config.ppo.eval_steps, greedy=config.ppo.eval_greedy
   )
+  evaluate_seeds = jax.jit(jax.vmap(evaluate))
 
-  curve, per_round, rated_total = [], updates // rounds, len(ids)
+  per_round = updates // rounds
   for i in range(rounds):
     n_up = per_round if i < rounds - 1 else updates - per_round * (rounds - 1)
     loop = runtime.Loop(
       n_up, log_every=n_up, ckpt_every=0, progress=False, tensorboard=False, plot=False
     )
-    state, _ = runtime.train(state, update, loop, key=jax.random.fold_in(k_ppo, i))
-    ret = ppo_eval.summarize(evaluate(state.train.params, k_eval), eval_env)[0]["return"]
-    env_steps = int(state.train.step) // (pc.epochs * pc.minibatches) * pc.num_envs * pc.num_steps
-    curve.append((env_steps, ret))
-    print(f"phase {i + 1}/{rounds}: true eval return {ret:.4g}", flush=True)
+    state, _ = runtime.train(
+      state, update, loop, key=fold(keys["ppo"], i), seeds=seeds if several else None
+    )
+    if several:
+      out = evaluate_seeds(state.train.params, keys["eval"])
+      rets = ppo_eval.summarize_seeds(out, eval_env, len(seeds))[0]["return"].tolist()
+    else:
+      rets = [ppo_eval.summarize(evaluate(state.train.params, keys["eval"]), eval_env)[0]["return"]]
+    step = int(np.ravel(state.train.step)[0])  # every seed has taken the same steps
+    env_steps = step // (pc.epochs * pc.minibatches) * pc.num_envs * pc.num_steps
+    for r, ret in zip(runs, rets, strict=True):
+      r.curve.append((env_steps, ret))
+    line = f"phase {i + 1}/{rounds}: true eval return {np.mean(rets):.4g}"
+    if several:
+      line += f" (mean over {len(seeds)} seeds: {', '.join(f'{v:.4g}' for v in rets)})"
+    print(line, flush=True)
     if method == "true" or protocol == "offline" or i == rounds - 1:
       continue
-    k_i = jax.random.fold_in(k_online, i)
-    new = r4_data.collect(
-      gymnax.make(env, config.online_per_round),
-      config.traj_len,
-      k_i,
-      actor=policy_actor(policy, state.train.params),
+    rewards = []
+    for j, r in enumerate(runs):
+      params = seeds_lib.take(state.train.params, j) if several else state.train.params
+      rewards.append(_refit(config, rc, env, r, policy, params, i, venv.num_actions))
+    state = swap(state, rewards)
+  for r in runs:
+    r.summary.update(
+      {
+        "eval/true_return": r.curve[-1][1],
+        "ratings_used": len(r.ids),
+        "env": env,
+        "method": method,
+        "protocol": protocol,
+        "seed": r.seed,
+        "ppo_updates": updates,
+        "env_steps": r.curve[-1][0],
+        "curve": r.curve,
+        "config": recorded((r.seed,)),  # the run's whole record: this summary alone reproduces it
+      }
     )
-    k_rate_i = jax.random.fold_in(k_i, 1)
-    new_ids, new_rated, _, new_seen = rate(new, config, k_rate_i, "simulated", edges)
-    pool = concat(pool.take(ids), new.take(new_ids))
-    ids, rated = np.arange(len(ids) + len(new_ids)), np.concatenate([rated, new_rated])
-    seen = np.concatenate([seen, new_seen])
-    rated_total = len(ids)
-    k_refit = jax.random.fold_in(k_fit, i + 1)
-    reward_state, data, _ = fit_reward(rc, pool, ids, rated, venv.num_actions, k_refit, seen)
-    scale = reward_scale(reward_state, data)
-    state = state.replace(env_state=set_reward(state.env_state, reward_state.params, scale))
-  summary.update(
-    {
-      "eval/true_return": curve[-1][1],
-      "ratings_used": rated_total,
-      "env": env,
-      "method": method,
-      "protocol": protocol,
-      "seed": seed,
-      "ppo_updates": updates,
-      "env_steps": curve[-1][0],
-      "curve": curve,
-      "config": recorded,  # the run's whole record: this summary alone reproduces it
+    if workdir is not None:
+      xs, ys = (np.asarray(v) for v in zip(*r.curve))
+      plots.lines(
+        seed_dir(workdir, r.seed, several) / "agent.png",
+        {method: (xs, ys)},
+        "environment steps",
+        "true eval return",
+        title=f"{env}: PPO on the {method} reward" + (f", seed {r.seed}" if several else ""),
+      )
+  if several:
+    per_seed = {str(r.seed): r.summary for r in runs}
+    summary = {
+      **ppo_eval.seed_means(list(per_seed.values())),
+      "seeds": list(seeds),
+      "per_seed": per_seed,
+      "config": recorded(seeds),
     }
-  )
+  else:
+    summary = runs[0].summary
   if workdir is not None:
-    xs, ys = (np.asarray(v) for v in zip(*curve))
-    plots.lines(
-      workdir / "agent.png",
-      {method: (xs, ys)},
-      "environment steps",
-      "true eval return",
-      title=f"{env}: PPO on the {method} reward",
-    )
     runtime.write_summary(workdir, summary)
   return summary
+
+
+def _refit(config, rc, env: str, r: _Seed, policy, params, i: int, num_actions: int):
+  """The online protocol after phase ``i`` for seed ``r``: rollouts of its current policy, rated,
+  added to its ratings, the reward ensemble refitted -> ``(reward parameters, scale)``."""
+  k_i = jax.random.fold_in(r.keys["online"], i)
+  new = r4_data.collect(
+    gymnax.make(env, config.online_per_round),
+    config.traj_len,
+    k_i,
+    actor=policy_actor(policy, params),
+  )
+  k_rate_i = jax.random.fold_in(k_i, 1)
+  new_ids, new_rated, _, new_seen = rate(new, config, k_rate_i, "simulated", r.edges)
+  r.pool = concat(r.pool.take(r.ids), new.take(new_ids))
+  r.ids, r.rated = np.arange(len(r.ids) + len(new_ids)), np.concatenate([r.rated, new_rated])
+  r.seen = np.concatenate([r.seen, new_seen])
+  k_refit = jax.random.fold_in(r.keys["fit"], i + 1)
+  reward_state, data, _ = fit_reward(rc, r.pool, r.ids, r.rated, num_actions, k_refit, r.seen)
+  return reward_state.params, reward_scale(reward_state, data)

@@ -23,6 +23,7 @@ and online protocols with PPO in :mod:`jaxlab.rl.r4.protocol`; the defaults in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -110,14 +111,22 @@ def features(obs: Array, action: Array, num_actions: int) -> Array:
 
 def create(config: RewardConfig, feature_dim: int, key: Array) -> TrainState:
   """A TrainState over the stacked parameters of ``config.ensemble`` members."""
-  model = RewardMLP(tuple(int(h) for h in config.hidden))
+  model, apply, tx = _ensemble(tuple(int(h) for h in config.hidden), config.lr)
   keys = jax.random.split(key, config.ensemble)
   params = jax.vmap(lambda k: model.init(k, jnp.zeros((feature_dim,)))["params"])(keys)
+  return TrainState.create(apply, params, tx)
+
+
+@functools.lru_cache(maxsize=8)
+def _ensemble(hidden: tuple[int, ...], lr: float):
+  """The model, ensemble apply and optimizer of a reward state, one set per setting: the states
+  of several fits (seeds, the online refits) then share one compiled training chunk."""
+  model = RewardMLP(hidden)
 
   def apply(variables, x):  # -> [E, ...]: every member on the same inputs
     return jax.vmap(lambda p: model.apply({"params": p}, x))(variables["params"])
 
-  return TrainState.create(apply, params, optax.adam(config.lr))
+  return model, apply, optax.adam(lr)
 
 
 def reward(state_or_apply, params, feats: Array) -> Array:
@@ -177,13 +186,14 @@ def member_apply(config: RewardConfig):
 def make_dataset(feats, mask, rating, prefer, box_lo, box_hi, num_actions: int) -> dict:
   """Training arrays: ``feats[M, T, F]``, ``mask[M, T]``, ``rating[M]`` (dense classes 0..n-1),
   ``prefer[M]`` (what Bradley-Terry's teacher compares), the observation box of the OOD term,
-  and per class the member indices padded to the largest class (``members[C, K]``, ``counts``)."""
+  and per class the member indices, each row repeated to ``M`` (``members[C, M]``, ``counts``:
+  only the first ``counts[c]`` are drawn, so the width leaves the draws as they are and gives
+  every pool of ``M`` rated trajectories the same shapes, hence one compiled fit)."""
   rating = np.asarray(rating, np.int32)
   classes = int(rating.max()) + 1
   groups = [np.flatnonzero(rating == c) for c in range(classes)]
   require(all(len(g) for g in groups), "ratings", "every class 0..max must hold a trajectory")
-  width = max(len(g) for g in groups)
-  members = np.stack([np.resize(g, width) for g in groups]).astype(np.int32)
+  members = np.stack([np.resize(g, len(rating)) for g in groups]).astype(np.int32)
   return {
     "feats": jnp.asarray(feats, jnp.float32),
     "mask": jnp.asarray(mask, jnp.float32),
@@ -236,8 +246,10 @@ def _member_loss(p, data: dict, key: Array, apply, config: RewardConfig):
   return total, {"loss": loss, "ood": ood}
 
 
+@functools.lru_cache(maxsize=8)
 def make_update(config: RewardConfig):
-  """``update(state, data, key) -> (state, metrics)``: one Adam step on every member."""
+  """``update(state, data, key) -> (state, metrics)``: one Adam step on every member (one
+  function per config, so that fits of the same shapes share the runtime's compiled chunk)."""
   apply = member_apply(config)
 
   def loss_fn(params, data, key):
@@ -265,11 +277,16 @@ def fit(config: RewardConfig, data: dict, key: Array, log_every: int = 100):
 
 def predict_returns(state: TrainState, feats: Array, mask: Array, chunk: int = 256) -> np.ndarray:
   """Ensemble-mean predicted returns of trajectories ``feats[M, T, F]`` (host array)."""
-  f = jax.jit(lambda p, x, mk: returns(jnp.mean(state.apply_fn({"params": p}, x), 0), mk))
+  f = _predict(state.apply_fn)
   out = [
     f(state.params, feats[i : i + chunk], mask[i : i + chunk]) for i in range(0, len(feats), chunk)
   ]
   return np.concatenate([np.asarray(o) for o in out])
+
+
+@functools.lru_cache(maxsize=8)
+def _predict(apply_fn):
+  return jax.jit(lambda p, x, mk: returns(jnp.mean(apply_fn({"params": p}, x), 0), mk))
 
 
 def alignment(pred, true) -> dict:

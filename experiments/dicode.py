@@ -10,6 +10,12 @@ archive/ (one directory per task with its program task.py and meta.json), and fo
 ``dr`` pools/ (each task program's pre-built starting worlds). A killed run resumes
 where it stopped when started again with the same flags.
 
+``--seeds=N`` (or a list ``--seeds=0,3,7``) trains the seeds together: each session's PPO of every
+seed is one vmapped program, and every seed keeps its own curriculum, archive and agent, planned,
+scored and evolved on the host seed by seed. Seed ``k`` writes ``<workdir>/seed<k>`` (default
+``runs/dicode/<curriculum>/seed<k>``, where ``--seed=k`` alone writes), the same files and numbers
+as its solo run; ``--compare=<workdir>`` averages them. Every curriculum supports it.
+
 ``--proposer=offline`` (default) mutates task programs locally (no network, no key);
 ``--proposer=llm --llm_url=URL --llm_model=NAME`` asks an OpenAI-compatible endpoint (vLLM,
 OpenAI, OpenRouter), key from ``--llm_api_key`` or ``$DICODE_API_KEY`` / ``$OPENAI_API_KEY``.
@@ -22,6 +28,7 @@ a DIR holding seed*/ runs is averaged over them). Defaults: ``jaxlab.rl.dicode.g
 Commands (from the repository root):
   python -m experiments.dicode --proposer=offline
   python -m experiments.dicode --curriculum=none
+  python -m experiments.dicode --curriculum=dr --seeds=3   # seeds 0-2 in one PPO program
   python -m experiments.dicode --curriculum=plr
   python -m experiments.dicode --proposer=llm --llm_url=http://localhost:8000/v1 \
       --llm_model=Qwen/Qwen3-235B-A22B-Thinking-2507-FP8
@@ -77,8 +84,21 @@ def main(argv):
   experiment.check_choice("curriculum", FLAGS.curriculum, curriculum_lib.CURRICULA)
   loop.validate_config(_CONFIG.value, FLAGS.curriculum)
   proposer = proposer_flags(FLAGS.curriculum)
-  run = experiment.common("dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=_UNUSED)
-  runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
+  run = experiment.common(
+    "dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=_UNUSED, seeds=True
+  )
+  if len(run.seeds) == 1:
+    runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
+    return
+  # seed k in <workdir>/seed<k>, by default where its solo run goes: runs/dicode/<curriculum>/
+  base = run.workdir if FLAGS.workdir else run.workdir.parent
+  out = runner.run_seeds(base, _CONFIG.value, FLAGS.curriculum, proposer, run.seeds)
+  returns = [out[s]["eval/return_pct"] for s in run.seeds]
+  print(
+    f"[dicode] {FLAGS.curriculum}, seeds {','.join(map(str, run.seeds))}: eval return "
+    f"{sum(returns) / len(returns):.3g}% of max on average "
+    f"({', '.join(f'{r:.3g}' for r in returns)}) -> {base}/seed*"
+  )
 
 
 if __name__ == "__main__":

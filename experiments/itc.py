@@ -13,9 +13,15 @@ Defaults: ``jaxlab.rl.itc.get_config()`` (the paper's baseline); presets (the pa
 ``tiny``, ``cpu``) in experiments/configs/itc.py. Without ``--config`` the run is ``tiny``: the
 ``itc`` arm at 1536 env steps, a few minutes on a CPU. ``--decode`` sets ``config.decode``.
 
+``--seeds=N`` (or a list ``--seeds=0,3,7``) trains the seeds together: the whole Dyna iteration of
+every seed, vmapped in one compiled program (docs/seeds.md). Seed ``k`` there is the run
+``--seed=k`` alone; metrics.csv has a ``seed`` column, summary.json ``per_seed``, and each seed
+gets its own ``rollout_seed<k>.png``.
+
 Commands:
   python -m experiments.itc
   python -m experiments.itc --decode=sample
+  python -m experiments.itc --seeds=3          # seeds 0, 1, 2 in one program
   python -m experiments.itc --config=experiments/configs/itc.py:cpu
   python -m experiments.itc --config=experiments/configs/itc.py:itc
   python -m experiments.itc --config=experiments/configs/itc.py:baseline_reproduced
@@ -31,6 +37,7 @@ import jax
 from absl import flags
 
 from jaxlab.core import experiment, runtime, workdir
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.rl import itc
 from jaxlab.rl.itc import dyna
 
@@ -56,10 +63,15 @@ def main(argv):
     default_log_every=1,  # one iteration per chunk: no XLA loop around the CNN (ppo.PPOConfig)
     variant=(preset(), c.decode),
     unused=("mesh",),
+    seeds=True,
   )
   workdir.check_writable(run.workdir)  # before the (slow) environment and agent are built
-  key = jax.random.key_data(jax.random.key(run.seed))
-  env, state = itc.create(c, cfg, jax.random.fold_in(key, 1))
+  seeds = run.seeds if len(run.seeds) > 1 else None
+  keys = seeds_lib.seed_keys(run.seeds)  # seed k's key streams: 1 init, 2 picture; training keys
+  key = keys if seeds else keys[0]
+  env, state = itc.create(
+    c, cfg, seeds_lib.stream(keys, 1) if seeds else jax.random.fold_in(key, 1)
+  )
   loop = run.loop(
     units_per_step=cfg.steps_per_iteration,
     units_name="env_steps_per_sec",
@@ -67,18 +79,45 @@ def main(argv):
   )
   record = itc.recorded(run.workdir)
   state, result = runtime.train(
-    state, dyna.make_update(env, cfg), loop, key=key, workdir=run.workdir, config=c
+    state,
+    dyna.make_update(env, cfg),
+    loop,
+    key=key,
+    workdir=run.workdir,
+    # another seed set in the same workdir is refused, not mixed into the run
+    config=c if seeds is None else {**c.to_dict(), "seeds": list(seeds)},
+    seeds=seeds,
+    seed_vmap=dyna.seed_vmap if seeds else None,
   )
-  png = run.workdir / "rollout.png"
-  if not (png.exists() and itc.recorded(run.workdir) == record):  # a finished re-run: untouched
-    png = itc.rollout_picture(state, cfg, c.picture_steps, png, jax.random.fold_in(key, 2))
+  pngs = pictures(run.workdir, state, cfg, c.picture_steps, keys, seeds, record)
   s = result.summary
-  get = lambda k: float(s.get(f"train/{k}", float("nan")))
-  print(
+  get = lambda k, s=s: float(s.get(f"train/{k}", float("nan")))
+  line = (
     f"{preset()} decode={c.decode} env_steps={get('env_steps'):.0f}: "
     f"return {get('return_pct'):.2f}% score {get('score'):.2f} codebook "
-    f"{get('codebook_size'):.0f} -> {run.workdir}/summary.json, {png}"
+    f"{get('codebook_size'):.0f}"
   )
+  if seeds:
+    each = ", ".join(
+      f"{k}: {float(result.per_seed[k].get('train/return_pct', float('nan'))):.2f}%" for k in seeds
+    )
+    line += f" (means over seeds {','.join(map(str, seeds))}; return per seed {each})"
+  print(f"{line} -> {run.workdir}/summary.json, {', '.join(map(str, pngs))}")
+
+
+def pictures(wd, state, cfg, steps, keys, seeds, record) -> list:
+  """rollout.png (several seeds: rollout_seed<k>.png, one per seed), unless the run was a
+  finished one re-run (its summary.json unchanged): then the pictures are left as they are."""
+  if seeds is None:
+    targets = [(wd / "rollout.png", state, jax.random.fold_in(keys[0], 2))]
+  else:
+    targets = [
+      (wd / f"rollout_seed{k}.png", seeds_lib.take(state, i), jax.random.fold_in(keys[i], 2))
+      for i, k in enumerate(seeds)
+    ]
+  if all(p.exists() for p, _, _ in targets) and itc.recorded(wd) == record:
+    return [p for p, _, _ in targets]
+  return [itc.rollout_picture(st, cfg, steps, p, k) for p, st, k in targets]
 
 
 if __name__ == "__main__":

@@ -393,6 +393,8 @@ def test_dicode_plan_mixes_candidates_replay_and_the_original_game(dicode_run):
     (["--curriculum=bogus"], "curriculum"),
     (["--proposer=llm"], "llm_url"),
     (["--steps=5"], "steps"),
+    (["--seeds=0"], "seeds"),
+    (["--seeds=1,1"], "seeds"),
   ],
 )
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
@@ -881,3 +883,125 @@ def test_first_episode_record_matches_a_numpy_transcription():
   np.testing.assert_array_equal(got["length"], length)
   np.testing.assert_array_equal(got["finished"], done)
   np.testing.assert_array_equal(got["achievements"], ach)
+
+
+# --- several seeds trained together (runner.run_seeds, loop.run_together) ---
+
+
+def any_plan_toy_env(plan, num_envs: int, config, original_return: float) -> vec.VecEnv:
+  """`data_toy_env` for every kind of plan: a level (or the plain game) is a unit named by itself,
+  its success probability drawn from its name."""
+  import dataclasses
+
+  if not plan.sources:
+    plan = dataclasses.replace(plan, sources=list(plan.names), slots=[0] * plan.size)
+  return data_toy_env(plan, num_envs, config, original_return)
+
+
+def seeds_config():
+  c = tiny_config()
+  c.ppo.eval_envs, c.ppo.eval_steps = 8, 12
+  c.sfl_candidates, c.sfl_rollout_steps = 8, 12
+  return c
+
+
+SEEDS_CURRICULA = curriculum_lib.CURRICULA  # after the first, each costs about a second
+
+
+@pytest.fixture(scope="module")
+def seeds_runs(tmp_path_factory):
+  """Per curriculum: seeds 0 and 1 trained together (runner.run_seeds: the vmapped PPO program)
+  and each seed alone (runner.run), on the data-as-state toy (one program for every task set);
+  the held-out worlds are the toy's (it ignores pools). The programs compile once for all."""
+  from jaxlab.rl.dicode import evaluation, runner
+  from jaxlab.rl.dicode import loop as loop_lib
+
+  root = tmp_path_factory.mktemp("seeds")
+  hooks = loop_lib.Hooks(make_env=any_plan_toy_env, validate=light_validate)
+  proposer = runner.proposer_settings("offline")
+  out = {}
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(evaluation, "held_out_pools", lambda n, p: [None] * -(-n // p))
+    for cur in SEEDS_CURRICULA:
+      c = seeds_config()
+      together = runner.run_seeds(root / cur / "together", c, cur, proposer, (0, 1), hooks=hooks)
+      alone = {
+        s: runner.run(root / cur / f"seed{s}", c, cur, proposer, s, hooks=hooks) for s in (0, 1)
+      }
+      out[cur] = dict(together=together, alone=alone, root=root / cur, config=c)
+  return out
+
+
+def _restored_params(workdir, config):
+  """The agent a run committed after its last session, restored as a resume restores it."""
+  from jaxlab.core import checkpoint
+  from jaxlab.rl.dicode import loop as loop_lib
+
+  plan = curriculum_lib.SessionPlan("base", ["original"], np.ones(1))
+  env = any_plan_toy_env(plan, config.ppo.num_envs, config, 0.0)
+  policy = loop_lib.make_policy(env.num_actions, config)
+  state = loop_lib.init_state(env, policy, loop_lib.ppo_config(config), jax.random.key(0))
+  like = {"train": state.train, "stats": state.stats}
+  restored, _ = checkpoint.restore(workdir / loop_lib.AGENT_DIR, like, step=config.sessions)
+  return jax.device_get(restored["train"].params)
+
+
+def _close(a, b, what: str) -> None:
+  np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=what)
+
+
+@pytest.mark.parametrize("curriculum", SEEDS_CURRICULA)
+def test_vmapped_seeds_equal_each_seed_alone(seeds_runs, curriculum):
+  got = seeds_runs[curriculum]
+  root, together, alone = got["root"], got["together"], got["alone"]
+  assert sorted(together) == [0, 1]
+  for seed in (0, 1):
+    a, b = together[seed], alone[seed]
+    mine, solo = root / "together" / f"seed{seed}", root / f"seed{seed}"
+    # the same files as the solo run, the same recorded config (its own seed)
+    assert sorted(p.name for p in mine.iterdir()) == sorted(p.name for p in solo.iterdir())
+    assert (mine / "config.json").read_text() == (solo / "config.json").read_text()
+    for key in ("eval/return", "eval/length", "eval/finished", "eval/score"):
+      _close(a[key], b[key], f"seed {seed} {key}")
+    assert len(a["history"]) == len(b["history"]) == 2
+    for row_a, row_b in zip(a["history"], b["history"]):
+      for key in row_a.keys() - {"wall_s"}:
+        _close(row_a[key], row_b[key], f"seed {seed} session {row_a['session']} {key}")
+    state_a = json.loads((mine / "loop_state.json").read_text())
+    state_b = json.loads((solo / "loop_state.json").read_text())
+    assert state_a["curriculum"].keys() == state_b["curriculum"].keys()
+    if curriculum == "sfl":  # the levels its refresh scored and kept, with its own policy
+      assert state_a["curriculum"]["learnable"] == state_b["curriculum"]["learnable"]
+      _close(state_a["curriculum"]["scores"], state_b["curriculum"]["scores"], "sfl scores")
+    elif curriculum != "dicode":  # PLR's level buffer (scores from whole counts), or nothing
+      assert state_a["curriculum"] == state_b["curriculum"]
+    else:  # its own archive: the same proposals, verdicts, admissions and scores
+      assert a["evolution"] == b["evolution"]
+      assert a["archive"]["by_status"] == b["archive"]["by_status"]
+      assert [t["id"] for t in a["archive"]["top"]] == [t["id"] for t in b["archive"]["top"]]
+      _close(
+        [t["score"] for t in a["archive"]["top"]], [t["score"] for t in b["archive"]["top"]], "top"
+      )
+    jax.tree.map(
+      lambda x, y: _close(x, y, f"seed {seed} params"),
+      _restored_params(mine, got["config"]),
+      _restored_params(solo, got["config"]),
+    )
+  # and the two seeds are two runs, not one run twice
+  assert together[0]["history"][0]["episode_return"] != together[1]["history"][0]["episode_return"]
+
+
+def test_seeds_rerun_of_finished_seeds_writes_nothing(seeds_runs, capsys):
+  from jaxlab.rl.dicode import runner
+
+  got = seeds_runs["dicode"]
+  base = got["root"] / "together"
+  before = _snapshot(base)
+  again = runner.run_seeds(
+    base, got["config"], "dicode", runner.proposer_settings("offline"), (0, 1)
+  )
+  assert {s: r["eval/return"] for s, r in again.items()} == {
+    s: r["eval/return"] for s, r in got["together"].items()
+  }
+  assert capsys.readouterr().out.count("unchanged") == 2
+  assert _snapshot(base) == before

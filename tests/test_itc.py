@@ -367,6 +367,8 @@ def test_validate_config_names_the_field_before_anything_is_built(field, value, 
     ("experiments.itc", ["--config.wm.dropout=nan"], "config.wm.dropout"),
     ("experiments.itc", ["--config.env=craftax-symbolic"], "config.env"),
     ("experiments.itc", ["--config.replay_size=2000000000"], "config.replay_size"),
+    ("experiments.itc", ["--seeds=0"], "seeds"),
+    ("experiments.itc", ["--seeds=1,1"], "seeds"),
     ("benchmarks.itc", ["--batch=100000000"], "batch"),
   ],
 )
@@ -504,6 +506,62 @@ def test_dyna_checkpoint_resumes(tmp_path):
     for a, b in zip(jax.tree.leaves(initial.wm.params), jax.tree.leaves(state.wm.params))
   ]
   assert all(changed)  # the restored world model is the trained one, not a fresh init
+
+
+def _two_iterations_with_warmup():
+  """`_tiny_dyna(1)` whose imagination starts at the second iteration: 2 runtime steps run both
+  branches of the update's cond."""
+  import dataclasses
+
+  cfg, policy = _tiny_dyna(imag_updates=1)
+  return dataclasses.replace(cfg, warmup_steps=cfg.steps_per_iteration), policy
+
+
+def test_dyna_seed_vmap_keeps_the_imagination_a_branch():
+  # Every seed is at the same iteration: dyna.seed_vmap passes it unbatched, so the update's cond
+  # (imagination after the warm-up) stays a cond; plain vmap would run both branches and select.
+  from jaxlab.rl.itc import dyna
+
+  env = _toy_env(2)
+  cfg, policy = _two_iterations_with_warmup()
+  keys = jax.ShapeDtypeStruct((2, 2), jnp.uint32)
+  states = jax.eval_shape(lambda k: dyna.init_seeds(env, policy, cfg, k), keys)
+  assert states.iteration.shape == (2,) and states.ppo.train.step.shape == (2,)
+  update = dyna.make_update(env, cfg)
+  one = lambda s, k: update(s, None, k)
+  ours = str(jax.make_jaxpr(dyna.seed_vmap(one))(states, keys))
+  plain = str(jax.make_jaxpr(jax.vmap(one))(states, keys))
+  assert ours.count("cond[") == 1 and plain.count("cond[") == 0
+
+
+@pytest.mark.slow  # about 1.5 CPU-minutes: the Dyna iteration compiled alone and over 2 seeds
+def test_dyna_vmapped_seeds_equal_each_seed_alone():
+  # Two seeds trained together (experiments.itc --seeds=2: the runtime's seed axis, dyna.seed_vmap)
+  # for 2 iterations, the second one imagining: seed k there is the run of seed k alone.
+  from jaxlab.core import runtime
+  from jaxlab.core import seeds as seeds_lib
+  from jaxlab.rl.itc import dyna
+
+  env = _toy_env(2)
+  cfg, policy = _two_iterations_with_warmup()
+  update = dyna.make_update(env, cfg)
+  loop = runtime.Loop(2, log_every=1, progress=False, plot=False, tensorboard=False)
+  keys = seeds_lib.seed_keys((0, 1))
+  states = dyna.init_seeds(env, policy, cfg, seeds_lib.stream(keys, 1))
+  both, result = runtime.train(
+    states, update, loop, key=keys, seeds=(0, 1), seed_vmap=dyna.seed_vmap
+  )
+  assert np.asarray(both.iteration).tolist() == [2, 2]
+  for i, seed in enumerate((0, 1)):
+    alone = dyna.init(env, policy, cfg, jax.random.fold_in(keys[i], 1))
+    alone, solo = runtime.train(alone, update, loop, key=keys[i])
+    assert solo.summary["train/imagining"] == 1.0  # the last iteration took the other branch
+    for a, b in zip(jax.tree.leaves(seeds_lib.take(both, i)), jax.tree.leaves(alone), strict=True):
+      np.testing.assert_allclose(
+        np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-5, atol=1e-6
+      )
+    for name, value in result.per_seed[seed].items():
+      np.testing.assert_allclose(value, solo.summary[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 # --- the decoder evaluation's metrics (jaxlab.rl.itc.decoder_eval) against loop-by-loop NumPy ---

@@ -2,10 +2,11 @@
 
 An arm is a curriculum (``none``: the original game; ``dr``: domain randomisation over the seed
 task programs; ``dicode``: the archive of model-written tasks, offline proposer). A cell runs
-:func:`jaxlab.rl.dicode.runner.run` once per seed in ``<workdir>/seed<k>`` (a finished run
-returns its record unchanged, a killed one resumes) with the same config for every arm, so every
-arm gets the same environment steps and updates and is evaluated on the same 16 held-out worlds of
-the original game.
+:func:`jaxlab.rl.dicode.runner.run_seeds` once: the arm's seeds train together (one vmapped PPO
+program; each seed's curriculum and archive its own), each in ``<workdir>/seed<k>`` as its solo
+run would (a finished seed returns its record unchanged, a killed cell resumes), with the same
+config for every arm, so every arm gets the same environment steps and updates and is evaluated
+on the same 16 held-out worlds of the original game.
 """
 
 from __future__ import annotations
@@ -70,12 +71,13 @@ def cell(
 
   c = config(updates_per_session)
   proposer = runner.proposer_settings("offline")
-  out = {}
-  for seed in seeds:
-    s = runner.run(pathlib.Path(workdir) / f"seed{seed}", c, arm, proposer, seed)
-    used = proposer if arm == "dicode" else {"kind": None}
-    out[seed] = {**s, **derived(s), "config": runner.recorded_config(c, arm, used, seed)}
-  return out
+  used = proposer if arm == "dicode" else {"kind": None}
+  # every seed of the arm in one call: their PPO vmapped in one program, each in <workdir>/seed<k>
+  got = runner.run_seeds(pathlib.Path(workdir), c, arm, proposer, tuple(seeds))
+  return {
+    seed: {**s, **derived(s), "config": runner.recorded_config(c, arm, used, seed)}
+    for seed, s in got.items()
+  }
 
 
 def _study(name: str, updates_per_session: int, note: str) -> Study:

@@ -86,7 +86,11 @@ def flat(res: dict, decoder: str) -> dict:
 def cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, dict]:
   """The decoder ``arm`` on each seed's world model. The first arm to reach a seed evaluates every
   decoder there in one compiled program and keeps the result beside the world model
-  (``<workdir>/../world_models/seed_<s>/decoders.json``); the other arms read it."""
+  (``<workdir>/../world_models/seed_<s>/decoders.json``); the other arms read it.
+
+  The seeds run one after another through the same compiled stages (`decoder_eval.Evaluator`),
+  not vmapped: this study trains world models on random play, not the Dyna agent that
+  ``experiments.itc --seeds`` vmaps, and each seed's world model is kept on disk as it finishes."""
   from jaxlab.core import metrics
   from jaxlab.rl.itc import decoder_eval
 

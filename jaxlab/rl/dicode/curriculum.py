@@ -251,15 +251,23 @@ class SFL(Curriculum):
     self.learnable: list[int] = []
     self.scores: list[float] = []
 
+  def refresh_due(self, session: int) -> bool:
+    """Whether ``plan(session, ...)`` scores new candidate levels first."""
+    return self.score_levels is not None and session % self.every == 0
+
+  def draw_candidates(self, rng) -> list[int]:
+    """The candidate levels a refresh scores: the plan's first draws from ``rng``."""
+    return _new_seeds(rng, self.candidates)
+
   def _refresh(self, rng) -> None:
-    seeds = _new_seeds(rng, self.candidates)
+    seeds = self.draw_candidates(rng)
     scores = np.asarray(self.score_levels(seeds), np.float64)
     best = np.argsort(-scores, kind="stable")[: self.buffer_size]
     self.learnable = [seeds[i] for i in best]
     self.scores = [float(scores[i]) for i in best]
 
   def plan(self, session, rng):
-    if self.score_levels is not None and session % self.every == 0:
+    if self.refresh_due(session):
       self._refresh(rng)
     if self.learnable and rng.random() < self.replay_prob:
       idx = rng.choice(len(self.learnable), size=self.k, replace=len(self.learnable) < self.k)

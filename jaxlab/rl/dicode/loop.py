@@ -38,10 +38,18 @@ worlds (drawn anew every session, :meth:`PoolCache.fresh`), the levels' worlds a
 worlds. What a new task costs is its pool (``multitask.build_pool``: the program's world
 function, compiled once per program), kept in memory and under ``<workdir>/pools/``
 (:class:`PoolCache`).
+
+Several seeds (:func:`run_together`; ``experiments.dicode --seeds``): one :class:`Loop` per seed,
+each in its own workdir with its own curriculum, archive, pools and agent. Because the task set is
+data, the seeds' session environments share one step function, so a session of every seed is one
+run of the runtime over a seed axis (:func:`train_together`: the chunk above, vmapped), and so
+are the evaluation and SFL's scoring (:func:`play_together`); planning, scoring, evolution and
+commits stay on the host, seed by seed. Seed ``k`` computes what its loop alone computes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import pathlib
@@ -56,6 +64,7 @@ import numpy as np
 from flax import struct
 
 from jaxlab.core import checkpoint, metrics, provenance, runtime
+from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.sharding import to_device as _host
 from jaxlab.envs import vec
@@ -572,26 +581,7 @@ class Loop:
 
   def train_session(self, plan, session: int):
     """Trains ``updates_per_session`` PPO updates on ``plan``; returns (window counts, metrics)."""
-    plan.session = session
-    env = self._session_env(plan)
-    update, _ = self.program(env)
-    key = jax.random.fold_in(self.key, session)
-    state = self._agent_state(env, jax.random.fold_in(key, 0))
-    loop = self._runtime_loop()
-    t0 = time.perf_counter()
-    state, result = runtime.train(
-      state, update, loop, key=jax.random.fold_in(key, 1), data=_host(np.bool_(True))
-    )
-    self.carried = {"train": state.train, "stats": state.stats}
-    info = {
-      "wall_s": time.perf_counter() - t0,
-      "achievement_names": env.achievement_names,
-      **result.summary,
-    }
-    window = {k: v[: plan.size] for k, v in counts(state.env_state).items()}
-    if plan.kind == "base":  # every unit is the original game
-      window = {k: v.sum(0, keepdims=True) for k, v in counts(state.env_state).items()}
-    return window, info
+    return train_together([self], [plan], session)[0]
 
   def _runtime_loop(self) -> runtime.Loop:
     c = self.config
@@ -614,29 +604,24 @@ class Loop:
     """The agent plays ``plan`` WITHOUT learning, through the training program, for ``steps``
     environment steps (rounded up to whole chunks of ``updates_per_session`` updates; episodes
     are recorded over exactly ``steps``); with ``until_done`` it stops once every environment's
-    first episode has ended. Returns the final ``Counted`` state."""
-    c = self.config
-    env = self._session_env(plan, stop=steps)
-    _, chunk = self.program(env)
-    state = self._agent_state(env, jax.random.fold_in(key, 0))
-    per_chunk, u = c.updates_per_session * c.ppo.num_steps, c.updates_per_session
-    # the U updates of a part in calls of the training's chunk program (its max_len), not a
-    # program of U steps compiled for playing; the same key and step numbers as one U-step call
-    m = self._chunk_len()
-    flag = _host(np.bool_(False))
-    for i in range(-(-steps // per_chunk)):
-      k = jax.random.fold_in(key, 1 + i)
-      for start in range(0, u, m):
-        state, _ = chunk(state, flag, k, start, min(m, u - start), m)
-      if until_done and bool(np.asarray(state.env_state.first_done).all()):
-        break
-    return state.env_state
+    first episode has ended. Returns the final ``Counted`` state (:func:`play_together`)."""
+    return play_together([self], [plan], steps, [key], until_done)[0]
 
   def run_session(self, session: int) -> dict:
+    plan = self.plan_session(session)
+    window, info = self.train_session(plan, session)
+    return self.record_session(plan, session, window, info)
+
+  def plan_session(self, session: int):
+    """The curriculum's plan of ``session`` (its random draws keyed by the seed and session)."""
     rng = np.random.default_rng([self.seed, session])
     plan = self.curriculum.plan(session, rng)
     self.log(f"[dicode] session {session}: training on {plan.size} {plan.kind}")
-    window, info = self.train_session(plan, session)
+    return plan
+
+  def record_session(self, plan, session: int, window: dict, info: dict) -> dict:
+    """What the session taught: the original game's return, the curriculum's and the archive's
+    scores, the history row (returned)."""
     stats = scoring.task_statistics(window, plan.names)
     original = plan.original_index()
     if original is not None and stats[original]["finished"]:
@@ -766,23 +751,14 @@ class Loop:
   def run(self, sessions: int | None = None, stop_after: int | None = None) -> dict:
     """Runs (or resumes) up to ``sessions`` sessions; ``stop_after`` ends this call early after
     that many sessions (as a kill between sessions would, for tests). Returns the loop state."""
-    total = self.config.sessions if sessions is None else sessions
-    with workdir_lib.session(self.workdir, None):
-      provenance.announce()
-      self.load()
-      self._reject_interrupted()
-      done = 0
-      while self.state["session"] < total:
-        session = self.state["session"]
-        self.run_session(session)
-        last = session + 1 >= total  # children of the last session would never train
-        if self._evolving() and not last and (session + 1) % self.config.evolve_every == 0:
-          self.evolve(session)
-        self._commit(session + 1, self.carried)
-        done += 1
-        if stop_after is not None and done >= stop_after:
-          break
-    return self.state
+    return run_together([self], sessions, stop_after)[0]
+
+  def after_session(self, session: int, total: int) -> None:
+    """An evolution round when one is due, then the commit of the finished session."""
+    last = session + 1 >= total  # children of the last session would never train
+    if self._evolving() and not last and (session + 1) % self.config.evolve_every == 0:
+      self.evolve(session)
+    self._commit(session + 1, self.carried)
 
   def _evolving(self) -> bool:
     return self.archive is not None and self.proposer is not None
@@ -819,24 +795,209 @@ class Loop:
     """SFL's scores of original-game ``seeds``: the current policy plays them (no learning, the
     training program) for ``sfl_rollout_steps`` steps, ``units`` levels at a time, each drawn
     uniformly at every reset; achievement learnability of each level's finished episodes."""
-    c = self.config
-    seeds = list(seeds)
-    k = num_units(curriculum_lib.SessionPlan("levels", [], np.ones(0)), c)
-    scores = []
-    for i in range(0, len(seeds), k):
-      part = seeds[i : i + k]
+    return score_levels_together([self], [seeds])[0]
+
+
+# --- several seeds: one Loop per seed, their PPO vmapped in one program ---
+
+
+def run_together(loops, sessions: int | None = None, stop_after: int | None = None) -> list:
+  """:meth:`Loop.run` of every loop (one per seed, each in its own workdir with its own curriculum,
+  archive and agent), the seeds' sessions trained TOGETHER: each session's PPO of every seed is one
+  vmapped program (:func:`train_together`), the curricula plan, score and evolve on the host, seed
+  by seed. Seeds that a killed run left at different sessions train in groups by session until
+  they meet. Returns each loop's state; ``stop_after`` as in :meth:`Loop.run` (rounds of sessions).
+  """
+  loops = list(loops)
+  total = loops[0].config.sessions if sessions is None else sessions
+  with contextlib.ExitStack() as stack:
+    for lp in loops:
+      stack.enter_context(workdir_lib.session(lp.workdir, None))
+    provenance.announce()
+    for lp in loops:
+      lp.load()
+      lp._reject_interrupted()
+    done = 0
+    while True:
+      behind = [lp for lp in loops if lp.state["session"] < total]
+      if not behind:
+        break
+      session = min(lp.state["session"] for lp in behind)
+      group = [lp for lp in behind if lp.state["session"] == session]
+      plans = plan_together(group, session)
+      for lp, plan, (window, info) in zip(group, plans, train_together(group, plans, session)):
+        lp.record_session(plan, session, window, info)
+        lp.after_session(session, total)
+      done += 1
+      if stop_after is not None and done >= stop_after:
+        break
+  return [lp.state for lp in loops]
+
+
+def plan_together(loops, session: int) -> list:
+  """Each loop's plan of ``session``. SFL's refresh plays the candidate levels with the current
+  policy: the loops due for one play theirs together (:func:`score_levels_together`) before
+  planning, on the very levels their plan then draws."""
+  due = [
+    lp
+    for lp in loops
+    if isinstance(lp.curriculum, curriculum_lib.SFL) and lp.curriculum.refresh_due(session)
+  ]
+  if len(due) < 2:
+    return [lp.plan_session(session) for lp in loops]
+  # the draws of each plan's own generator (plan_session makes the same one): the same levels
+  drawn = [lp.curriculum.draw_candidates(np.random.default_rng([lp.seed, session])) for lp in due]
+  scores = score_levels_together(due, drawn)
+  kept = [lp.curriculum.score_levels for lp in due]
+  try:
+    for lp, levels, got in zip(due, drawn, scores):
+      lp.curriculum.score_levels = functools.partial(_scored, levels, got)
+    return [lp.plan_session(session) for lp in loops]
+  finally:
+    for lp, fn in zip(due, kept):
+      lp.curriculum.score_levels = fn
+
+
+def _scored(levels: list, scores: np.ndarray, asked) -> np.ndarray:
+  if list(asked) != list(levels):
+    raise RuntimeError("SFL asked for other levels than the ones scored before its plan")
+  return scores
+
+
+def _seed_axis(loops):
+  """The seeds of ``loops`` as the runtime's seed axis (None for one loop: no axis)."""
+  if len(loops) == 1:
+    return None
+  seeds = tuple(int(lp.seed) for lp in loops)
+  if len(set(seeds)) != len(seeds):
+    raise ValueError(f"loops trained together need distinct seeds, got {seeds}")
+  return seeds
+
+
+def _shared_update(loops, envs):
+  """The one update (and so one program) of the loops' environments: each loop's
+  :meth:`Loop.program`; environments of one shape share their step function."""
+  updates = [lp.program(env)[0] for lp, env in zip(loops, envs)]
+  if any(u is not updates[0] for u in updates):
+    raise ValueError(
+      "the seeds' session environments do not share one step function (make_env must return "
+      "environments whose task set is data, as multitask.session_env does): they cannot be vmapped"
+    )
+  return updates[0]
+
+
+def train_together(loops, plans, session: int) -> list[tuple[dict, dict]]:
+  """:meth:`Loop.train_session` of each loop on its plan; several loops' PPO is ONE vmapped program
+  (``runtime.train(..., seeds=...)``): seed ``k`` there computes what its loop alone would.
+  Returns each loop's (window counts, metrics); every loop carries its trained agent."""
+  seeds = _seed_axis(loops)
+  envs, states, keys = [], [], []
+  for lp, plan in zip(loops, plans):
+    plan.session = session
+    envs.append(lp._session_env(plan))
+    lp.program(envs[-1])
+    key = jax.random.fold_in(lp.key, session)
+    states.append(lp._agent_state(envs[-1], jax.random.fold_in(key, 0)))
+    keys.append(jax.random.fold_in(key, 1))
+  update = _shared_update(loops, envs)
+  loop = loops[0]._runtime_loop()
+  data = _host(np.bool_(True))
+  t0 = time.perf_counter()
+  if seeds is None:
+    state, result = runtime.train(states[0], update, loop, key=keys[0], data=data)
+    per = [(state, result.summary)]
+  else:
+    state, result = runtime.train(
+      seeds_lib.stack(states), update, loop, key=jnp.stack(keys), data=data, seeds=seeds
+    )
+    shared = {k: v for k, v in result.summary.items() if k not in ("seeds", "per_seed")}
+    per = [
+      (seeds_lib.take(state, i), {**shared, **result.per_seed[seed]})
+      for i, seed in enumerate(seeds)
+    ]
+  wall = time.perf_counter() - t0
+  out = []
+  for lp, plan, env, (st, summary) in zip(loops, plans, envs, per):
+    lp.carried = {"train": st.train, "stats": st.stats}
+    info = {"wall_s": wall, "achievement_names": env.achievement_names, **summary}
+    got = counts(st.env_state)
+    window = {k: v[: plan.size] for k, v in got.items()}
+    if plan.kind == "base":  # every unit is the original game
+      window = {k: v.sum(0, keepdims=True) for k, v in got.items()}
+    out.append((window, info))
+  return out
+
+
+def play_together(loops, plans, steps: int, keys, until_done: bool = False) -> list:
+  """:meth:`Loop.play` of each loop (its plan, its key); several loops play through the vmapped
+  training program. With ``until_done`` a seed's state is the one after the chunk in which all of
+  its first episodes had ended (as its loop alone stops there), the others play on."""
+  seeds = _seed_axis(loops)
+  c = loops[0].config
+  envs, states = [], []
+  for lp, plan, key in zip(loops, plans, keys):
+    envs.append(lp._session_env(plan, stop=steps))
+    lp.program(envs[-1])
+    states.append(lp._agent_state(envs[-1], jax.random.fold_in(key, 0)))
+  update = _shared_update(loops, envs)
+  if seeds is None:
+    state, chunk = states[0], runtime.make_chunk_fn(update)
+  else:
+    # the chunk runtime.train(..., seeds=...) compiled for the sessions: the same program
+    state, chunk = seeds_lib.stack(states), runtime.make_chunk_fn(update, seed_vmap=seeds_lib.vmap)
+  per_chunk, u = c.updates_per_session * c.ppo.num_steps, c.updates_per_session
+  # the U updates of a part in calls of the training's chunk program (its max_len), not a
+  # program of U steps compiled for playing; the same key and step numbers as one U-step call
+  m = loops[0]._chunk_len()
+  flag = _host(np.bool_(False))
+  n = len(loops)
+  out: list = [None] * n
+  for i in range(-(-steps // per_chunk)):
+    k = [jax.random.fold_in(key, 1 + i) for key in keys]
+    k = k[0] if seeds is None else jnp.stack(k)
+    for start in range(0, u, m):
+      state, _ = chunk(state, flag, k, start, min(m, u - start), m)
+    if until_done:
+      ended = np.asarray(state.env_state.first_done).reshape(n, -1).all(axis=1)
+      for j in range(n):
+        if ended[j] and out[j] is None:
+          out[j] = _of_seed(state.env_state, seeds, j)
+      if all(o is not None for o in out):
+        break
+  return [_of_seed(state.env_state, seeds, j) if o is None else o for j, o in enumerate(out)]
+
+
+def _of_seed(tree, seeds, i: int):
+  """Seed ``i`` of a stacked pytree (the tree itself without a seed axis)."""
+  return tree if seeds is None else seeds_lib.take(tree, i)
+
+
+def score_levels_together(loops, level_lists) -> list[np.ndarray]:
+  """:meth:`Loop.score_levels` of each loop's levels (equally many per loop), played together."""
+  c = loops[0].config
+  level_lists = [list(levels) for levels in level_lists]
+  k = num_units(curriculum_lib.SessionPlan("levels", [], np.ones(0)), c)
+  scores: list[list] = [[] for _ in loops]
+  for i in range(0, len(level_lists[0]), k):
+    plans, keys = [], []
+    for lp, levels in zip(loops, level_lists):
+      part = levels[i : i + k]
       plan = curriculum_lib.SessionPlan(
         "levels",
         [f"level_{s}" for s in part],
         np.full(len(part), 1.0 / len(part)),
         levels=curriculum_lib.seed_keys(part),
       )
-      plan.session = self.state["session"]
-      key = jax.random.fold_in(self.key, 1_000_000 + 1_000 * self.state["session"] + i)
-      window = counts(self.play(plan, c.sfl_rollout_steps, key))
-      n = len(part)
-      scores.append(curriculum_lib.level_score(window["achievements"][:n], window["finished"][:n]))
-    return np.concatenate(scores)
+      plan.session = lp.state["session"]
+      plans.append(plan)
+      keys.append(jax.random.fold_in(lp.key, 1_000_000 + 1_000 * lp.state["session"] + i))
+    played = play_together(loops, plans, c.sfl_rollout_steps, keys)
+    for j, (plan, st) in enumerate(zip(plans, played)):
+      window, n = counts(st), plan.size
+      scores[j].append(
+        curriculum_lib.level_score(window["achievements"][:n], window["finished"][:n])
+      )
+  return [np.concatenate(s) for s in scores]
 
 
 def frontier(active: list[dict], k: int) -> list[dict]:
@@ -905,40 +1066,55 @@ def evaluate(run: Loop, curriculum: str) -> tuple[dict, dict]:
   the run's training program without learning: ``eval_envs`` held-out worlds, ``num_envs`` at a
   time, each environment starting in its own world (``TaskTable.first``), its first episode
   recorded over ``eval_steps`` steps."""
+  return evaluate_together([run], curriculum)[0]
+
+
+def evaluate_together(loops, curriculum: str) -> list[tuple[dict, dict]]:
+  """:func:`evaluate` of each loop's agent, on the same held-out worlds; several loops' agents
+  play together through their vmapped training program (:func:`play_together`)."""
   from jaxlab.rl.dicode import evaluation, seeds
   from jaxlab.rl.ppo import evaluation as ppo_eval
 
-  c = run.config
+  c = loops[0].config
   n, envs, p = c.ppo.eval_envs, c.ppo.num_envs, c.pool_size
-  if curriculum == "dr":
-    slot = run.curriculum.names.index(curriculum_lib.ORIGINAL)
-  else:
-    slot = c.num_slots - 1
   k = num_units(curriculum_lib.SessionPlan("worlds", [], np.ones(0)), c)
   pools = evaluation.held_out_pools(n, p)
   original = seeds.load_seed_tasks()[curriculum_lib.ORIGINAL]
   key = jax.random.key(evaluation.EVAL_SEED)
-  outs = []
+  outs: list[list] = [[] for _ in loops]
   for base in range(0, n, k * p):  # one table holds k * p worlds
     part = pools[base // p : base // p + k]
-    plan = curriculum_lib.SessionPlan(
-      "worlds",
-      [curriculum_lib.ORIGINAL] * len(part),
-      np.full(len(part), 1.0 / len(part)),
-      [original] * len(part),
-      [slot] * len(part),
-      pools=part,
-    )
+    plans = []
+    for lp in loops:
+      if curriculum == "dr":
+        slot = lp.curriculum.names.index(curriculum_lib.ORIGINAL)
+      else:
+        slot = c.num_slots - 1
+      plans.append(
+        curriculum_lib.SessionPlan(
+          "worlds",
+          [curriculum_lib.ORIGINAL] * len(part),
+          np.full(len(part), 1.0 / len(part)),
+          [original] * len(part),
+          [slot] * len(part),
+          pools=part,
+        )
+      )
     for first in range(0, min(k * p, n - base), envs):
-      plan.first = first
-      state = run.play(plan, c.ppo.eval_steps, jax.random.fold_in(key, base + first), True)
+      for plan in plans:
+        plan.first = first
+      keys = [jax.random.fold_in(key, base + first)] * len(loops)
+      played = play_together(loops, plans, c.ppo.eval_steps, keys, True)
       keep = min(envs, n - base - first)
-      outs.append({name: v[:keep] for name, v in first_episodes(state).items()})
-  out = {name: np.concatenate([o[name] for o in outs]) for name in outs[0]}
+      for out, state in zip(outs, played):
+        out.append({name: v[:keep] for name, v in first_episodes(state).items()})
   env = types.SimpleNamespace(
     max_return=craftax_max_return(), achievement_names=craftax_achievement_names()
   )
-  return ppo_eval.summarize(out, env)
+  return [
+    ppo_eval.summarize({name: np.concatenate([o[name] for o in out]) for name in out[0]}, env)
+    for out in outs
+  ]
 
 
 def craftax_max_return() -> float:
@@ -955,35 +1131,45 @@ def craftax_achievement_names() -> tuple[str, ...]:
 
 def finish(run: Loop, state: dict, curriculum: str) -> dict:
   """Evaluates the agent, writes summary.json and achievements.png; returns the summary."""
+  return finish_together([run], [state], curriculum)[0]
+
+
+def finish_together(loops, states, curriculum: str) -> list[dict]:
+  """:func:`finish` of each loop (its own summary.json and achievements.png in its workdir), the
+  agents evaluated together (:func:`evaluate_together`)."""
   from jaxlab.rl.ppo import evaluation as ppo_eval
 
   t0 = time.perf_counter()
-  scalars, rates = evaluate(run, curriculum)
-  history = state["history"]
-  summary = {
-    "curriculum": curriculum,
-    "sessions": state["session"],
-    "env_steps": history[-1]["env_steps"] if history else 0,
-    "train_wall_s": float(sum(h["wall_s"] for h in history)),
-    "eval_wall_s": time.perf_counter() - t0,
-    **{f"eval/{k}": v for k, v in scalars.items()},
-    "achievements": rates,
-    "history": history,
-  }
-  if run.archive is not None:
-    summary["archive"] = archive_summary(run.archive)
-    summary["evolution"] = state["evolution"]
-  summary["provenance"] = provenance.collect()
-  ppo_eval.achievement_chart(
-    run.workdir / "achievements.png", rates, title=f"{curriculum}: held-out original-game worlds"
-  )
-  runtime.write_summary(run.workdir, summary)  # last: its presence means the run finished
-  run.log(
-    f"[dicode] {curriculum}: eval return {scalars['return']:.3g} "
-    f"({scalars.get('return_pct', float('nan')):.3g}% of max) over {run.config.ppo.eval_envs} "
-    f"held-out worlds -> {run.workdir}"
-  )
-  return summary
+  results = evaluate_together(loops, curriculum)
+  eval_wall = time.perf_counter() - t0
+  out = []
+  for run, state, (scalars, rates) in zip(loops, states, results):
+    history = state["history"]
+    summary = {
+      "curriculum": curriculum,
+      "sessions": state["session"],
+      "env_steps": history[-1]["env_steps"] if history else 0,
+      "train_wall_s": float(sum(h["wall_s"] for h in history)),
+      "eval_wall_s": eval_wall,
+      **{f"eval/{k}": v for k, v in scalars.items()},
+      "achievements": rates,
+      "history": history,
+    }
+    if run.archive is not None:
+      summary["archive"] = archive_summary(run.archive)
+      summary["evolution"] = state["evolution"]
+    summary["provenance"] = provenance.collect()
+    ppo_eval.achievement_chart(
+      run.workdir / "achievements.png", rates, title=f"{curriculum}: held-out original-game worlds"
+    )
+    runtime.write_summary(run.workdir, summary)  # last: its presence means the run finished
+    run.log(
+      f"[dicode] {curriculum}: eval return {scalars['return']:.3g} "
+      f"({scalars.get('return_pct', float('nan')):.3g}% of max) over {run.config.ppo.eval_envs} "
+      f"held-out worlds -> {run.workdir}"
+    )
+    out.append(summary)
+  return out
 
 
 def compare(dirs, out) -> dict:

@@ -4,6 +4,8 @@
 seed tasks, the proposer, the archive and the curriculum, runs (or resumes) the session loop
 (:class:`jaxlab.rl.dicode.loop.Loop`), evaluates on held-out worlds and writes summary.json;
 ``loop.compare(dirs, out)`` charts finished runs side by side (:func:`check_run_dirs` first).
+``run_seeds(workdir, config, curriculum, proposer, seeds=(0, 1, 2))`` trains several seeds
+together (one vmapped PPO program), each in ``<workdir>/seed<k>`` as ``run`` would.
 """
 
 from __future__ import annotations
@@ -212,6 +214,64 @@ def recorded_config(config, curriculum: str, settings: dict, seed: int) -> dict:
   """What a resume must match (the API key is never recorded)."""
   extra = {k: v for k, v in settings.items() if k != "api_key"}
   return {**config.to_dict(), "curriculum": curriculum, "proposer": extra, "seed": seed}
+
+
+def run_seeds(workdir, config, curriculum: str, proposer: dict, seeds, hooks=None) -> dict:
+  """:func:`run` of each seed in ``<workdir>/seed<k>`` (each what ``run`` alone writes there: its
+  own config.json, archive, agent, loop state and summary.json), the seeds trained TOGETHER: each
+  session's PPO of every seed is one vmapped program, the curricula (planning, scoring, proposals,
+  the sandbox, the archives) run on the host seed by seed, and the evaluation plays every agent in
+  the same vmapped program (`loop.run_together`). Seed ``k``'s record is its solo run's. A
+  finished seed returns its record unchanged; a killed run resumes every seed. Returns
+  ``{seed: summary}``."""
+  from jaxlab.core import workdir as workdir_lib
+  from jaxlab.rl.dicode import seeds as seed_tasks
+
+  seeds = tuple(int(s) for s in seeds)
+  workdir = pathlib.Path(workdir)
+  dirs = {s: workdir / f"seed{s}" for s in seeds}
+  if len(seeds) == 1:
+    extra = {} if hooks is None else {"hooks": hooks}
+    return {seeds[0]: run(dirs[seeds[0]], config, curriculum, proposer, seeds[0], **extra)}
+  check_choice("curriculum", curriculum, curriculum_lib.CURRICULA)
+  loop_lib.validate_config(config, curriculum)
+  require(len(set(seeds)) == len(seeds), "seeds", f"repeats a seed: {seeds}")
+  if curriculum != "dicode":
+    proposer = {"kind": None}
+  recorded = {s: recorded_config(config, curriculum, proposer, s) for s in seeds}
+  out: dict[int, dict] = {}
+  for s, d in dirs.items():  # every seed's files are read and checked before anything runs
+    if d.is_dir():
+      workdir_lib.check_config(d, recorded[s])
+      summary = workdir_lib.finished(d)
+      if summary is not None:
+        print(f"[dicode] {d} holds this finished run; its record is unchanged")
+        out[s] = summary
+        continue
+      check_resume(d, curriculum, config.sessions, config.num_slots)
+  todo = [s for s in seeds if s not in out]
+  if not todo:
+    return out
+  workdir_lib.check_writable(workdir, "workdir")
+  made = make_proposer(proposer, config) if curriculum == "dicode" else None
+  for s in todo:
+    with workdir_lib.session(dirs[s], recorded[s]):
+      pass  # creates the seed's workdir, refuses a busy one, records its config.json
+  sources = seed_tasks.load_seed_tasks()
+  loops = []
+  for s in todo:
+    archive = None
+    if curriculum == "dicode":
+      archive = loop_lib.open_archive(dirs[s] / "archive", sources, config.num_slots)
+    cur = make_curriculum(config, curriculum, sources, archive)
+    lp = loop_lib.Loop(dirs[s], config, cur, seed=s, archive=archive, proposer=made, hooks=hooks)
+    if curriculum == "sfl":
+      cur.score_levels = lp.score_levels
+    loops.append(lp)
+  states = loop_lib.run_together(loops)
+  for s, summary in zip(todo, loop_lib.finish_together(loops, states, curriculum)):
+    out[s] = summary
+  return {s: out[s] for s in seeds}
 
 
 def run(workdir, config, curriculum: str, proposer: dict, seed: int = 0, hooks=None) -> dict:

@@ -38,7 +38,8 @@ def make_policy(config, num_actions: int) -> policies.ImpalaRNNPolicy:
 
 def create(config, cfg: dyna.DynaConfig, key):
   """``(env, state)``: ``config.env`` with ``ppo.num_envs`` environments and the initial Dyna
-  state of the agent ``cfg`` (``validate_config(config)``)."""
+  state of the agent ``cfg`` (``validate_config(config)``). ``key``: one raw key, or raw keys
+  ``[seeds, 2]`` for the states of several seeds stacked on a leading axis (`dyna.init_seeds`)."""
   from jaxlab.envs import craftax
 
   env = craftax.make(config.env, config.ppo.num_envs, config.ppo.reset_ratio, field="config.env")
@@ -48,6 +49,8 @@ def create(config, cfg: dyna.DynaConfig, key):
     f"has {env.num_actions} actions, the world model {cfg.wm.num_actions}",
   )
   policy = make_policy(config, env.num_actions)
+  if jnp.ndim(key) == 2:
+    return env, dyna.init_seeds(env, policy, cfg, key)
   state = dyna.init(env, policy, cfg, key)  # compiled programs, not eager work (dyna.init)
   return env, state
 

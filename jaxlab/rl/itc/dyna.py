@@ -13,7 +13,9 @@ One runtime step is one iteration:
    steps from the next real frame) and one PPO epoch on it.
 
 Everything runs inside one jitted update, so `jaxlab.core.runtime.train` checkpoints and resumes
-the whole agent (policy, world model, codebook and the replay itself). Episode metrics
+the whole agent (policy, world model, codebook and the replay itself); several seeds train as
+the runtime's seed axis, vmapped in that one program (:func:`init_seeds`, :func:`seed_vmap`), seed
+``k`` the run of seed ``k`` alone. Episode metrics
 (``return_pct``, ``score``) are those of the real training episodes, as the authors log them.
 Sizes and rates of steps 3-4 that the public material does not give (world-model batch,
 imagination batch) are choices of this reimplementation; see docs/itc.md.
@@ -157,6 +159,30 @@ def init(env, policy, cfg: DynaConfig, key: Array) -> DynaState:
   k_ppo, wm, book, replay = _init_rest(cfg, tuple(env.obs_shape))(key)
   ps = ppo.init(env, policy, cfg.ppo, k_ppo)
   return DynaState(ppo=ps, wm=wm, book=book, replay=replay, iteration=jnp.int32(0))
+
+
+def init_seeds(env, policy, cfg: DynaConfig, keys: Array) -> DynaState:
+  """:func:`init` of every seed's key (``keys``: raw ``uint32[seeds, 2]``): the states stacked on a
+  leading seed axis, seed ``i`` the state ``init(..., keys[i])`` gives (`ppo.init_seeds`)."""
+  k_ppo, wm, book, replay = jax.jit(jax.vmap(_init_rest(cfg, tuple(env.obs_shape))))(keys)
+  ps = ppo.init_seeds(env, policy, cfg.ppo, k_ppo)
+  iteration = jnp.zeros(keys.shape[0], jnp.int32)
+  return DynaState(ppo=ps, wm=wm, book=book, replay=replay, iteration=iteration)
+
+
+def seed_vmap(fn):
+  """The Dyna update's transform over the runtime's seed axis (``runtime.train(...,
+  seed_vmap=...)``).
+
+  Every seed is at the same iteration: passing it unbatched keeps the update's ``lax.cond`` on it
+  (imagination only after ``warmup_steps``) a branch, where vmap would turn a cond on a batched
+  predicate into both branches and a select, running the imagination during the warm-up too."""
+
+  def batched(states, keys):
+    iteration = states.iteration[0]
+    return jax.vmap(lambda s, k: fn(s.replace(iteration=iteration), k))(states, keys)
+
+  return batched
 
 
 @functools.cache

@@ -28,6 +28,7 @@ import jax
 from absl import flags
 
 from jaxlab.core import experiment
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.sampling import dasbs, evaluation
 
 _EVAL_FLAGS = {  # defaults: evaluation.get_config()
@@ -88,16 +89,17 @@ def main(argv):
     eval_every=spec.phase_steps if ev.stage_eval_samples else 0,
     memory_field="config.batch_size",  # a chunk's memory grows with batch_size x num_repl paths
   )
-  evaluation.train_and_report(
-    config,
-    ev,
-    jax.random.key_data(jax.random.key(run.seed)),
-    workdir=run.workdir,
-    loop=loop,
-    mesh=run.mesh,
-    log=lambda line: print(line, flush=True),
-    seeds=run.seeds if many else None,
-  )
+  with workdir_lib.identity(run.seeds):  # another seed never continues or replaces this run
+    evaluation.train_and_report(
+      config,
+      ev,
+      jax.random.key_data(jax.random.key(run.seed)),
+      workdir=run.workdir,
+      loop=loop,
+      mesh=run.mesh,
+      log=lambda line: print(line, flush=True),
+      seeds=run.seeds if many else None,
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ three comparisons with the exact controller:
 
 --steps is the shared flag reused as the number of tau-leaping steps (default 50). Nothing is
 written unless --out=<path.json> is given; an --out that already holds this result is left as it
-is, one that holds anything else is refused (choose a new --out). The same from Python:
+is, one that holds anything else is refused (choose a new --out), and while one run computes for an
+--out, another writing into the same folder is refused (exit 2). The same from Python:
 `jaxlab.sampling.exact_check` (docs/dasbs.md, "Use from Python").
 """
 
@@ -99,20 +100,31 @@ def main(argv):
     f"({f'from {workdir}/config.json' if workdir else 'from the flags'})",
     flush=True,
   )
-  log = lambda line: print(line, flush=True)  # noqa: E731
   kw = {"samples": c.samples, "seeds": c.seeds, "seed": FLAGS.seed}
   record = exact_check.settings(spec, workdir=workdir, step=step, **kw)
-  if FLAGS.out and exact_check.previous_result(FLAGS.out, record) is not None:
-    print(f"[dasbs_exact] {FLAGS.out} holds this result; nothing rewritten")
+  if not FLAGS.out:
+    _check(spec, ctrl, step, record, kw)
     return
+  out = pathlib.Path(FLAGS.out)
+  # one writer of --out's folder from here to the rename: a second run started alongside is
+  # refused instead of one result silently replacing the other
+  with workdir_lib.output_lock(out.parent, "out"):
+    if exact_check.previous_result(out, record) is not None:
+      print(f"[dasbs_exact] {out} holds this result; nothing rewritten")
+      return
+    write_json(out, _check(spec, ctrl, step, record, kw))  # a tmp file, then a rename
+  print(f"[dasbs_exact] -> {out}")
+
+
+def _check(spec, ctrl, step, record: dict, kw: dict) -> dict:
+  """The check itself; returns the result with its settings (and the --workdir it read)."""
+  log = lambda line: print(line, flush=True)  # noqa: E731
   provenance.announce()
   result = exact_check.run(spec, ctrl=ctrl, step=step, log=log, **kw)
   result = {**result, "settings": record}
-  if workdir:
-    result = {**result, "workdir": str(workdir)}
-  if FLAGS.out:
-    write_json(FLAGS.out, result)
-    print(f"[dasbs_exact] -> {FLAGS.out}")
+  if FLAGS.workdir:
+    result = {**result, "workdir": str(pathlib.Path(FLAGS.workdir))}
+  return result
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import optax
 
 from jaxlab.core import experiment, resources, runtime, sharding
 from jaxlab.core import seeds as seeds_lib
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.train_state import TrainState
 
 
@@ -103,19 +104,20 @@ def main(argv):
   experiment.require(not several or run.mesh is None, "seeds", "train vmapped on one device")
   state = seeds_lib.stack([create(config)] * len(seeds)) if several else create(config)
   sample_fn = sharding.data_parallel(lambda d, k: sample(d, k, config.batch_size), run.mesh)
-  _, result = runtime.train(
-    state,
-    update,
-    run.loop(),
-    key=keys if several else keys[0],
-    workdir=run.workdir,
-    data=data,
-    sample_fn=sample_fn,
-    eval_fn=eval_fn,
-    mesh=run.mesh,
-    config={**config.to_dict(), "seeds": list(seeds)} if several else config,
-    **several,
-  )
+  with workdir_lib.identity(run.seeds):  # another seed never continues or replaces this run
+    _, result = runtime.train(
+      state,
+      update,
+      run.loop(),
+      key=keys if several else keys[0],
+      workdir=run.workdir,
+      data=data,
+      sample_fn=sample_fn,
+      eval_fn=eval_fn,
+      mesh=run.mesh,
+      config=config,
+      **several,
+    )
   s = result.summary
   print(
     f"final loss {s['train/loss']:.4g}, |w - w*| {s.get('eval/w_err', float('nan')):.4g}"

@@ -78,17 +78,17 @@ def main(argv):
     progress_keys=("return_pct", "score", "wm_loss"),
   )
   record = itc.recorded(run.workdir)
-  state, result = runtime.train(
-    state,
-    dyna.make_update(env, cfg),
-    loop,
-    key=key,
-    workdir=run.workdir,
-    # another seed set in the same workdir is refused, not mixed into the run
-    config=c if seeds is None else {**c.to_dict(), "seeds": list(seeds)},
-    seeds=seeds,
-    seed_vmap=dyna.seed_vmap if seeds else None,
-  )
+  with workdir.identity(run.seeds):  # another seed never continues or replaces this run
+    state, result = runtime.train(
+      state,
+      dyna.make_update(env, cfg),
+      loop,
+      key=key,
+      workdir=run.workdir,
+      config=c,
+      seeds=seeds,
+      seed_vmap=dyna.seed_vmap if seeds else None,
+    )
   pngs = pictures(run.workdir, state, cfg, c.picture_steps, keys, seeds, record)
   s = result.summary
   get = lambda k, s=s: float(s.get(f"train/{k}", float("nan")))

@@ -27,6 +27,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxlab.core import experiment
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError
 from jaxlab.lm import config as lm_config
 from jaxlab.lm import modes
@@ -67,7 +68,8 @@ def main(argv):
       "several seeds train vmapped on one device; drop --mesh (or run one seed per mesh)",
     )
   setup = modes.prepare(c, mode, run.workdir, run.mesh)  # every check, before anything is written
-  modes.run(mode, c, run.workdir, run.loop(), run.seed, run.mesh, setup, run.seeds)
+  with workdir_lib.identity(run.seeds):  # another seed never continues or replaces this run
+    modes.run(mode, c, run.workdir, run.loop(), run.seed, run.mesh, setup, run.seeds)
 
 
 if __name__ == "__main__":

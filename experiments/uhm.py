@@ -33,6 +33,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxlab.core import experiment
+from jaxlab.core import workdir as workdir_lib
 from jaxlab.envs import ogbench as og  # light: ogbench and MuJoCo are imported when data is read
 from jaxlab.rl import uhm
 
@@ -125,14 +126,15 @@ def main(argv):
   loop = run.loop(
     eval_every=eval_every, progress_keys=("critic_loss", "q_mean", "bc_mse", "flow_loss")
   )
-  _, result = uhm.train(
-    task,
-    loop,
-    seeds=run.seeds,
-    eval_episodes=FLAGS.eval_episodes,
-    workdir=run.workdir,
-    mesh=run.mesh,
-  )
+  with workdir_lib.identity(run.seeds):  # another seed set never continues or replaces this run
+    _, result = uhm.train(
+      task,
+      loop,
+      seeds=run.seeds,
+      eval_episodes=FLAGS.eval_episodes,
+      workdir=run.workdir,
+      mesh=run.mesh,
+    )
   s = uhm.write_report(run.workdir, task, result, seeds)
   print(uhm.final_line(s, task, FLAGS.eval_episodes, run.workdir), flush=True)
 

@@ -4,6 +4,13 @@
 ``<workdir>/.lock`` (released on exit, and by the kernel when the process dies, so a dead run never
 leaves a stale lock), compares ``config`` with the ``config.json`` already there, and only then
 writes ``config.json``.
+
+A run's seeds are part of what it is: inside ``with identity(seeds):`` every ``session`` records
+them in ``config.json`` (``seed``, or ``seeds`` for several), so a resume or re-run with another
+seed is refused like any other config change.
+
+Files written outside a workdir (``--out``, study tables) go through :func:`output_lock` (one
+writer per folder, the same ``flock``) and :func:`write_atomic` (a reader never sees half a file).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import fcntl
 import json
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
@@ -22,6 +29,30 @@ from jaxlab.core import metrics
 from jaxlab.core.errors import ConfigError
 
 LOCK = ".lock"
+_IDENTITY: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def identity(seeds: Sequence[int]) -> Iterator[None]:
+  """Inside it, every ``session`` with a config records ``seeds`` as part of it: ``seed`` for one,
+  ``seeds`` for several (the keys the programs that record their seeds themselves use)."""
+  seeds = [int(s) for s in seeds]
+  before = dict(_IDENTITY)
+  _IDENTITY.clear()
+  _IDENTITY.update({"seed": seeds[0]} if len(seeds) == 1 else {"seeds": seeds})
+  try:
+    yield
+  finally:
+    _IDENTITY.clear()
+    _IDENTITY.update(before)
+
+
+def with_identity(config: Any) -> Any:
+  """``config`` as recorded: its JSON form plus the seeds of the enclosing :func:`identity`."""
+  if config is None or not _IDENTITY:
+    return config
+  rec = json.loads(json.dumps(metrics.jsonable(config)))
+  return {**rec, **_IDENTITY} if isinstance(rec, dict) else {"config": rec, **_IDENTITY}
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -118,6 +149,7 @@ def session(path: pathlib.Path | None, config: Any = None) -> Iterator[pathlib.P
     yield None
     return
   main = jax.process_index() == 0
+  config = with_identity(config)
   create(path)
   lock = _lock(path) if main else None
   try:
@@ -160,4 +192,43 @@ def check_writable(path: str | os.PathLike, field: str = "workdir") -> pathlib.P
     raise ConfigError(field, f"{probe} exists and is not a directory")
   if not os.access(probe, os.W_OK | os.X_OK):
     raise ConfigError(field, f"{probe} is not writable")
+  return path
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike, field: str) -> Iterator[pathlib.Path]:
+  """An exclusive ``flock`` on the existing folder ``path`` while a program computes and writes
+  files there that lie outside a workdir: a second writer gets ``ConfigError(field)``.
+
+  The folder itself is locked, so no lock file is left among the outputs (a results folder is
+  committed); the kernel releases it when the holder dies.
+  """
+  path = pathlib.Path(path)
+  try:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+  except OSError as e:
+    raise ConfigError(field, f"cannot open {path}: {e.strerror or e}") from e
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    os.close(fd)
+    raise ConfigError(
+      field, f"another process is writing into {path}; wait for it, or choose another --{field}"
+    ) from None
+  try:
+    yield path
+  finally:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
+  """Writes ``text`` to ``path`` through a temporary file and a rename, and only when it changes
+  (an unchanged file keeps its bytes and its time stamp)."""
+  path = pathlib.Path(path)
+  if path.is_file() and path.read_text() == text:
+    return path
+  tmp = path.with_name(f".{path.name}.tmp")
+  tmp.write_text(text)
+  os.replace(tmp, path)
   return path

@@ -333,6 +333,9 @@ def train_and_report(
     seeds=seeds,
   )
   train_s = time.perf_counter() - t0
+  if "mcmc/method" in result.summary:  # nothing trained: the record `report` already completed
+    log(f"[dasbs] {workdir} holds this finished run (summary.json); nothing rewritten")
+    return state, result.summary
   summary = report(
     workdir, state, result, key, ev, mesh=mesh, train_s=train_s, log=log, seeds=seeds
   )

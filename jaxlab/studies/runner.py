@@ -163,6 +163,32 @@ def _tested(study: Study, test: stats.Test, per_seed: dict) -> list[dict]:
 def table(study: Study, results=None) -> str:
   """``table.md`` and ``table.csv`` in ``results`` from its raw files; returns the markdown."""
   results = pathlib.Path(results) if results is not None else study.results
+  require(results.is_dir(), "results", f"{results}/raw holds no result of {study.name}")
+  # one writer of the folder's table at a time; a second is refused rather than interleaved
+  with workdir_lib.output_lock(results, "results"):
+    check_table_owner(study, results)
+    md, rows = _table(study, results)
+    workdir_lib.write_atomic(results / "table.md", md)
+    workdir_lib.write_atomic(results / "table.csv", rows)
+  return md
+
+
+def check_table_owner(study: Study, results: pathlib.Path) -> None:
+  """``ConfigError('results')`` when ``results/table.md`` is another study's table (it is rebuilt
+  from the raw files only for the study it belongs to)."""
+  path = results / "table.md"
+  if not path.is_file():
+    return
+  head = (path.read_text().splitlines() or [""])[0]
+  require(
+    head == f"# {study.name}",
+    "results",
+    f"{path} holds another study's table ({head!r}); choose another --results",
+  )
+
+
+def _table(study: Study, results: pathlib.Path) -> tuple[str, str]:
+  """The markdown and CSV of :func:`table`."""
   records = read_raw(study, results)
   require(bool(records), "results", f"{results}/raw holds no result of {study.name}")
   per_metric = {m: stats.read_per_seed(records, m) for m in study.metrics}
@@ -203,10 +229,7 @@ def table(study: Study, results=None) -> str:
   test_rows = [r for t in study.tests for r in _tested(study, t, per_metric[t.metric])]
   for r in test_rows:
     csv_rows.append({"section": "test", **{k: r[k] for k in _TEST_CSV}})
-  md = _markdown(study, records, arm_rows, test_rows)
-  (results / "table.md").write_text(md)
-  (results / "table.csv").write_text(_csv(csv_rows))
-  return md
+  return _markdown(study, records, arm_rows, test_rows), _csv(csv_rows)
 
 
 _TEST_CSV = ("metric", "arm", "control", "n", "diff", "test", "p", "p_adjusted", "verdict")

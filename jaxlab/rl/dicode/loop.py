@@ -1173,7 +1173,8 @@ def finish_together(loops, states, curriculum: str) -> list[dict]:
 
 
 def compare(dirs, out) -> dict:
-  """comparison.png / comparison.json over finished runs (a dir of seed*/ runs is averaged)."""
+  """comparison.png / comparison.json over finished runs (a dir of seed*/ runs is averaged), in
+  the workdir ``out`` whose config.json records the compared runs."""
   from jaxlab.rl.dicode import evaluation
 
   out = workdir_lib.check_writable(out, "workdir")  # before anything is read or written
@@ -1188,11 +1189,13 @@ def compare(dirs, out) -> dict:
     label = runs[0].get("curriculum", d.name)
     evals = [{k[5:]: v for k, v in r.items() if k.startswith("eval/")} for r in runs]
     results[label if label not in results else f"{label} ({d})"] = evaluation.aggregate(evals)
-  workdir_lib.create(out)
-  metrics.write_json(out / "comparison.json", results)
-  evaluation.comparison_chart(
-    out / "comparison.png", results, title="held-out original-game return by curriculum"
-  )
+  # locked, and recorded with the runs it compares: a comparison of other runs is refused there
+  # (choose another --workdir), one of the same runs rewrites the same bytes
+  with workdir_lib.session(out, {"compare": [str(d) for d in dirs]}):
+    metrics.write_json(out / "comparison.json", results)
+    evaluation.comparison_chart(
+      out / "comparison.png", results, title="held-out original-game return by curriculum"
+    )
   for label, r in results.items():
     print(
       f"{label:>12}: {r['return_pct']:.3g}% of max (±{r['return_pct_std']:.2g}, "

@@ -43,14 +43,26 @@ UpdateFn = Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, Mapping[str, jax.
 
 
 class NonFiniteError(RuntimeError):
-  """Training produced NaN/inf metrics; the last good checkpoint is kept, nothing newer saved."""
+  """Training produced NaN/inf metrics; the last good checkpoint is kept, nothing newer saved.
 
-  def __init__(self, step: int, names: list[str]):
-    super().__init__(
-      f"non-finite {', '.join(names)} in the chunk ending at step {step}; "
-      f"stopped, the last good checkpoint is kept"
-    )
-    self.step = step
+  ``resumed_from``: the checkpoint (step, folder) the run had just resumed from, when the metrics
+  turned non-finite in the first chunk after it. That checkpoint is then the suspect, not a good
+  one, and the message says so (it is kept; the user decides).
+  """
+
+  def __init__(self, step: int, names: list[str], resumed_from: tuple[int, str] | None = None):
+    what = f"non-finite {', '.join(names)} in the chunk ending at step {step}"
+    if resumed_from is None:
+      message = f"{what}; stopped, the last good checkpoint is kept"
+    else:
+      at, folder = resumed_from
+      message = (
+        f"{what}, the first after resuming from the checkpoint at step {at}: that checkpoint is "
+        f"suspect, it may be corrupt (it is kept): move {folder}/{at} aside to resume from the "
+        "one before it"
+      )
+    super().__init__(message)
+    self.step, self.resumed_from = step, resumed_from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -504,13 +516,13 @@ class _Host:
       self.writer.close()
 
 
-def _check_finite(step: int, mean: Mapping[str, float], rows: dict | None = None) -> None:
+def _check_finite(step: int, mean: Mapping[str, float], rows: dict | None = None, resumed=None):
   bad = [k for k, v in mean.items() if not math.isfinite(v)]
   if bad and rows:
     seeds = [s for s, row in rows.items() if not all(math.isfinite(row[k]) for k in bad)]
     bad = [f"{', '.join(bad)} (seed {', '.join(map(str, seeds))})"]
   if bad:
-    raise NonFiniteError(step, bad)
+    raise NonFiniteError(step, bad, resumed)
 
 
 def _profiled(loop: Loop, workdir, index: int):
@@ -565,7 +577,11 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
       if seeds is not None:
         rows = dict(zip(seeds, seeds_lib.per_seed_rows(logged, seeds)))
       if loop.stop_on_nonfinite:
-        _check_finite(step, mean, rows)
+        # the first chunk after a restore tests the checkpoint it started from
+        resumed = (
+          (start, str(mngr.directory)) if i == 0 and start > 0 and mngr is not None else None
+        )
+        _check_finite(step, mean, rows, resumed)
       if loop.units_per_step > 0:
         # every seed's environment steps count: the throughput of the whole program
         mean[loop.units_name] = sps * loop.units_per_step * (len(seeds) if seeds else 1)
@@ -685,10 +701,12 @@ def _place(state, data, mesh, state_sharding, data_sharding):
 
 
 def _resume(state, mngr, workdir: pathlib.Path, loop: Loop):
-  latest = None if mngr is None else mngr.latest_step()
-  if latest is None:
+  """The newest checkpoint that verifies (:func:`checkpoint.restore_latest`: newer corrupt ones
+  are set aside with one warning line), or ``state`` at step 0 when there is none."""
+  restored = None if mngr is None else checkpoint.restore_latest(mngr, state, set_aside=True)
+  if restored is None:
     return state, 0
-  state = checkpoint.restore_with(mngr, state, latest)
+  state, latest = restored
   logging.info("resumed from %s at step %d", workdir / CKPT_DIR, latest)
   if loop.progress and jax.process_index() == 0:
     print(f"[jaxlab] resuming from checkpoint at step {latest} in {workdir}", flush=True)

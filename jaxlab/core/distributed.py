@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from collections.abc import Mapping
 
 import jax
@@ -24,6 +26,30 @@ def first_host(nodelist: str) -> str:
   return prefix + rest.split(",")[0].split("]")[0].split("-")[0]
 
 
+_HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+def check_address(address: str) -> str:
+  """``address`` when it is ``host:port`` (an IPv6 host in brackets); else ValueError saying why.
+
+  jax would otherwise fail deep inside its gRPC client, with a traceback or by aborting."""
+  host, sep, port = address.rpartition(":")
+  ok_port = sep and port.isascii() and port.isdigit() and 0 < int(port) < 65536
+  if host.startswith("[") and host.endswith("]"):
+    try:
+      ok_host = isinstance(ipaddress.ip_address(host[1:-1]), ipaddress.IPv6Address)
+    except ValueError:
+      ok_host = False
+  else:
+    ok_host = len(host) <= 253 and _HOSTNAME.fullmatch(host) is not None
+  if not (ok_port and ok_host):
+    raise ValueError(
+      f"{address!r} is not host:port (a host name or IP address, a port in 1-65535; "
+      "an IPv6 address in brackets: [::1]:1234)"
+    )
+  return address
+
+
 def plan(
   coordinator_address: str | None = None,
   num_processes: int | None = None,
@@ -40,6 +66,7 @@ def plan(
       raise ValueError(
         "multi-host needs --coordinator_address, --num_processes and --process_id together"
       )
+    check_address(coordinator_address)
     if not 0 <= process_id < num_processes:
       raise ValueError(f"--process_id={process_id} is not in [0, {num_processes})")
     return dict(
@@ -56,7 +83,7 @@ def plan(
     )
     port = env.get("JAXLAB_COORDINATOR_PORT", "12355")
     return dict(
-      coordinator_address=f"{host}:{port}",
+      coordinator_address=check_address(f"{host}:{port}"),
       num_processes=ntasks,
       process_id=int(env["SLURM_PROCID"]),
     )

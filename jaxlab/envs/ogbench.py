@@ -31,15 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import time
-import zipfile
 
 import numpy as np
 from absl import logging
 
+from jaxlab.core import files
 from jaxlab.core.errors import ConfigError, check_finite_array
 from jaxlab.envs import ogbench_generate as gen
 
@@ -173,22 +172,27 @@ def _check_against_env(path: str, shapes: dict, env, need_qpos: bool) -> None:
     )
 
 
+@contextlib.contextmanager
+def _dataset_error():
+  """A bad file found by `jaxlab.core.files` as this module's DatasetError."""
+  try:
+    yield
+  except DatasetError:
+    raise
+  except ConfigError as e:
+    raise DatasetError(e.field, e.message) from None
+
+
 def check_dataset_file(path: str, env=None, need_qpos: bool = True) -> dict:
   """Checks a raw OGBench npz without loading it into the training pipeline; returns {key: shape}.
 
   Raises DatasetError naming the file and the field when keys are missing or shapes disagree with
   each other or with `env`'s observation/action spaces.
   """
-  try:
-    with np.load(path, allow_pickle=False) as f:
-      shapes = {k: f[k].shape for k in f.files}
-      terminals = f["terminals"][...] if "terminals" in f.files else None
-  except FileNotFoundError:
-    raise DatasetError("dataset_dir", f"{path}: file not found") from None
-  except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-    # numpy reports any bytes that are neither zip nor .npy as "pickled data": say what it is.
-    why = "unrecognised format" if "pickle" in str(e) else f"{type(e).__name__}: {e}"
-    raise DatasetError("dataset_dir", f"{path}: not a readable .npz file ({why})") from None
+  # Headers first: a damaged or oversized member is refused before anything is allocated.
+  with _dataset_error():
+    members = files.npz_members("dataset_dir", path)
+  shapes = {k: m.shape for k, m in members.items()}
   required = ["observations", "actions", "terminals"] + (["qpos"] if need_qpos else [])
   missing = [k for k in required if k not in shapes]
   if missing:
@@ -208,10 +212,14 @@ def check_dataset_file(path: str, env=None, need_qpos: bool = True) -> dict:
       raise DatasetError(
         "dataset_dir", f"{path}: '{k}' has shape {s} but 'observations' has {n} rows"
       )
+  with _dataset_error():
+    files.check_real("dataset_dir", path, members)
   if len(shapes["terminals"]) != 1:
     raise DatasetError(
       "dataset_dir", f"{path}: 'terminals' must be 1-D, got shape {shapes['terminals']}"
     )
+  with _dataset_error():
+    terminals = files.load_npz("dataset_dir", path, ["terminals"])["terminals"]
   if not bool(terminals[-1]):
     raise DatasetError(
       "dataset_dir",
@@ -383,6 +391,17 @@ def _check_finite(path: str, arrays: dict) -> None:
         raise DatasetError("dataset_dir", f"{path}: '{k}' {e.message}") from None
 
 
+def _read_meta(path: str) -> dict | None:
+  """The generator's note next to a data set (None when there is none)."""
+  if not os.path.lexists(path):
+    return None
+  with _dataset_error():
+    meta = files.read_json("dataset_dir", path)
+  if not isinstance(meta, dict):
+    raise DatasetError("dataset_dir", f"{path}: a JSON {type(meta).__name__}, not an object")
+  return meta
+
+
 def load(
   env_name: str = DEFAULT_ENV_NAME,
   dataset_dir: str | None = None,
@@ -414,6 +433,7 @@ def load(
   )
   for p in (train_path, val_path):
     check_dataset_file(p, env)
+  meta = _read_meta(train_path + ".json")
   # dataset_path given: ogbench never takes its downloading branch.
   train, val = ogbench.make_env_and_datasets(
     tn.name,
@@ -424,10 +444,6 @@ def load(
   )
   _check_finite(train_path, train)
   _check_finite(val_path, val)
-  meta = None
-  if os.path.exists(train_path + ".json"):
-    with open(train_path + ".json") as f:
-      meta = json.load(f)
   if source == "file" and meta is not None:
     source = "generated"
   if verbose:

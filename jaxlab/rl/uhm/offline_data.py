@@ -54,7 +54,8 @@ def make_offline_data(
 
   action_clip_eps: clip actions to [-1 + eps, 1 - eps], as FQL's `make_env_and_datasets` does with
   eps = 1e-5 (keeps a tanh actor's BC target inside its open range); None leaves them as they are.
-  Bad data (missing keys, ragged or empty arrays, NaN/inf) raises ``ConfigError('data', ...)``.
+  Bad data (missing keys, ragged or empty arrays, non-real dtypes, NaN/inf) raises
+  ``ConfigError('data', ...)``.
   """
   missing = [k for k in REQUIRED if k not in d]
   require(not missing, "data", f"missing keys {missing}; required keys: {list(REQUIRED)}")
@@ -63,6 +64,12 @@ def make_offline_data(
   for k in REQUIRED:
     require(
       len(d[k]) == N, "data", f"key {k!r} has {len(d[k])} rows, expected {N} (len of rewards)"
+    )
+  for k in REQUIRED:
+    dtype = np.asarray(d[k]).dtype
+    # a complex array would be cast to float32 silently, dropping its imaginary part
+    require(
+      dtype.kind in "biuf", f"data.{k}", f"has dtype {dtype}; expected real numbers (int or float)"
     )
   for k in ("observations", "next_observations", "actions"):
     require(np.ndim(d[k]) == 2, "data", f"key {k!r} must be 2-D (N, dim), got {np.shape(d[k])}")

@@ -38,7 +38,7 @@ from typing import Any, NoReturn
 from absl import app, flags
 
 from jaxlab.core import mesh as mesh_lib
-from jaxlab.core import runtime, sharding
+from jaxlab.core import resources, runtime, sharding
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require  # noqa: F401
 from jaxlab.core.runtime import Loop, NonFiniteError
@@ -182,6 +182,23 @@ def check_positive(flag: str, value: float, allow_zero: bool = False) -> float:
   return value
 
 
+INT32_MAX = resources.INT32_MAX
+# Each chunk is a host round trip, a metrics row and an entry of the runtime's schedule (about
+# 100 bytes of host memory); a million rows is already a 100 MB metrics.csv, so more is a typo.
+MAX_CHUNKS = 1_000_000
+
+
+def check_chunks(steps: int, **everies: int) -> None:
+  """Refuses a schedule of more than :data:`MAX_CHUNKS` chunks, naming the ``every`` to raise."""
+  for name, every in everies.items():
+    if every and steps // every > MAX_CHUNKS:
+      raise ConfigError(
+        name,
+        f"{every} cuts {steps} steps into {steps // every} chunks (a host round trip and a "
+        f"metrics row each); at most {MAX_CHUNKS}: use at least {-(-steps // MAX_CHUNKS)}",
+      )
+
+
 @dataclasses.dataclass(frozen=True)
 class Common:
   """The validated shared flags of a run."""
@@ -273,19 +290,24 @@ def common(
     if FLAGS[name_].present:
       raise ConfigError(name_, f"is not used by {name}; remove it")
   steps = default_steps if FLAGS.steps is None else FLAGS.steps
-  require(steps >= 1, "steps", f"must be >= 1, got {steps}")
+  require(1 <= steps <= INT32_MAX, "steps", f"must be in [1, {INT32_MAX}], got {steps}")
   log_every = (
     FLAGS.log_every
     if FLAGS.log_every is not None
-    else (default_log_every or max(1, min(100, steps // 20 or 1)))
+    else max(default_log_every or max(1, min(100, steps // 20 or 1)), -(-steps // MAX_CHUNKS))
   )
-  require(log_every >= 1, "log_every", f"must be >= 1, got {log_every}")
+  require(1 <= log_every <= INT32_MAX, "log_every", f"must be in [1, {INT32_MAX}], got {log_every}")
   ckpt_every = (
     FLAGS.ckpt_every
     if FLAGS.ckpt_every is not None
     else (default_ckpt_every if default_ckpt_every is not None else max(log_every, steps // 4))
   )
-  require(ckpt_every >= 0, "ckpt_every", f"must be >= 0 (0 = only at the end), got {ckpt_every}")
+  require(
+    0 <= ckpt_every <= INT32_MAX,
+    "ckpt_every",
+    f"must be in [0, {INT32_MAX}] (0 = only at the end), got {ckpt_every}",
+  )
+  check_chunks(steps, log_every=log_every, ckpt_every=ckpt_every)
   require(
     0 <= FLAGS.seed <= seeds_lib.MAX_SEED,
     "seed",
@@ -345,6 +367,50 @@ def _fail_override(name: str, default_config, error: Exception) -> NoReturn:
   fail(name, str(error).strip("'\""))
 
 
+_CONFIG_FLAGS: list[str] = []  # every --config-style flag, for the integer range check
+# Config fields (``config.x.y``) and flags whose integers may pass 32 bits (counters of
+# environment steps, byte sizes): a program adds the names it serves in 64-bit arithmetic.
+WIDE_INTS: set[str] = set()
+
+
+# jax.random.key takes a signed 32-bit seed; a negative one is refused by common() too
+_INT_RANGES = {"seed": (0, INT32_MAX)}
+
+
+def _int_error(name: str, value: int) -> str | None:
+  low, high = _INT_RANGES.get(name, (-INT32_MAX - 1, INT32_MAX))
+  if name in WIDE_INTS or low <= value <= high:
+    return None
+  return f"must be in [{low}, {high}] (a 32-bit integer), got {value}"
+
+
+def _ints(value) -> list[int]:
+  vals = value if isinstance(value, (list, tuple)) else [value]
+  return [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def check_int_flags() -> None:
+  """Every integer flag the user typed fits 32 bits: arrays, seeds and counters are int32."""
+  for name, flag in FLAGS._flags().items():
+    if name != flag.name or not flag.present:
+      continue
+    for v in _ints(flag.value):
+      why = _int_error(name, v)
+      if why:
+        raise ConfigError(name, why)
+
+
+def check_config_ints(config, prefix: str = "config") -> None:
+  """Every integer of ``config`` (nested fields and tuple items) fits 32 bits."""
+  from jaxlab.core.errors import _leaves
+
+  for name, value in _leaves(config, prefix):
+    for v in _ints(value):
+      why = _int_error(name, v)
+      if why:
+        raise ConfigError(name, why)
+
+
 def define_config(default_config, name: str = "config"):
   """``config_flags.DEFINE_config_dict`` whose bad overrides exit 2 naming the field.
 
@@ -353,6 +419,7 @@ def define_config(default_config, name: str = "config"):
   """
   from ml_collections import config_flags
 
+  _CONFIG_FLAGS.append(name)
   try:
     return config_flags.DEFINE_config_dict(name, default_config)
   except _OVERRIDE_ERRORS as e:
@@ -387,6 +454,14 @@ def _check_config_files() -> None:
       fail(name, f"cannot load the config file {chosen!r}: {why}")
 
 
+def _check_configs() -> None:
+  for name in _CONFIG_FLAGS:
+    try:
+      check_config_ints(FLAGS[name].value, name)
+    except ConfigError as e:
+      fail(e.field, e.message)
+
+
 def config_path(method: str) -> str:
   """``experiments/configs/<method>.py`` beside the calling program (``experiments/<method>.py``).
 
@@ -410,17 +485,91 @@ def define_config_file(default_path: str, name: str = "config"):
   from ml_collections import config_flags
 
   _CONFIG_FILE_FLAGS.append(name)
+  _CONFIG_FLAGS.append(name)
   try:
-    return config_flags.DEFINE_config_file(name, default=default_path, lock_config=True)
+    holder = config_flags.DEFINE_config_file(name, default=default_path, lock_config=True)
   except _OVERRIDE_ERRORS + (OSError, ImportError, SyntaxError) as e:
     chosen = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(f"--{name}=")), None)
     _fail_override(name, _load_config_file(chosen or default_path), e)
+  FLAGS[name].parser = _strict_parser(name)
+  return holder
+
+
+class BadConfigFile(Exception):
+  """A ``--config=path.py[:arg]`` that does not give a config (not a ValueError: absl would
+  re-word it; :func:`_flags_parser` prints it as one line)."""
+
+  def __init__(self, flag: str, message: str):
+    self.flag, self.message = flag, message
+    super().__init__(f"{flag}: {message}")
+
+
+def load_config_file(spec: str, flag: str = "config"):
+  """``path.py[:arg]`` -> its ``get_config([arg])``, a ConfigDict; :class:`BadConfigFile` for any
+  way that fails (no file, a syntax error, no ``get_config``, one that raises or returns
+  something else), naming the file."""
+  import importlib.machinery
+  import importlib.util
+
+  from ml_collections import config_dict
+
+  path, has_arg, arg = spec.partition(":")
+  if not path or not os.path.exists(path):
+    raise BadConfigFile(flag, f"{path or spec!r}: no such file")
+  if not os.path.isfile(path):
+    raise BadConfigFile(flag, f"{path}: not a Python file (get_config() in a .py file)")
+  try:
+    loader = importlib.machinery.SourceFileLoader(f"{flag}_config", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+  except Exception as e:  # any error of the file's own code is the user's to fix
+    raise BadConfigFile(flag, f"{path}: {_why(e)}") from None
+  get_config = getattr(module, "get_config", None)
+  if not callable(get_config):
+    raise BadConfigFile(flag, f"{path}: defines no get_config() function")
+  try:
+    config = get_config(arg) if has_arg else get_config()
+  except Exception as e:
+    call = f"get_config({arg!r})" if has_arg else "get_config()"
+    raise BadConfigFile(flag, f"{path}: {call} raised {_why(e)}") from None
+  if not isinstance(config, config_dict.ConfigDict):
+    raise BadConfigFile(
+      flag,
+      f"{path}: get_config() returned {type(config).__name__}, not an ml_collections ConfigDict",
+    )
+  return config
+
+
+def _why(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {text[-1].strip()}" if text else type(e).__name__
+
+
+def _strict_parser(name: str):
+  """ml_collections' parser, but a file that does not load is refused when the flags are parsed
+  (ml_collections defers some errors to the config's first use and lets others escape)."""
+  from ml_collections.config_flags import config_flags as cf
+
+  class Parser(cf.ConfigFileFlagParser):
+    def parse(self, path):
+      config = load_config_file(path, self.name)
+      if self._lock_config:
+        config.lock()
+      return config
+
+  return Parser(name)
 
 
 def _flags_parser(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag exits 2 with one line instead of 1 with the whole usage."""
   try:
-    return FLAGS(argv)
+    rest = FLAGS(argv)
+    check_int_flags()
+    return rest
+  except BadConfigFile as e:
+    fail(e.flag, e.message)
+  except ConfigError as e:
+    fail(e.field, e.message)
   except flags.Error as e:
     msg = str(e)
     if "Traceback" in msg:  # a config file's get_config raised: its last line is the reason
@@ -580,6 +729,7 @@ def run(main) -> None:
     if len(argv) > 1:
       fail(argv[1], f"unexpected positional argument {argv[1]!r}; flags look like --name=value")
     _check_config_files()
+    _check_configs()
     try:
       distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     except ValueError as e:

@@ -373,15 +373,15 @@ _CONFIG_FLAGS: list[str] = []  # every --config-style flag, for the integer rang
 WIDE_INTS: set[str] = set()
 
 
-# jax.random.key takes a signed 32-bit seed; a negative one is refused by common() too
-_INT_RANGES = {"seed": (0, INT32_MAX)}
+# Seeds may be unsigned 32-bit (numpy's, envs.ogbench_generate); common() narrows jax's to int32.
+_INT_RANGES = {"seed": (-(2**31), 2**32 - 1)}
 
 
 def _int_error(name: str, value: int) -> str | None:
   low, high = _INT_RANGES.get(name, (-INT32_MAX - 1, INT32_MAX))
   if name in WIDE_INTS or low <= value <= high:
     return None
-  return f"must be in [{low}, {high}] (a 32-bit integer), got {value}"
+  return f"{value} overflows a 32-bit integer (must be in [{low}, {high}])"
 
 
 def _ints(value) -> list[int]:

@@ -49,6 +49,8 @@ VARIANTS = {
   "popov_anchored_1step": ("goma", {"eta_schedule": "power", "eta": 0.4, "r_eta": 0.5}),
 }
 METHODS = vi.METHODS + tuple(VARIANTS)
+# Methods whose step sizes decay against oracle noise -> their constant-step deterministic twin.
+STOCHASTIC_ONLY = {"dseg": "eg", "goma_stochastic": "goma", "popov_anchored_1step": "goma"}
 DEFAULT_METHODS = {  # methods=None
   "bilinear": "eg,popov,eag_v,feg,apv,goma",
   "quadratic": "eg,popov,eag_c,eag_v,feg,apv,goma",
@@ -187,6 +189,17 @@ def check_problem(problem: str, noise: str, methods: str | Sequence[str] | None)
   bad = [m for m in items if m not in METHODS]
   if bad or not items:
     raise ConfigError("methods", f"got {','.join(bad) or 'nothing'}; allowed: {', '.join(METHODS)}")
+  twice = sorted({m for m in items if items.count(m) > 1})
+  if twice:
+    raise ConfigError("methods", f"lists {','.join(twice)} more than once")
+  if not problem.startswith("stochastic"):
+    for m in items:
+      if m in STOCHASTIC_ONLY:
+        raise ConfigError(
+          "methods",
+          f"{m} is for stochastic problems (its decaying steps only fight the noise); on the "
+          f"exact problem {problem} use {STOCHASTIC_ONLY[m]}",
+        )
   return items
 
 

@@ -65,12 +65,23 @@ __all__ = [
 _act = jax.jit(agent.sample_actions)  # one compiled actor call per environment step
 
 
+# Each evaluation episode is a real MuJoCo episode of up to ~1000 steps stepped from the host
+# (about a second each on a CPU): beyond this an evaluation runs for days without a word.
+MAX_EVAL_EPISODES = 100_000
+
+
+def check_eval_episodes(n: int) -> None:
+  require(
+    1 <= n <= MAX_EVAL_EPISODES, "eval_episodes", f"must be in [1, {MAX_EVAL_EPISODES}], got {n}"
+  )
+
+
 def check_options(
   *, seeds=(0,), mesh=None, eval_episodes: int = 1, episodes=None, data_seed: int = 0
 ) -> None:
   """The run options `load_task` and `train` take, checked before anything is read or written
   (ConfigError naming each as the command line spells it)."""
-  require(eval_episodes >= 1, "eval_episodes", f"must be >= 1, got {eval_episodes}")
+  check_eval_episodes(eval_episodes)
   require(episodes is None or episodes >= 1, "episodes", f"must be >= 1, got {episodes}")
   require(data_seed >= 0, "data_seed", f"must be >= 0, got {data_seed}")
   require(len(seeds) >= 1, "seeds", "needs at least one seed")
@@ -553,7 +564,7 @@ def evaluate_checkpoint(workdir, step: int | None, num_episodes: int) -> tuple[d
   """
   from jaxlab.envs import ogbench as og
 
-  require(num_episodes >= 1, "eval_episodes", f"must be >= 1, got {num_episodes}")
+  check_eval_episodes(num_episodes)
   workdir = pathlib.Path(workdir)
   require(workdir.is_dir(), "workdir", f"{workdir} is not a run directory")
   cfg, env_name, num_seeds = recorded_config(workdir)

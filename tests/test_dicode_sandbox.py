@@ -6,6 +6,7 @@ so the default suite pays for one jax import; seed tasks and full world checks a
 
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -67,6 +68,22 @@ STATIC = {  # hostile program -> words its reason must contain
   "nesting": program("X = " + "[" * 60 + "1" + "]" * 60 + "\n"),
   "size": program("X = 1\n" * 5000),
   "missing": 'NAME = "t"\n',
+  "attribute store": program(
+    world="\ndef generate_world(wb, key):\n  wb.split = wb.build\n  return wb\n"
+  ),
+  "attribute augassign": program(
+    world="\ndef generate_world(wb, key):\n  wb.split += 1\n  return wb\n"
+  ),
+  "computed repeat": program("N = 1000\nX = 'a' * N * N\n"),
+  "list repeat by name": program("def f(n):\n  return [0] * n\nX = f(10)\n"),
+  "computed format": program("FMT = '%*d'\nW = 1000\nX = FMT % (W * W, 1)\n"),
+  "subscript augassign": program("def f(x):\n  x[0] += x[0]\n  return x\n"),
+  "set iteration": program(
+    world="\ndef generate_world(wb, key):\n  for b in {'TREE', 'STONE'}:\n"
+    "    wb = wb.place_randomly(key, b)\n  return wb\n"
+  ),
+  "set order branch": program("X = 1 if sorted({s for s in ('a', 'b')})[0] == 'a' else 2\n"),
+  "hash": program("X = hash('a') % 2\n"),
 }
 REASON_WORDS = {
   "import os": "import", "from-import": "import", "open": "'open'", "class walk": "__",
@@ -79,7 +96,12 @@ REASON_WORDS = {
   "private attribute": "private", "unknown name": "unknown name 'os'",
   "module loop": "module level",
   "decorator": "decorator", "annotation": "annotation", "nesting": "nest", "size": "characters",
-  "missing": "RELEVANT_ACHIEVEMENTS",
+  "missing": "RELEVANT_ACHIEVEMENTS", "attribute store": "assigning or deleting attributes",
+  "attribute augassign": "assigning or deleting attributes",
+  "computed repeat": "repeated by an integer literal",
+  "list repeat by name": "repeated by an integer literal", "computed format": "'%' in string",
+  "subscript augassign": "x[i] +=", "set iteration": "sets are allowed only",
+  "set order branch": "sets are allowed only", "hash": "'hash'",
 }  # fmt: skip
 
 
@@ -117,6 +139,67 @@ def test_second_layer_without_the_static_check():
     sandbox.load(program("import os\n"))
 
 
+def test_membership_sets_and_percent_in_docstrings_pass():
+  ok = program(
+    '"""50% of the trees."""\nX = 1 if 2 in {1, 2} else 0\n',
+    world='\ndef generate_world(wb, key):\n  """Keeps 100% of wb."""\n  return wb\n',
+  )
+  assert sandbox.check_source(ok) == []
+
+
+@pytest.mark.parametrize(
+  "body, words",
+  [
+    ("S = 'ab'\nN = 1000\nT = S * N * N\n", "limit 100000"),  # through names: at run time
+    ("def f(x):\n  for i in range(40):\n    x += x\n  return x\nX = f([1])\n", "`+`"),
+    ("X = sum([[1], [2]], [])\n", "sum()"),
+  ],
+)
+def test_computed_sizes_are_bounded_at_run_time(body, words):
+  source = program(body)
+  assert sandbox.check_source(source) == []
+  with pytest.raises(task_lib.TaskError, match=re.escape(words)):
+    sandbox.load(source)
+
+
+def test_guarded_operators_keep_their_meaning():
+  t = sandbox.load(program("def f(x):\n  y = x\n  y += [2]\n  return x\nX = f([1]) * 2 + [3]\n"))
+  assert t.name == "t"  # `+=` on a list still extends it in place; + and * still concatenate
+  ns = {"__builtins__": task_lib.SAFE_BUILTINS, **task_lib._GUARDS}
+  exec(
+    task_lib._guarded_code("def f(x):\n  y = x\n  y += [2]\n  return x\nX = f([1]) * 2 + [3]\n"), ns
+  )
+  assert ns["X"] == [1, 2, 1, 2, 3]
+
+
+def test_main_process_load_is_time_limited():
+  import resource
+
+  before = resource.getrlimit(resource.RLIMIT_AS)
+  looping = RUNTIME["python loop"][0]  # validated or not: the main process never hangs on it
+  assert sandbox.check_source(looping) == []
+  start = time.monotonic()
+  with pytest.raises(task_lib.TaskError, match="time limit"):
+    sandbox.load(looping, cpu_s=0.5)
+  assert time.monotonic() - start < 10
+  assert signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+  assert resource.getrlimit(resource.RLIMIT_AS) == before
+
+
+def test_main_process_load_is_memory_limited():
+  import resource
+
+  before = resource.getrlimit(resource.RLIMIT_AS)
+  hog = program("Z = [0] * 1000\nX = [Z * 100 for i in range(100000)]\n")
+  with pytest.raises(task_lib.TaskError, match="MemoryError"):
+    sandbox.load(hog, memory_mb=256)
+  assert resource.getrlimit(resource.RLIMIT_AS) == before
+
+
+def test_worker_runs_with_one_hash_seed():
+  assert sandbox.child_env("/tmp/x")["PYTHONHASHSEED"] == "0"
+
+
 def test_child_env_drops_secrets():
   secrets = {"OPENAI_API_KEY": "sk-x", "DICODE_API_KEY": "k", "GITHUB_TOKEN": "t",
              "AWS_SECRET_ACCESS_KEY": "a", "HF_TOKEN": "h"}  # fmt: skip
@@ -141,8 +224,19 @@ RUNTIME = {  # name -> (program, words the reason must contain)
     "time limit",
   ),
   "infinite recursion": (program("def h(n):\n  return h(n + 1)\nX = h(0)\n"), "recursion"),
-  "huge list": (program("def big(n):\n  return [0] * n * n\nX = big(100000)\n"), "memory"),
-  "huge string": (program("def big(n):\n  return 'ab' * n * n * n\nX = big(100000)\n"), "memory"),
+  # each piece within the run-time bound on `*`; together past the worker's address space
+  "huge list": (
+    program(
+      "def big(n):\n  z = [0] * 1000\n  return [z * 100 for i in range(n)]\nX = big(100000)\n"
+    ),
+    "memory",
+  ),
+  "huge string": (
+    program(
+      "def big(n):\n  z = 'ab' * 1000\n  return [z * 50 for i in range(n)]\nX = big(100000)\n"
+    ),
+    "memory",
+  ),
   "bad name": (program('NAME = "Bad Name!"\n'), "NAME"),
   "unknown achievement": (program('RELEVANT_ACHIEVEMENTS = ("FLY",)\n'), "unknown achievement"),
   # sum() over a range runs in C without checking signals: RLIMIT_CPU kills the worker. Last,

@@ -13,9 +13,16 @@ mutation). Two layers stand between such a program and the training process:
    and every loop a world generator needs is a `for` over a bounded `range`. No name or attribute
    starts with `__`; attributes are only `task.ALLOWED_ATTRIBUTES` (the WorldBuilder's public
    names); free names only `task.SAFE_BUILTINS` or names the program binds, never
-   exec/eval/compile/getattr/open/vars/... (`FORBIDDEN_NAMES`). Source size, AST node count,
-   nesting depth, integer and string literals and constant products (`"a" * 10**9`, `10**9`,
-   `1 << 40`) are bounded.
+   exec/eval/compile/getattr/open/vars/hash/... (`FORBIDDEN_NAMES`); attributes are never stored
+   to or deleted (`wb.split = ...` would replace the builder's methods). Source size, AST node
+   count, nesting depth, integer and string literals and constant products (`"a" * 10**9`,
+   `10**9`, `1 << 40`) are bounded. Computed sizes: no string literal but a docstring holds `%`,
+   so no string value can, and `%`-formatting never happens; a sequence literal, comprehension or
+   list/tuple/sorted call is repeated only by an integer literal (`"a" * N * N` is rejected);
+   `x[i] += ...` is rejected; what names carry (`S * N * N`) `task.compile_task` bounds at run
+   time (`task.MAX_SEQUENCE`). Behaviour may not differ between processes: sets appear only
+   after `in`/`not in` (their iteration order follows the per-process string hash), and
+   set/frozenset/hash/id are not available; the worker also runs with PYTHONHASHSEED=0.
 2. `validate` runs the programs that passed in ONE fresh interpreter
    (`python -m jaxlab.rl.dicode.sandbox_worker`) in its own process group, with a scrubbed
    environment built from an allow-list (no API keys, tokens or credentials: PATH, locale and
@@ -31,6 +38,10 @@ mutation). Two layers stand between such a program and the training process:
    the worker a little later, and the parent's wall-clock deadline per program kills the whole
    process group as a last resort.
 
+`load` compiles an admitted program in the calling (training) process, under a CPU-time limit
+(SIGPROF in the main thread) and an address-space limit (RLIMIT_AS's soft limit lowered for the
+duration of the load), so a program that behaves differently there still cannot hang it.
+
 `validate` never raises for a bad program and never hangs: every program comes back as a `Verdict`
 with a one-line reason. A worker that dies (memory, a native crash) marks the program it was
 checking rejected; the rest are retried once in a fresh worker and rejected if that one dies too.
@@ -40,12 +51,14 @@ A program killed for time is rejected and the rest go on in a fresh worker.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import pathlib
 import queue
+import resource
 import secrets
 import shutil
 import signal
@@ -72,7 +85,7 @@ FORBIDDEN_NAMES = frozenset(
     "vars", "dir", "open", "input", "breakpoint", "help", "exit", "quit", "__import__", "type",
     "object", "super", "memoryview", "bytearray", "classmethod", "staticmethod", "property", "id",
     "print", "format", "repr", "ascii", "chr", "ord", "iter", "next", "callable", "isinstance",
-    "issubclass",
+    "issubclass", "hash", "set", "frozenset",
   }
 )  # fmt: skip
 # Never allowed as attributes, even if a future WorldBuilder named one of them: `format` walks
@@ -115,6 +128,10 @@ _WHY = {  # node type -> why it is rejected (the reason a model sees)
   ast.NamedExpr: "assignment expressions (`:=`) are not allowed",
   ast.AnnAssign: "annotations are not allowed (remove type hints)",
 }
+_SEQUENCE_BUILDERS = frozenset({"list", "tuple", "sorted"})
+_SET_ORDER = (
+  "sets are allowed only after `in`/`not in`: their order follows the per-process string hash"
+)
 _MODULE_LEVEL = (ast.Assign, ast.FunctionDef, ast.Expr)
 
 
@@ -147,6 +164,19 @@ def _const_int(node) -> int | None:
       return a * b
     return a**b if 0 <= b <= 64 else None  # bounded: at most a 64-fold product of literals
   return None
+
+
+def _sequence_expr(node) -> bool:
+  """Whether `node` evidently builds a str/bytes/list/tuple (a literal, a comprehension, a
+  list/tuple/sorted call, or a sum or product with one of those): never repeated by a computed
+  count. Names are not followed; `task.compile_task` bounds what they build at run time."""
+  if _const_size(node) is not None or isinstance(node, ast.ListComp):
+    return True
+  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+    return node.func.id in _SEQUENCE_BUILDERS
+  if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+    return _sequence_expr(node.left) or _sequence_expr(node.right)
+  return False
 
 
 class _Checker(ast.NodeVisitor):
@@ -182,6 +212,8 @@ class _Checker(ast.NodeVisitor):
       self.fail(node, f"{name!r} is not allowed")
 
   def visit_Attribute(self, node):
+    if not isinstance(node.ctx, ast.Load):  # the builder's methods are not the program's to replace
+      self.fail(node, f"assigning or deleting attributes is not allowed: .{node.attr}")
     if node.attr.startswith("_"):
       self.fail(node, f"private or dunder attributes are not allowed: .{node.attr}")
     elif node.attr not in self.allowed_attributes:
@@ -222,6 +254,31 @@ class _Checker(ast.NodeVisitor):
         self._identifier(node, kw.arg)
     self.generic_visit(node)
 
+  def visit_Compare(self, node):
+    self.visit(node.left)
+    for op, right in zip(node.ops, node.comparators):
+      if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Set, ast.SetComp)):
+        super().generic_visit(right)  # membership does not depend on the order
+      else:
+        self.visit(right)
+
+  def visit_Set(self, node):
+    self.fail(node, _SET_ORDER)
+
+  def visit_SetComp(self, node):
+    self.fail(node, _SET_ORDER)
+
+  def visit_Expr(self, node):
+    if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+      self._constant(node.value, docstring=True)  # never read: it may hold any text
+      return
+    self.generic_visit(node)
+
+  def visit_AugAssign(self, node):
+    if isinstance(node.op, (ast.Add, ast.Mult)) and not isinstance(node.target, ast.Name):
+      self.fail(node, "`x[i] += ...` and `x[i] *= ...` are not allowed (write x[i] = x[i] + ...)")
+    self.generic_visit(node)
+
   def visit_Dict(self, node):
     if any(k is None for k in node.keys):
       self.fail(node, "`**` unpacking in dicts is not allowed")
@@ -229,9 +286,15 @@ class _Checker(ast.NodeVisitor):
     self.generic_visit(node)
 
   def visit_Constant(self, node):
+    self._constant(node, docstring=False)
+
+  def _constant(self, node, docstring: bool):
     v = node.value
     if isinstance(v, (str, bytes)) and len(v) > MAX_STR:
       self.fail(node, f"string literal longer than {MAX_STR} characters")
+    elif isinstance(v, (str, bytes)) and ("%" in v if isinstance(v, str) else b"%" in v):
+      if not docstring:  # no string value can hold '%', so `%`-formatting is impossible
+        self.fail(node, "'%' in string literals is not allowed (it is %-formatting's code)")
     elif type(v) is int and abs(v) > MAX_INT:
       self.fail(node, f"integer literal {v} exceeds {MAX_INT}")
     elif isinstance(v, float) and not math.isfinite(v):
@@ -264,6 +327,8 @@ class _Checker(ast.NodeVisitor):
         size, n = _const_size(seq), _const_int(times)
         if size is not None and n is not None and size * n > MAX_STR:
           self.fail(node, f"sequence repetition builds {size * n} items (limit {MAX_STR})")
+        elif _sequence_expr(seq) and n is None:
+          self.fail(node, "a string/list/tuple may only be repeated by an integer literal")
     self.generic_visit(node)
 
 
@@ -318,12 +383,69 @@ def check_source(source: str) -> list[str]:
   return list(dict.fromkeys(checker.reasons))  # unique, in order
 
 
-def load(source: str, classic: bool = False) -> task_lib.Task:
-  """`check_source`, then `task.compile_task` in THIS process (for programs `validate` admitted)."""
+LOAD_CPU_S = 10.0  # a program's module level is a few assignments: microseconds
+LOAD_MEMORY_MB = 1024  # address space a load may add to this process
+
+
+def load(
+  source: str,
+  classic: bool = False,
+  *,
+  cpu_s: float | None = None,
+  memory_mb: int | None = None,
+) -> task_lib.Task:
+  """`check_source`, then `task.compile_task` in THIS process (for programs `validate` admitted),
+  under a CPU-time limit (`cpu_s`, default LOAD_CPU_S) and an address-space limit (`memory_mb`
+  more than this process uses, default LOAD_MEMORY_MB); TaskError with a one-line reason."""
   reasons = check_source(source)
   if reasons:
     raise task_lib.TaskError(reasons[0])
-  return task_lib.compile_task(source, classic=classic)
+  task_lib.achievement_ids(classic)  # imports craftax outside the limits
+  cpu_s = LOAD_CPU_S if cpu_s is None else float(cpu_s)
+  try:
+    with _cpu_limit(cpu_s), _memory_limit(LOAD_MEMORY_MB if memory_mb is None else memory_mb):
+      return task_lib.compile_task(source, classic=classic)
+  except sandbox_worker.TimeLimit:
+    raise task_lib.TaskError(f"time limit: loading ran past {cpu_s:g} CPU seconds") from None
+
+
+@contextlib.contextmanager
+def _cpu_limit(cpu_s: float):
+  """SIGPROF raises TimeLimit (a BaseException: the program cannot catch it, and compile_task's
+  `except Exception` lets it through) after `cpu_s` CPU seconds. Signals reach the main thread
+  only: elsewhere the load runs without this limit."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signal.SIGPROF, sandbox_worker._on_alarm)
+  old_timer = signal.setitimer(signal.ITIMER_PROF, cpu_s)
+  try:
+    yield
+  finally:
+    signal.setitimer(signal.ITIMER_PROF, *old_timer)
+    signal.signal(signal.SIGPROF, previous)
+
+
+@contextlib.contextmanager
+def _memory_limit(memory_mb: int):
+  """Lowers RLIMIT_AS's soft limit to what this process maps now plus `memory_mb` for the load:
+  an allocation past it is a MemoryError (a rejection) instead of the machine's OOM killer."""
+  try:
+    with open("/proc/self/statm") as f:
+      mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+  except (OSError, ValueError):  # no /proc: the static bounds and the CPU limit only
+    yield
+    return
+  limit = mapped + (int(memory_mb) << 20)
+  if soft != resource.RLIM_INFINITY and soft <= limit:
+    yield
+    return
+  resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+  try:
+    yield
+  finally:
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 # ---- running programs in a worker process ------------------------------------------------------
@@ -367,6 +489,7 @@ def child_env(home: str) -> dict[str, str]:
     PYTHONPATH=root,
     PYTHONNOUSERSITE="1",
     PYTHONDONTWRITEBYTECODE="1",
+    PYTHONHASHSEED="0",  # one string hash in every worker (the static check bans order on it)
     JAX_PLATFORMS="cpu",
     OMP_NUM_THREADS="1",
     MALLOC_ARENA_MAX="2",  # glibc reserves 64 MiB of address space per arena and thread

@@ -24,8 +24,10 @@ worlds. See docs/dicode.md ("Task parameters") for how each multiplier acts on t
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
+import operator
 import re
 import time
 from collections.abc import Callable
@@ -85,6 +87,102 @@ SAFE_BUILTINS.update({"True": True, "False": False, "None": None})
 
 class TaskError(ValueError):
   """Why a task program was rejected (one line)."""
+
+
+# ---- sizes the static check cannot see: sequences built through names, bounded at run time ----
+
+MAX_SEQUENCE = 100_000  # items of one str/bytes/list/tuple built by `+`, `*` or `sum`
+_SEQUENCES = (str, bytes, list, tuple)
+
+
+def _bounded(n: int, op: str) -> None:
+  if n > MAX_SEQUENCE:
+    raise TaskError(f"`{op}` builds a sequence of {n} items (limit {MAX_SEQUENCE})")
+
+
+def _count(x) -> int | None:
+  """`x` as a repetition count, or None when `seq * x` is not a repetition (e.g. an array)."""
+  if isinstance(x, _SEQUENCES):
+    return None
+  try:
+    return operator.index(x)
+  except TypeError:
+    return None
+
+
+def _checked(op: str, a, b) -> None:
+  if op == "*":
+    for seq, times in ((a, b), (b, a)):
+      n = _count(times) if isinstance(seq, _SEQUENCES) else None
+      if n is not None:
+        _bounded(len(seq) * n, op)
+  elif isinstance(a, _SEQUENCES) and isinstance(b, _SEQUENCES):
+    _bounded(len(a) + len(b), op)
+
+
+def _mul(a, b):
+  _checked("*", a, b)
+  return a * b
+
+
+def _add(a, b):
+  _checked("+", a, b)
+  return a + b
+
+
+def _imul(a, b):
+  _checked("*", a, b)
+  return operator.imul(a, b)
+
+
+def _iadd(a, b):
+  _checked("+", a, b)
+  return operator.iadd(a, b)
+
+
+def _sum(iterable, start=0):
+  if isinstance(start, _SEQUENCES):  # sum(lists, []) would concatenate without `+`
+    raise TaskError("sum() adds numbers only, not lists or tuples")
+  return sum(iterable, start)
+
+
+SAFE_BUILTINS["sum"] = _sum
+
+
+_GUARDS = {"__dicode_mul__": _mul, "__dicode_add__": _add}
+_GUARDS |= {"__dicode_imul__": _imul, "__dicode_iadd__": _iadd}
+
+
+class _Guard(ast.NodeTransformer):
+  """Routes every `+`/`*` (and `+=`/`*=` on a name) through `_GUARDS`. The static check rejects
+  names starting with `__`, so a program can neither call nor replace them."""
+
+  _BIN = {ast.Mult: "__dicode_mul__", ast.Add: "__dicode_add__"}
+  _AUG = {ast.Mult: "__dicode_imul__", ast.Add: "__dicode_iadd__"}
+
+  def visit_BinOp(self, node):
+    self.generic_visit(node)
+    name = self._BIN.get(type(node.op))
+    return node if name is None else self._call(node, name, node.left, node.right)
+
+  def visit_AugAssign(self, node):
+    self.generic_visit(node)
+    name = self._AUG.get(type(node.op))
+    if name is None or not isinstance(node.target, ast.Name):
+      return node
+    load = ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target)
+    call = self._call(node, name, load, node.value)
+    return ast.copy_location(ast.Assign([node.target], call), node)
+
+  @staticmethod
+  def _call(node, name: str, a, b):
+    fn = ast.copy_location(ast.Name(name, ast.Load()), node)
+    return ast.copy_location(ast.Call(fn, [a, b], []), node)
+
+
+def _guarded_code(source: str):
+  tree = _Guard().visit(ast.parse(source, "<task>", "exec"))
+  return compile(ast.fix_missing_locations(tree), "<task>", "exec")
 
 
 # Every attribute a program may touch: the WorldBuilder's public methods and read-only properties
@@ -186,9 +284,9 @@ def compile_task(source: str, *, classic: bool = False) -> Task:
   """Executes an (already AST-checked) program with only SAFE_BUILTINS; validates its names."""
   if not isinstance(source, str):
     raise TaskError("the task program must be a string")
-  namespace: dict = {"__builtins__": dict(SAFE_BUILTINS)}
+  namespace: dict = {"__builtins__": dict(SAFE_BUILTINS), **_GUARDS}
   try:
-    code = compile(source, "<task>", "exec")
+    code = _guarded_code(source)
     exec(code, namespace)  # noqa: S102 -- checked by the sandbox before it gets here
   except SyntaxError as e:
     raise TaskError(f"syntax error on line {e.lineno}: {e.msg}") from None

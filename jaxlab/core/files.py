@@ -127,6 +127,26 @@ def _member(field: str, path: str, z: zipfile.ZipFile, info: zipfile.ZipInfo) ->
   return member
 
 
+def npy_member(field: str, path) -> Member:
+  """A ``.npy`` file's array from its header, checked against the file's size."""
+  path = check_file(field, path)
+  try:
+    with open(path, "rb") as f:
+      shape, dtype = _read_header(f)
+      header = f.tell()
+  except _READ_ERRORS as e:
+    raise ConfigError(field, f"{path}: not a readable .npy file ({_why(e)})") from None
+  member = Member(shape, dtype)
+  size = os.path.getsize(path) - header
+  if dtype.hasobject or member.nbytes != size:
+    raise ConfigError(
+      field,
+      f"{path}: declares shape {shape} {dtype} ({human(member.nbytes)}) but holds "
+      f"{human(max(size, 0))}; the file is damaged or truncated",
+    )
+  return member
+
+
 def npz_members(field: str, path) -> dict[str, Member]:
   """``{key: Member}`` of an ``.npz`` from its headers alone, checked before anything is loaded."""
   path = check_file(field, path)

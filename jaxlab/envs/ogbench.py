@@ -352,8 +352,9 @@ def _locate(
   small = num_episodes is not None and (spec is None or num_episodes != spec.num_episodes)
   folder = _generated_dir(root, int(num_episodes), seed) if small else root
   train_path, val_path = gen.dataset_paths(tn.dataset_name, folder)
-  if os.path.exists(train_path):
-    if not os.path.exists(val_path):
+  # lexists: a symlink loop or dangling link is reported as that, not as a missing set
+  if os.path.lexists(train_path):
+    if not os.path.lexists(val_path):
       raise DatasetError(
         "dataset_dir",
         f"{train_path} exists but its validation file {val_path} does not; OGBench's loader "

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxlab.core import files
 from jaxlab.core.errors import ConfigError, require
 from jaxlab.lm import tokenizer as tokenizer_lib
 
@@ -181,6 +182,21 @@ def _index_problem(folder: pathlib.Path, index) -> str | None:
     absent = [n for n in s["shards"] if not (folder / str(n)).is_file()]
     if absent:
       return f"shard {absent[0]} is missing"
+    for name, n in zip(s["shards"], tokens):
+      problem = _shard_problem(folder / str(name), n, index["dtype"])
+      if problem:
+        return problem
+  return None
+
+
+def _shard_problem(path: pathlib.Path, tokens: int, dtype: str) -> str | None:
+  """A shard whose header disagrees with the index (or with its own size) would fail mid-run."""
+  try:
+    m = files.npy_member("data_dir", path)
+  except ConfigError as e:
+    return e.message
+  if m.shape != (tokens,) or m.dtype != np.dtype(dtype):
+    return f"shard {path.name} holds {m.shape} {m.dtype}, the index says ({tokens},) {dtype}"
   return None
 
 

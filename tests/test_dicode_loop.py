@@ -576,6 +576,106 @@ def test_resume_of_a_damaged_workdir_exits_2_and_changes_nothing(tmp_path, case)
   assert _snapshot(wd) == before
 
 
+@pytest.mark.parametrize("where", ["dotdot", "absolute", "link"])
+def test_archive_paths_stay_inside_the_workdir(tmp_path, where):
+  """A meta.json (or a task directory) pointing out of the archive is refused before any write."""
+  from jaxlab.core.errors import ConfigError
+  from jaxlab.rl.dicode import loop, seeds
+
+  wd, outside = tmp_path / "run", tmp_path / "outside"
+  outside.mkdir()
+  if where == "link":
+    (wd / "archive" / "tasks").mkdir(parents=True)
+    (wd / "archive" / "tasks" / "00000-seed").symlink_to(outside, target_is_directory=True)
+    (outside / "task.py").write_text(_seed_source())
+    (outside / "stale.tmp").write_text("kept")
+  else:
+    target = "tasks/../../../outside" if where == "dotdot" else str(outside)
+    _archived(wd, _seed_source(), dir=target)
+  with pytest.raises(ConfigError) as e:
+    loop.open_archive(wd / "archive", seeds.load_seed_tasks(), NUM_SLOTS)
+  assert e.value.field == "workdir" and "00000-seed" in e.value.message
+  assert "\n" not in str(e.value)
+  assert sorted(p.name for p in outside.iterdir()) == ([] if where != "link" else
+                                                      ["stale.tmp", "task.py"])  # fmt: skip
+
+
+LOOPING = """NAME = "loops"
+RELEVANT_ACHIEVEMENTS = ("COLLECT_WOOD",)
+
+
+def spin(n):
+  t = 0
+  for i in range(n):
+    for j in range(n):
+      t = t + 1
+  return t
+
+
+X = spin(100000)
+
+
+def generate_world(wb, key):
+  return wb
+"""
+
+
+def test_resume_revalidates_archived_tasks_in_the_sandbox(tmp_path, fake_model):
+  """A task the archive calls validated runs through the validator again (here: the in-process
+  load with a small CPU limit standing in for the worker's) and stops the run with one line."""
+  from jaxlab.core.errors import ConfigError
+  from jaxlab.rl.dicode import sandbox
+
+  asked = []
+
+  def validate(sources):
+    asked.extend(sources)
+    out = []
+    for src in sources:
+      try:
+        out.append(sandbox.Verdict(True, "", sandbox.load(src, cpu_s=0.5).name))
+      except sandbox.task_lib.TaskError as e:
+        out.append(sandbox.Verdict(False, str(e)))
+    return out
+
+  wd = tmp_path / "run"
+  first = _make_loop(wd, fake_model, tiny_config(), validate=validate)
+  task_id = first.archive.add(LOOPING, 0, 1, sandbox.Verdict(True, "", "loops"))
+  second = _make_loop(wd, fake_model, tiny_config(), validate=validate)
+  with pytest.raises(ConfigError) as e:
+    second.run()
+  assert asked == [LOOPING]  # the shipped seed tasks are not re-run
+  assert e.value.field == "workdir" and "time limit" in e.value.message
+  assert second.archive.get(task_id)["dir"] in e.value.message and "task.py" in e.value.message
+
+
+def test_resume_check_loads_a_looping_task_under_a_cpu_limit(tmp_path, monkeypatch):
+  from jaxlab.rl.dicode import runner, sandbox
+
+  monkeypatch.setattr(sandbox, "LOAD_CPU_S", 0.5)
+  wd = tmp_path / "run"
+  _archived(wd, LOOPING, status="validated", slot=None)
+  with pytest.raises(runner.ConfigError) as e:
+    runner.check_resume(wd, "dicode", 3, NUM_SLOTS)
+  assert e.value.field == "workdir" and "time limit" in e.value.message
+  assert "task.py" in e.value.message
+
+
+@pytest.mark.parametrize(
+  "url", ["http://[::1/v1", "http://[zz]:80", "http://[::1]:99999/v1", "http://h:x/v1"]
+)
+def test_malformed_llm_url_is_one_config_error(url):
+  from jaxlab.core.errors import ConfigError
+  from jaxlab.rl.dicode import proposers, runner
+
+  with pytest.raises(ConfigError) as e:
+    runner.proposer_settings("llm", url, "m")
+  assert e.value.field == "llm_url" and url in e.value.message
+  with pytest.raises(ConfigError) as e:
+    proposers.make_proposer("llm", llm_url=url, llm_model="m", llm_timeout_s=1, llm_retries=0)
+  assert e.value.field == "llm_url"
+
+
 def test_rerun_of_a_finished_run_reports_its_record_and_writes_nothing(tmp_path, capsys):
   from jaxlab.core import metrics
   from jaxlab.rl.dicode import runner

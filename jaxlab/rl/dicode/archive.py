@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from jaxlab.core import metrics
+from jaxlab.core.errors import ConfigError
 
 STATUSES = ("validated", "admitted", "rejected", "retired")
 _TMP = ".tmp-"
@@ -55,7 +56,12 @@ class Archive:
     """Drops unfinished writes and rebuilds the index from the task directories."""
     for p in list(self.root.glob("*.tmp")) + list((self.root / "tasks").glob(f"{_TMP}*")):
       shutil.rmtree(p) if p.is_dir() else p.unlink()
+    tasks = (self.root / "tasks").resolve()
+    if tasks.parent != self.root.resolve():
+      self._refuse(self.root / "tasks", f"it resolves to {tasks}, outside the archive")
     for d in sorted((self.root / "tasks").iterdir()):
+      if d.is_dir() and d.resolve().parent != tasks:  # a link out: never read or written
+        self._refuse(d, f"it resolves to {d.resolve()}, outside {tasks}")
       for p in d.glob("*.tmp"):
         p.unlink()
       meta_path = d / "meta.json"
@@ -64,8 +70,32 @@ class Archive:
           meta = metrics.read_json(meta_path)
         except ValueError:
           continue  # unreadable: never written by this class (writes are atomic)
-        self._meta[int(meta["id"])] = meta
+        self._meta[self._check_meta(meta_path, meta)] = meta
     self._write_index()
+
+  def _check_meta(self, meta_path: pathlib.Path, meta) -> int:
+    """The task's id, once its paths are known to stay inside the archive: `dir` must name the
+    very directory the file was read from (a relative `tasks/<name>`, no `..`, no link out), so
+    nothing a meta.json says can make this class read or write elsewhere."""
+    d = meta_path.parent
+    rel = meta.get("dir") if isinstance(meta, dict) else None
+    task_id = meta.get("id") if isinstance(meta, dict) else None
+    tasks = (self.root / "tasks").resolve()
+    if not (isinstance(task_id, int) and not isinstance(task_id, bool) and task_id >= 0):
+      self._refuse(meta_path, f"its id {task_id!r} is not a task id")
+    if not isinstance(rel, str) or rel != f"tasks/{d.name}":
+      self._refuse(meta_path, f"its dir {rel!r} is not its own directory 'tasks/{d.name}'")
+    if (self.root / rel).resolve().parent != tasks:
+      self._refuse(meta_path, f"its directory resolves outside {tasks}")
+    return task_id
+
+  @staticmethod
+  def _refuse(path: pathlib.Path, why: str):
+    raise ConfigError(
+      "workdir",
+      f"{path}: {why} (an archive's paths stay inside it); fix or remove it, "
+      "or choose a new --workdir",
+    )
 
   def _write_index(self) -> None:
     metrics.write_json(

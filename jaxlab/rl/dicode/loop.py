@@ -763,6 +763,31 @@ class Loop:
   def _evolving(self) -> bool:
     return self.archive is not None and self.proposer is not None
 
+  def _revalidate_archive(self) -> None:
+    """Every archived task still in use (admitted or validated) goes through the sandbox again
+    before anything loads it here: its status is a file's word, not a verdict of this process.
+    The shipped seed tasks are this program's own code. ConfigError("workdir") naming the file."""
+    if self.archive is None:
+      return
+    from jaxlab.core.errors import ConfigError
+    from jaxlab.rl.dicode import seeds
+
+    shipped = set(seeds.load_seed_tasks().values())
+    used = [r for r in self.archive.records() if r["status"] in ("admitted", "validated")]
+    todo = [(r, self.archive.source(r["id"])) for r in used]
+    todo = [(r, src) for r, src in todo if src not in shipped]
+    if not todo:
+      return
+    self.log(f"[dicode] re-validating {len(todo)} archived task(s) in the sandbox")
+    for (rec, _), verdict in zip(todo, self.validate([src for _, src in todo])):
+      if not verdict.ok:
+        path = self.archive.root / rec["dir"] / "task.py"
+        raise ConfigError(
+          "workdir",
+          f"{path} ({rec['status']}) is rejected by the sandbox on resume: {verdict.reason}; "
+          "fix or remove it, or choose a new --workdir",
+        )
+
   def _reject_interrupted(self) -> None:
     if self.archive is None:
       return
@@ -816,6 +841,7 @@ def run_together(loops, sessions: int | None = None, stop_after: int | None = No
     provenance.announce()
     for lp in loops:
       lp.load()
+      lp._revalidate_archive()
       lp._reject_interrupted()
     done = 0
     while True:

@@ -25,12 +25,14 @@ import ast
 import hashlib
 import http.client
 import inspect
+import ipaddress
 import json
 import os
 import random
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from typing import Protocol
@@ -388,6 +390,35 @@ def extract_program(text: str) -> str | None:
 
 
 _URL = re.compile(r"https?://(\[[0-9a-fA-F:.]+\]|[^/:\s\[\]]+)(:[0-9]{1,5})?(/|$)")
+_URL_EXAMPLE = "such as http://localhost:8000/v1"
+
+
+def check_llm_url(url) -> str:
+  """`url` if it is an http(s) URL with a host and, if any, a port in 1-65535; else
+  ConfigError("llm_url", ...) with one line (never urllib's ValueError, e.g. for `http://[::1/v1`).
+  """
+  if not url:
+    raise ConfigError("llm_url", "is required with --proposer=llm (e.g. http://localhost:8000/v1)")
+  if not isinstance(url, str):
+    raise ConfigError("llm_url", f"must be an http(s) URL {_URL_EXAMPLE}, got {url!r}")
+  try:
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname
+  except ValueError as e:
+    raise ConfigError("llm_url", f"is not a valid URL ({e}) {_URL_EXAMPLE}, got {url!r}") from None
+  if parts.scheme not in ("http", "https") or not parts.netloc:
+    raise ConfigError("llm_url", f"must be an http(s) URL {_URL_EXAMPLE}, got {url!r}")
+  try:
+    port = parts.port
+    if "[" in parts.netloc:  # older Pythons let a malformed bracketed host through
+      ipaddress.IPv6Address(host or "")
+  except ValueError:
+    port = -1
+  if not host or port in (-1, 0):
+    raise ConfigError(
+      "llm_url", f"needs a host and a numeric port (1-65535) {_URL_EXAMPLE}, got {url!r}"
+    )
+  return url
 
 
 class LLMProposer:
@@ -411,7 +442,8 @@ class LLMProposer:
     top_p: float = 0.95,
     max_tokens: int = 8192,
   ):
-    if not isinstance(url, str) or not _URL.match(url):
+    check_llm_url(url)
+    if not _URL.match(url):
       raise ConfigError(
         "llm_url",
         f"must be an http(s) URL with a numeric port such as http://localhost:8000/v1, got {url!r}",

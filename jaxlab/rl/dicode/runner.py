@@ -14,7 +14,6 @@ import json
 import math
 import os
 import pathlib
-import urllib.parse
 
 from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.rl.dicode import curriculum as curriculum_lib
@@ -31,22 +30,9 @@ def proposer_settings(
   check_choice("proposer", kind, ("offline", "llm"))
   if kind == "offline":
     return {"kind": "offline"}
-  parsed = urllib.parse.urlparse(url)
-  require(bool(url), "llm_url", "is required with --proposer=llm (e.g. http://localhost:8000/v1)")
-  require(
-    parsed.scheme in ("http", "https") and bool(parsed.netloc),
-    "llm_url",
-    f"must be an http(s) URL such as http://localhost:8000/v1, got {url!r}",
-  )
-  try:
-    port = parsed.port  # ValueError for a port that is not a number in 0-65535
-  except ValueError:
-    port = -1
-  require(
-    port != -1 and port != 0 and bool(parsed.hostname),
-    "llm_url",
-    f"needs a host and a numeric port (1-65535) such as http://localhost:8000/v1, got {url!r}",
-  )
+  from jaxlab.rl.dicode import proposers
+
+  proposers.check_llm_url(url)
   require(bool(model), "llm_model", "is required with --proposer=llm")
   if api_key is None:
     api_key = next((os.environ[k] for k in KEY_ENV if os.environ.get(k)), "")

@@ -296,8 +296,11 @@ when its episode succeeds and ends. COMPLETED_ACHIEVEMENTS are granted at the st
 SANDBOX_RULES = """The program is checked before it runs: no imports, classes, while loops, try,
 with, global, lambdas with defaults, f-strings, decorators or annotations; no names or attributes
 starting with '_'; attributes only on `wb` (the methods below); builtins only: {builtins}. Integer
-literals are at most {max_int}. generate_world must be jittable and vmappable over `key`: use
-`wb.split` for randomness, Python ints for counts, and no Python `if` on values from `wb`."""
+literals are at most {max_int}. No assignment to attributes; no '%' inside string literals; repeat
+a string, list or tuple only by an integer literal; sets only after `in` / `not in` (never iterate,
+sort or take min/max of a set); no `hash`, `set`, `frozenset`. generate_world must be jittable
+and vmappable over `key`: use `wb.split` for randomness, Python ints for counts, and no Python `if`
+on values from `wb`."""
 
 OUTPUT_FORMAT = """Reply with exactly ONE ```python block holding the whole program: module-level
 NAME ([a-z0-9_], at most 48 characters), DESCRIPTION, RELEVANT_ACHIEVEMENTS (tuple of achievement

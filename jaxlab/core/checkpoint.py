@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import hashlib
 import json
 import os
@@ -68,14 +69,10 @@ def manager(
     save_interval_steps=0 if read_only else 1,
     enable_async_checkpointing=False,
   )
-  if not read_only:
+  # orbax warns that a read-only manager is read-only, and logs an error for a step whose
+  # _CHECKPOINT_METADATA (timestamps) is unreadable; restores verify the arrays themselves
+  with _quiet():
     return ocp.CheckpointManager(path, options=opts)
-  verbosity = logging.get_verbosity()
-  logging.set_verbosity(logging.ERROR)  # orbax warns that a read-only manager is read-only
-  try:
-    return ocp.CheckpointManager(path, options=opts)
-  finally:
-    logging.set_verbosity(verbosity)
 
 
 def _abstract(tree: PyTree) -> PyTree:
@@ -174,8 +171,10 @@ def _quiet():
     sys.unraisablehook = hook
 
 
-def _first_line(e: Exception) -> str:
+def _first_line(e: BaseException) -> str:
   text = str(e).strip()
+  if "See full TensorStore details" in text and e.__cause__ is not None:
+    return _first_line(e.__cause__)  # orbax's wrapper; tensorstore's cause says what is wrong
   return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
 
 
@@ -190,7 +189,8 @@ def restore_with(mngr: ocp.CheckpointManager, like: PyTree, step: int) -> PyTree
     try:
       restored = mngr.restore(step, args=ocp.args.Composite(**args))["state"]
     except Exception as e:  # orbax raises many types, with very long messages
-      reason = f"cannot be restored into this run's state ({_first_line(e)})"
+      gc.collect()  # orbax's abandoned read coroutines report themselves when collected
+      reason = f"cannot be restored ({_first_line(e)})"
       raise CorruptCheckpoint(mngr.directory, step, reason) from e
     if _has_digest(mngr, step):
       try:
@@ -263,10 +263,11 @@ def restore_latest(
     return state, int(step)
   if not bad:
     return None
+  steps = ", ".join(str(e.step) for e in bad)
   raise ConfigError(
     "workdir",
-    f"no checkpoint in {mngr.directory} can be restored: {_reasons(bad)}; they are kept: move "
-    f"{mngr.directory} aside to start this run afresh",
+    f"no checkpoint in {mngr.directory} can be restored (steps {steps}; step {bad[0].step} "
+    f"{bad[0].reason}); they are kept: move {mngr.directory} aside to start this run afresh",
   )
 
 

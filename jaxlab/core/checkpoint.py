@@ -14,6 +14,10 @@ warning line, and sets the bad one aside as ``checkpoints/corrupt-<step>`` (orba
 numeric step folders, so it neither prunes that folder under ``keep`` nor lets a later save at the
 same step replace it): a checkpoint a user might still want is never deleted. Checkpoints written
 before digests existed restore unverified, as before.
+
+With several processes only process 0 writes the record, so arrays sharded over processes (not
+replicated) are listed as skipped, not digested; every process verifies the rest from the same
+files and reaches the same verdict, and process 0 alone renames, between two barriers.
 """
 
 from __future__ import annotations

@@ -374,7 +374,7 @@ WIDE_INTS: set[str] = set()
 
 
 # Seeds may be unsigned 32-bit (numpy's, envs.ogbench_generate); common() narrows jax's to int32.
-_INT_RANGES = {"seed": (-(2**31), 2**32 - 1)}
+_INT_RANGES = {name: (-(2**31), 2**32 - 1) for name in ("seed", "data_seed")}
 
 
 def _int_error(name: str, value: int) -> str | None:

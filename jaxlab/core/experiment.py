@@ -391,8 +391,9 @@ def _ints(value) -> list[int]:
 
 def check_int_flags() -> None:
   """Every integer flag the user typed fits 32 bits: arrays, seeds and counters are int32."""
-  for name, flag in FLAGS._flags().items():
-    if name != flag.name or not flag.present:
+  for name in list(FLAGS):
+    flag = FLAGS[name]
+    if name != flag.name or not flag.present:  # short names alias a flag checked by its name
       continue
     for v in _ints(flag.value):
       why = _int_error(name, v)

@@ -39,6 +39,11 @@ DASBS += ["--mcmc_burn_in=10", "--mcmc_thin=1", "--steps=6"]
 PPO = ["--env=cartpole", "--config.num_envs=4", "--config.num_steps=8", "--config.minibatches=1"]
 PPO += ["--config.eval_envs=4", "--config.eval_steps=20", "--steps=2"]
 
+UHM = ["--config.actor_hidden_dims=(32,32)", "--config.value_hidden_dims=(32,32)"]
+UHM += ["--config.model_hidden_dims=(32,32)", "--config.reward_hidden_dims=(32,)"]
+UHM += ["--config.batch_size=32", "--config.flow_steps=2", "--config.k_max=4", "--steps=2"]
+UHM += ["--log_every=1", "--eval_episodes=1"]
+
 PROGRAMS = {
   "example_seeds": ("experiments.example", ["--steps=20", "--log_every=10", "--seeds=2"]),
   "lm": ("experiments.lm", [*LM_TINY, "--steps=4", "--log_every=2"]),
@@ -48,7 +53,12 @@ PROGRAMS = {
   "itc": pytest.param(("experiments.itc", ["--steps=1", "--log_every=1"]), marks=pytest.mark.slow),
   "dasbs": ("experiments.dasbs", DASBS),
   "ppo": ("experiments.ppo", PPO),
+  # ~25 s a run on 2 idle cores (MuJoCo's evaluation episodes)
+  "uhm": pytest.param(("experiments.uhm", UHM), marks=pytest.mark.slow),
 }
+
+
+ENV = {"MUJOCO_GL": "egl"}  # headless MuJoCo (experiments.uhm's evaluation)
 
 
 def _files(root: pathlib.Path) -> dict[str, bytes]:
@@ -68,14 +78,14 @@ def test_finished_run_rerun_is_byte_identical_and_another_seed_is_refused(tmp_pa
   module, args = program
   wd = tmp_path / "run"
   args = [*args, f"--workdir={wd}"]
-  first = run_program(module, args, tmp_path, timeout=600)
+  run = lambda *extra: run_program(module, [*args, *extra], tmp_path, env=ENV, timeout=600)  # noqa: E731
+  first = run()
   assert first.returncode == 0, first.stderr[-3000:]
   before = _files(wd)
-  again = run_program(module, args, tmp_path, timeout=600)
+  again = run()
   assert again.returncode == 0, again.stderr[-3000:]
   assert _files(wd) == before
-  other = "--seeds=1,2" if "--seeds=2" in args else "--seed=1"
-  refused = run_program(module, [*args, other], tmp_path, timeout=600)
+  refused = run("--seeds=1,2" if "--seeds=2" in args else "--seed=1")
   line = _exit_2(refused, "workdir")
   assert ("seeds: [0, 1] -> [1, 2]" if "--seeds=2" in args else "seed: 0 -> 1") in line
   assert _files(wd) == before

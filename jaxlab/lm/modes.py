@@ -406,8 +406,9 @@ def generate(config, workdir, seed: int) -> str:
 
 
 def restore_latest(ckpt: pathlib.Path, like):
-  """``(state, step)`` from the latest checkpoint in the folder ``ckpt``, opened read-only (no
-  folder or file created) and closed before any error propagates."""
+  """``(state, step)`` from the newest checkpoint in the folder ``ckpt`` that verifies, opened
+  read-only (no folder or file created, nothing set aside) and closed before any error
+  propagates."""
   verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.ERROR)  # orbax warns that a read-only manager does not save
   try:
@@ -421,7 +422,8 @@ def restore_latest(ckpt: pathlib.Path, like):
     step = mngr.latest_step()
     require(step is not None, "workdir", f"no checkpoint in {ckpt.parent}; train there first")
     check_shapes(ckpt / str(step) / "state", like)
-    return checkpoint.restore_with(mngr, like, step), int(step)
+    # A damaged latest checkpoint is skipped (one warning line) for the newest one that verifies.
+    return checkpoint.restore_latest(mngr, like)
   finally:
     mngr.close()
 

@@ -64,7 +64,7 @@ _PARTS = flags.DEFINE_list("parts", list(PARTS), "Figures to measure: (1) .. (4)
 _DECODES = flags.DEFINE_list(
   "decodes", ["sample", "itc", "itc_hungarian"], "Decoding methods of the imagination figure."
 )
-UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile", "steps")
+UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile", "steps", "seed")
 NUM_ACTIONS = itc.NUM_ACTIONS  # Craftax-Classic
 OBS = itc.FRAME
 

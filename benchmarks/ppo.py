@@ -49,7 +49,7 @@ from jaxlab.envs import craftax as craftax_envs
 from jaxlab.envs import gymnax as gymnax_envs
 from jaxlab.rl import ppo
 
-UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile")
+UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile", "seed")
 
 
 def define_flags() -> None:

@@ -47,12 +47,15 @@ UHM += ["--log_every=1", "--eval_episodes=1"]
 PROGRAMS = {
   "example_seeds": ("experiments.example", ["--steps=20", "--log_every=10", "--seeds=2"]),
   "lm": ("experiments.lm", [*LM_TINY, "--steps=4", "--log_every=2"]),
-  "lm_capacity": ("experiments.lm", [*LM_TINY, *CAPACITY]),
+  # the identity is the one lm's training mode records (above); the re-run is also
+  # test_lm_reliability's
+  "lm_capacity": pytest.param(("experiments.lm", [*LM_TINY, *CAPACITY]), marks=pytest.mark.slow),
   # minutes of CPU (the environment and agent build): the byte-identical re-run is also the slow
   # test_itc::test_tiny_experiment_runs_and_resumes
   "itc": pytest.param(("experiments.itc", ["--steps=1", "--log_every=1"]), marks=pytest.mark.slow),
   "dasbs": ("experiments.dasbs", DASBS),
-  "ppo": ("experiments.ppo", PPO),
+  # PPO recorded its seed before: test_ppo's re-run test covers it in the fast suite
+  "ppo": pytest.param(("experiments.ppo", PPO), marks=pytest.mark.slow),
   # ~25 s a run on 2 idle cores (MuJoCo's evaluation episodes)
   "uhm": pytest.param(("experiments.uhm", UHM), marks=pytest.mark.slow),
 }

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxlab.core import runtime
-from jaxlab.rl.uhm import agent, diagnostics, offline_data
+from jaxlab.rl.uhm import agent, critic_eval, diagnostics, offline_data
 
 
 def _mc_reference(r, m, term, gamma):
@@ -154,3 +154,104 @@ def test_moved_names_the_figures_whose_error_fell():
   assert list(moved) == ["horizon_model.png"] and moved["horizon_model.png"][1:] == (1.0, 0.5, 0.8)
   last["q_mae"] = 40.0
   assert set(diagnostics.moved(first, last, n=4)) == {"horizon_model.png", "critic.png"}
+
+
+# ------------------------------------------------- the critic against the actor's own returns
+
+
+def _return_to_go_reference(r, gamma):
+  """Forward sums G_t = sum_{k=t}^{T-1} gamma^(k-t) r_k."""
+  return np.array([sum(gamma ** (k - t) * r[k] for k in range(t, len(r))) for t in range(len(r))])
+
+
+@pytest.mark.parametrize("gamma, tail", [(0.9, 0.1), (0.5, 0.25), (0.8, 1e-2)])
+def test_returns_to_go_and_scored_steps_match_a_forward_loop(gamma, tail):
+  rng = np.random.default_rng(3)
+  r = rng.normal(size=30)
+  np.testing.assert_allclose(
+    critic_eval.returns_to_go(r, gamma), _return_to_go_reference(r, gamma), rtol=1e-12, atol=1e-12
+  )
+  for T in (1, 5, 30):
+    every = critic_eval.scored_steps(T, True, gamma, tail)
+    np.testing.assert_array_equal(every, np.arange(T))
+    # truncated at T: the unsummed tail of G_t is gamma^(T - t) V(s_T)
+    kept = critic_eval.scored_steps(T, False, gamma, tail)
+    np.testing.assert_array_equal(kept, [t for t in range(T) if gamma ** (T - t) <= tail])
+
+
+def _episodes(gamma, rng):
+  """Three episodes (two truncated, one terminated) whose observation column 0 is G^pi_t, so a
+  critic reading that column is exact."""
+  eps = []
+  for T, terminated in ((12, False), (4, True), (2, False)):
+    r = rng.uniform(-1, 0, size=T)
+    obs = np.stack([_return_to_go_reference(r, gamma), rng.normal(size=T)], 1)
+    eps.append(dict(observations=obs.astype(np.float32), rewards=r, terminated=terminated))
+  return eps
+
+
+def test_qpi_of_an_exact_and_a_shifted_critic():
+  gamma, tail = 0.5, 1e-2  # H = 7: the 12-step episode keeps t = 0..5, the 2-step one none
+  eps = _episodes(gamma, np.random.default_rng(4))
+  obs, G = critic_eval.targets(eps, gamma, tail)
+  assert len(G) == 6 + 4
+  np.testing.assert_allclose(obs[:, 0], G, rtol=1e-6)
+  exact = critic_eval.critic_vs_returns(None, eps, gamma, tail, q_fn=lambda s, o: o[:, 0])
+  assert exact["qpi_n"] == 10 and exact["qpi_mae"] < 1e-6 and abs(exact["qpi_bias"]) < 1e-6
+  assert exact["qpi_corr"] == pytest.approx(1.0, abs=1e-6)
+  assert exact["qpi_base_mae"] == pytest.approx(np.mean(np.abs(G - G.mean())), rel=1e-12)
+  shifted = critic_eval.critic_vs_returns(None, eps, gamma, tail, q_fn=lambda s, o: o[:, 0] + 0.7)
+  assert shifted["qpi_bias"] == pytest.approx(0.7, abs=1e-6)
+  assert shifted["qpi_mae"] == pytest.approx(0.7, abs=1e-6)
+  assert shifted["qpi_base_mae"] == exact["qpi_base_mae"]
+  none = critic_eval.critic_vs_returns(None, eps[2:], gamma, tail, q_fn=lambda s, o: o[:, 0])
+  assert none["qpi_n"] == 0 and all(np.isnan(none[k]) for k in critic_eval.COLUMNS[:-1])
+
+
+def test_q_at_actor_is_the_ensemble_min_at_the_actor_action_in_padded_chunks():
+  c = _config(agent="rebrac")
+  state = agent.create(jax.random.key(0), 3, 2, c)
+  obs = np.random.default_rng(5).normal(size=(7, 3)).astype(np.float32)
+  q = critic_eval.q_at_actor(state, obs, chunk=3)
+  o = jnp.asarray(obs)
+  ref = np.asarray(agent.q_values(state, o, agent.policy(state, o))).min(0)
+  np.testing.assert_allclose(q, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_eval_rows_carry_qpi_per_seed_in_the_real_env():
+  """make_eval_fn on the embedded task (two stacked seeds, untrained): each seed's qpi_* equal
+  critic_vs_returns on that seed's own episodes, and og.evaluate's default result is unchanged."""
+  pytest.importorskip("ogbench")
+  from jaxlab.envs import ogbench as og
+  from jaxlab.rl import uhm
+
+  c = uhm.get_config()
+  c.update(agent="rebrac", batch_size=16, discount=0.5)  # H = 7 steps left to be scored
+  c.actor_hidden_dims = c.value_hidden_dims = (8,)
+  task = uhm.load_task(c, verbose=False)
+  state = agent.create_seeds(jax.random.key(0), 2, task.obs_dim, task.act_dim, task.config)
+  eval_fn = uhm.make_eval_fn(task, 2, seeds=(3, 4), max_episode_steps=10)
+  row = eval_fn(state, 0)
+  assert set(critic_eval.COLUMNS) <= set(row)
+  assert all(np.shape(row[k]) == (2,) for k in critic_eval.COLUMNS)
+  np.testing.assert_array_equal(row["qpi_n"], [8, 8])  # 2 truncated episodes x t = 0..3
+  act = jax.jit(agent.sample_actions)
+  for i in range(2):
+    s_i = uhm.seed_slice(state, i)
+    run = lambda ret, s_i=s_i: og.evaluate(  # noqa: E731
+      task.env_name,
+      lambda o: act(s_i, o),
+      num_episodes=2,
+      seed=uhm.EVAL_SEED,
+      env=task.env,
+      max_episode_steps=10,
+      return_episodes=ret,
+    )
+    with_eps, plain = run(True), run(False)
+    assert "episodes" not in plain and plain["return"] == with_eps["return"]
+    eps = with_eps["episodes"]
+    assert [len(e["rewards"]) for e in eps] == [10, 10] and not any(e["terminated"] for e in eps)
+    assert sum(e["rewards"].sum() for e in eps) / 2 == pytest.approx(plain["return"])
+    ref = critic_eval.critic_vs_returns(s_i, eps, 0.5)
+    for k in critic_eval.COLUMNS:
+      np.testing.assert_allclose(row[k][i], ref[k], rtol=1e-6)

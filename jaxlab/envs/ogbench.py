@@ -511,6 +511,7 @@ def evaluate(
   task_id: int | None = None,
   env=None,
   max_episode_steps: int | None = None,
+  return_episodes: bool = False,
 ) -> dict:
   """Runs `policy_fn(obs_1xD float32) -> actions (1xA or A)` in the real single-task env.
 
@@ -519,12 +520,17 @@ def evaluate(
   which some OGBench resets use, is seeded too and restored afterwards), so results are
   reproducible. Actions are clipped to [-1, 1]. Returns success (rate in [0, 1]), return,
   episode_len (means), plus num_episodes and steps_per_s.
+
+  return_episodes: also ``episodes``, one dict per episode: ``observations`` (TxD float32, the
+  observation the policy saw at each step), ``rewards`` (T float64, the reward of that step) and
+  ``terminated`` (True when the env ended it, i.e. on success; False when the time limit or
+  max_episode_steps cut it).
   """
   if not isinstance(num_episodes, (int, np.integer)) or num_episodes < 1:
     raise ConfigError("num_episodes", f"must be a positive integer, got {num_episodes!r}")
   env = env if env is not None else make_env(env_name, task_id)
   act_dim = int(np.prod(env.action_space.shape))
-  successes, returns, lengths = [], [], []
+  successes, returns, lengths, episodes = [], [], [], []
   np_state = np.random.get_state()
   steps, t0 = 0, time.perf_counter()
   try:
@@ -532,8 +538,12 @@ def evaluate(
       np.random.seed(seed + i)
       ob, info = env.reset(seed=seed + i)
       done, ret, n, success = False, 0.0, 0, 0.0
+      obs_seen, rewards = [], []
       while not done:
-        action = np.asarray(policy_fn(np.asarray(ob, np.float32)[None]), np.float32)
+        ob32 = np.asarray(ob, np.float32)
+        if return_episodes:
+          obs_seen.append(ob32)
+        action = np.asarray(policy_fn(ob32[None]), np.float32)
         if action.size != act_dim:
           raise ValueError(
             f"policy_fn returned shape {action.shape}; the env needs {act_dim} actions "
@@ -541,6 +551,8 @@ def evaluate(
           )
         ob, reward, terminated, truncated, info = env.step(np.clip(action.reshape(act_dim), -1, 1))
         ret += float(reward)
+        if return_episodes:
+          rewards.append(float(reward))
         n += 1
         success = float(info.get("success", 0.0))
         done = terminated or truncated or (max_episode_steps is not None and n >= max_episode_steps)
@@ -548,13 +560,24 @@ def evaluate(
       returns.append(ret)
       lengths.append(n)
       steps += n
+      if return_episodes:
+        episodes.append(
+          dict(
+            observations=np.stack(obs_seen),
+            rewards=np.asarray(rewards, np.float64),
+            terminated=bool(terminated),
+          )
+        )
   finally:
     np.random.set_state(np_state)
   dt = time.perf_counter() - t0
-  return {
+  out = {
     "success": float(np.mean(successes)),
     "return": float(np.mean(returns)),
     "episode_len": float(np.mean(lengths)),
     "num_episodes": int(num_episodes),
     "steps_per_s": steps / max(dt, 1e-9),
   }
+  if return_episodes:
+    out["episodes"] = episodes
+  return out

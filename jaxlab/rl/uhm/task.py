@@ -9,7 +9,9 @@
 Held-out diagnostics (`jaxlab.rl.uhm.diagnostics`): on the data set's validation episodes (never
 trained on) the horizon model's n-step error against two baselines and the critic's Q against the
 Monte-Carlo return are measured at step 0 and at every evaluation, into eval.csv and
-diagnostics.jsonl (per seed), and drawn in horizon_model.png and critic.png.
+diagnostics.jsonl (per seed), and drawn in horizon_model.png and critic.png. At every evaluation the
+critic is also scored against the current actor's own discounted returns in its evaluation episodes
+(`jaxlab.rl.uhm.critic_eval`: eval.csv columns qpi_mae, qpi_bias, qpi_corr, qpi_base_mae, qpi_n).
 
 Task values: a config field discount / alpha_actor / alpha_critic left unset (None, as
 `get_config()` leaves them) takes the task's value from `task_defaults(env_name)`, or
@@ -38,7 +40,7 @@ from jaxlab.core import checkpoint, metrics, plots, resources, runtime, sharding
 from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError, require
-from jaxlab.rl.uhm import agent, diagnostics, offline_data
+from jaxlab.rl.uhm import agent, critic_eval, diagnostics, offline_data
 
 ACTION_CLIP_EPS = 1e-5  # dataset actions clipped to +-(1 - eps) [FQL envs/env_utils.py]
 EVAL_SEED = 10_000  # episode i of every evaluation resets with seed EVAL_SEED + i
@@ -268,40 +270,55 @@ def evaluate_seeds(
   num_seeds: int = 1,
   env=None,
   max_episode_steps: int | None = None,
+  qpi_discount: float | None = None,
 ) -> dict:
   """The deterministic actor of each training seed in the real env, episodes seeded EVAL_SEED + i.
 
   Returns the means over seeds of `jaxlab.envs.ogbench.evaluate`'s numbers (success, return,
   episode_len, steps_per_s), num_episodes, and success_per_seed (one entry per seed).
+  qpi_discount: also each seed's critic against its actor's returns in those same episodes
+  (`critic_eval.critic_vs_returns` at this discount: the ``qpi_*`` numbers); None: not measured.
   """
   from jaxlab.envs import ogbench as og
 
   per_seed = []
   for i in range(num_seeds):
     s_i = state if num_seeds == 1 else seed_slice(state, i)
-    per_seed.append(
-      og.evaluate(
-        env_name,
-        lambda o, s_i=s_i: np.asarray(_act(s_i, jnp.asarray(o))),
-        num_episodes=num_episodes,
-        seed=EVAL_SEED,
-        env=env,
-        max_episode_steps=max_episode_steps,
-      )
+    r = og.evaluate(
+      env_name,
+      lambda o, s_i=s_i: np.asarray(_act(s_i, jnp.asarray(o))),
+      num_episodes=num_episodes,
+      seed=EVAL_SEED,
+      env=env,
+      max_episode_steps=max_episode_steps,
+      return_episodes=qpi_discount is not None,
     )
+    if qpi_discount is not None:
+      r.update(critic_eval.critic_vs_returns(s_i, r.pop("episodes"), qpi_discount))
+    per_seed.append(r)
   out = {k: float(np.mean([p[k] for p in per_seed])) for k in per_seed[0] if k != "num_episodes"}
   out.update(num_episodes=num_episodes, success_per_seed=[p["success"] for p in per_seed])
   out["per_seed"] = per_seed
   return out
 
 
-def make_eval_fn(task: Task, num_episodes: int, seeds=(0,), workdir=None, diag=None):
-  """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len and the held-out
+def make_eval_fn(
+  task: Task,
+  num_episodes: int,
+  seeds=(0,),
+  workdir=None,
+  diag=None,
+  qpi: bool = True,
+  max_episode_steps: int | None = None,
+):
+  """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len, the held-out
   diagnostics (eval.csv columns from `diagnostics.summarize`; each seed's whole record in
-  ``<workdir>/diagnostics.jsonl``). With several ``seeds`` (a stacked state) every value is an
-  array with one entry per seed (the runtime writes a row per seed).
+  ``<workdir>/diagnostics.jsonl``) and, with ``qpi``, the critic against the actor's own returns in
+  the evaluation episodes (`critic_eval.COLUMNS`). With several ``seeds`` (a stacked state) every
+  value is an array with one entry per seed (the runtime writes a row per seed).
 
-  diag: (diagnostics_fn, record of step 0) from `train`; None: no diagnostics."""
+  diag: (diagnostics_fn, record of step 0) from `train`; None: no held-out diagnostics.
+  qpi costs one batched critic call per seed on the episodes already played."""
   from tqdm.auto import tqdm
 
   seeds = tuple(seeds)
@@ -320,11 +337,20 @@ def make_eval_fn(task: Task, num_episodes: int, seeds=(0,), workdir=None, diag=N
       f"[uhm] step {step}: evaluating {num_episodes} episode(s) x {n} seed(s) in MuJoCo "
       "(no output until done) ...",
     )
-    r = evaluate_seeds(state, task.env_name, num_episodes, num_seeds=n, env=task.env)
+    r = evaluate_seeds(
+      state,
+      task.env_name,
+      num_episodes,
+      num_seeds=n,
+      env=task.env,
+      max_episode_steps=max_episode_steps,
+      qpi_discount=task.config.discount if qpi else None,
+    )
+    keys = ("success", "return", "episode_len") + (critic_eval.COLUMNS if qpi else ())
     if n == 1:
-      return {**{k: r[k] for k in ("success", "return", "episode_len")}, **rows[0]}
+      return {**{k: r[k] for k in keys}, **rows[0]}
     per = r["per_seed"]
-    out = {k: np.array([p[k] for p in per]) for k in ("success", "return", "episode_len")}
+    out = {k: np.array([p[k] for p in per]) for k in keys}
     return {**out, **{k: np.array([row[k] for row in rows]) for k in rows[0]}}
 
   return eval_fn
@@ -368,6 +394,7 @@ def train(
   seeds=None,
   workdir=None,
   mesh=None,
+  qpi: bool = True,
 ):
   """Creates the agent and trains it on the task: training seed ``seed``, or several ``seeds``
   trained together, vmapped in one compiled program (seed k there equals ``seed=k`` alone).
@@ -377,6 +404,7 @@ def train(
   of `runtime.train` (with several seeds the state has a leading seed axis and
   ``result.per_seed[k]`` holds seed k's summary); config.json records the agent config, seeds and
   `task.record`. Key streams of a seed: 0 init, the seed's key itself the training steps.
+  qpi: score the critic against the actor's own returns at each evaluation (`make_eval_fn`).
   """
   seeds = tuple(seeds) if seeds else (seed,)
   check_options(seeds=seeds, mesh=mesh, eval_episodes=eval_episodes)
@@ -412,7 +440,7 @@ def train(
     "(about a minute on a loaded CPU) ...",
     flush=True,
   )
-  eval_fn = make_eval_fn(task, eval_episodes, seeds, workdir=workdir, diag=diag)
+  eval_fn = make_eval_fn(task, eval_episodes, seeds, workdir=workdir, diag=diag, qpi=qpi)
   return runtime.train(
     state,
     update_fn,

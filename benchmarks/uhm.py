@@ -1,6 +1,6 @@
 """Cost of a UHM update against ReBRAC's, and of jaxlab's ReBRAC against FQL's ReBRAC update.
 
-  python -m benchmarks.uhm [--steps=100] [--agents=rebrac,uhm] [--reps=5] [--num_seeds=4]
+  python -m benchmarks.uhm [--steps=100] [--agents=rebrac,uhm] [--reps=5] [--seeds=4]
   python -m benchmarks.uhm --paper_scale --agents=rebrac,uhm --steps=200     # FQL's 4x512 (GPU)
   python -m benchmarks.uhm --profile        # also: what each piece of a UHM update costs
       networks and batch come from experiments.uhm's config (default 3x256, batch 256;
@@ -16,7 +16,7 @@ beside the figures). Printed: ms/update of each, jaxlab ReBRAC / FQL ReBRAC (goa
 XLA's FLOP count per full and critic-only update of each (ODE loops unrolled for the count;
 --noflops skips it),
 UHM / ReBRAC and UHM / FQL ReBRAC (paper, GPU: 2.4 ms / 1.3 ms = 1.8), and the sampler's throughput
-(batches/s) against a NumPy gather. With --num_seeds=S it also times S training seeds vmapped in
+(batches/s) against a NumPy gather. With --seeds=S it also times S training seeds vmapped in
 one program (as `experiments.uhm --seeds=S`) against S separate runs. The data set is the
 embedded OGBench cube-single set when ogbench is installed, else random.
 """
@@ -40,7 +40,6 @@ from jaxlab.rl.uhm import agent as uhm_agent
 from jaxlab.rl.uhm import offline_data
 
 flags.DEFINE_list("agents", ["rebrac", "uhm"], "Agents to time (rebrac, uhm, ghm, dtd, mbtd).")
-flags.DEFINE_integer("num_seeds", 0, "Also time this many vmapped seeds vs separate runs (0: no).")
 flags.DEFINE_bool("paper_scale", False, "FQL's 4x512 actor / critic / flow networks (`:paper`).")
 flags.DEFINE_bool("flops", True, "Also print XLA's FLOP count per update (six more compiles).")
 flags.DEFINE_integer("reps", 5, "Timing rounds (each program once per round; best round kept).")
@@ -393,6 +392,13 @@ def _ratio_line(name, num, den, ref):
   return f"  {name:28s} {num / den:5.2f}x   ({ref})"
 
 
+def _num_seeds() -> int:
+  """The shared ``--seeds`` as a count: also time that many vmapped seeds (absent: 1, none)."""
+  from jaxlab.core import seeds as seeds_lib
+
+  return len(seeds_lib.parse_seeds(FLAGS.seeds)) if FLAGS.seeds else 1
+
+
 def main(argv):
   del argv
   steps = FLAGS.steps if FLAGS.steps is not None else 100
@@ -402,10 +408,10 @@ def main(argv):
     require(not FLAGS[name].present, name, "is not used by benchmarks.uhm; remove it")
   cfg = _config()
   batch_size = cfg.batch_size
-  require(FLAGS.num_seeds >= 0, "num_seeds", f"must be >= 0, got {FLAGS.num_seeds}")
+  num_seeds = _num_seeds()
   agents = experiment.check_list("agents", FLAGS.agents, uhm.AGENTS)
   for agent in agents:  # every agent's networks and batch, before the first is timed
-    uhm.check_memory(_agent_config(cfg, agent), 28, 5, num_seeds=max(1, FLAGS.num_seeds))
+    uhm.check_memory(_agent_config(cfg, agent), 28, 5, num_seeds=num_seeds)
   raw, source = _dataset()
   data = offline_data.make_offline_data(raw)
   dims = "x".join(map(str, cfg.value_hidden_dims))
@@ -432,8 +438,8 @@ def main(argv):
     print_flops(agents, cfg, data)
   if FLAGS.profile:
     profile_update(cfg, data, "uhm" if "uhm" in agents else agents[0], FLAGS.reps)
-  if FLAGS.num_seeds > 1:
-    S = FLAGS.num_seeds
+  if num_seeds > 1:
+    S = num_seeds
     for agent in agents:
       ms, ms_v = results[agent], time_agent(agent, cfg, data, steps, S)
       per_h = lambda ms_per_update: 3.6e6 / (ms_per_update * 1_000_000)  # 1M-update runs per hour

@@ -6,7 +6,7 @@
 Reads the run's config.json, restores the checkpoint (latest when --step is not given), runs the
 real OGBench environment (reward and success on s, `jaxlab.envs.ogbench.SUCCESS_TIMING`) and writes
 ``eval_step<step>_n<episodes>.json`` into the workdir: the mean over the run's training seeds
-(several when it was trained with --num_seeds) and `success_per_seed`. Episode i resets with seed
+(several when it was trained with --seeds) and `success_per_seed`. Episode i resets with seed
 10000 + i, the rule of the in-training evaluation (`jaxlab.rl.uhm.EVAL_SEED`), so the first
 episodes are the ones training evaluated. Used to compare agents at equal steps with more episodes
 than the in-training evaluation; the library call is `jaxlab.rl.uhm.evaluate_checkpoint`.

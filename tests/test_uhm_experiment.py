@@ -242,10 +242,10 @@ def test_uhm_eval_never_creates_what_it_reads(tmp_path):
   "args, flag",
   [
     (["--config.batch_size=1000000000"], "--config.batch_size"),
-    (["--num_seeds=1000000"], "--num_seeds"),
+    (["--seeds=4000"], "--seeds"),
     (["--agents="], "--agents"),
     (["--agents=uhm,sac"], "--agents"),
-    (["--num_seeds=-1"], "--num_seeds"),
+    (["--seeds=-1"], "--seeds"),
     (["--workdir=x"], "--workdir"),
   ],
 )

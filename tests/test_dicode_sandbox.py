@@ -224,18 +224,20 @@ RUNTIME = {  # name -> (program, words the reason must contain)
     "time limit",
   ),
   "infinite recursion": (program("def h(n):\n  return h(n + 1)\nX = h(0)\n"), "recursion"),
-  # each piece within the run-time bound on `*`; together past the worker's address space
+  # each piece within the run-time bound on `*`; together past the worker's address space. Filling
+  # 3 GB takes 1-3 CPU seconds, so on a busy machine the CPU limit may stop it first: either
+  # limit is a rejection with its reason
   "huge list": (
     program(
       "def big(n):\n  z = [0] * 1000\n  return [z * 100 for i in range(n)]\nX = big(100000)\n"
     ),
-    "memory",
+    ("memory", "time limit"),
   ),
   "huge string": (
     program(
       "def big(n):\n  z = 'ab' * 1000\n  return [z * 50 for i in range(n)]\nX = big(100000)\n"
     ),
-    "memory",
+    ("memory", "time limit"),
   ),
   "bad name": (program('NAME = "Bad Name!"\n'), "NAME"),
   "unknown achievement": (program('RELEVANT_ACHIEVEMENTS = ("FLY",)\n'), "unknown achievement"),
@@ -267,7 +269,9 @@ def batch():
 def test_worker_rejects_with_reason(batch, case):
   verdict = batch[0][case]
   assert not verdict.ok
-  assert RUNTIME[case][1] in verdict.reason, (case, verdict.reason)
+  words = RUNTIME[case][1]
+  words = (words,) if isinstance(words, str) else words
+  assert any(w in verdict.reason for w in words), (case, verdict.reason)
   assert "\n" not in verdict.reason
 
 

@@ -179,7 +179,10 @@ def test_mode_train_on_synthetic_data(tmp_path):
   }
 
 
-@pytest.mark.parametrize("data", ["synthetic", "text", "text_from_host"])
+# "text" (the corpus on the device) shares its stacking with "synthetic"; it runs under -m slow
+@pytest.mark.parametrize(
+  "data", ["synthetic", pytest.param("text", marks=pytest.mark.slow), "text_from_host"]
+)
 def test_vmapped_seeds_equal_each_seed_alone(tmp_path, monkeypatch, data):
   """--seeds: seeds train in one compiled program, each on its own synthetic corpus or loader
   order (the data stacks every seed's corpus or window table; a stream too large for the device

@@ -246,6 +246,7 @@ def test_experiment_runs(tmp_path):
   assert (tmp_path / "run" / "queries.png").exists()
 
 
+@pytest.mark.slow  # a minute of compiling; PPO's and R4's seed tests cover the shared path fast
 def test_vmapped_seeds_equal_each_seed_alone(tmp_path):
   """--seeds: each arm's PPO for the seeds in one compiled program; seed 1 there is the run
   seed=1 alone (parts 1 and 2 and the inner minimisations run seed by seed)."""

@@ -46,7 +46,10 @@ UHM += ["--log_every=1", "--eval_episodes=1"]
 
 PROGRAMS = {
   "example_seeds": ("experiments.example", ["--steps=20", "--log_every=10", "--seeds=2"]),
-  "lm": ("experiments.lm", [*LM_TINY, "--steps=4", "--log_every=2"]),
+  # lm records its seeds through workdir.identity as example does; under -m slow
+  "lm": pytest.param(
+    ("experiments.lm", [*LM_TINY, "--steps=4", "--log_every=2"]), marks=pytest.mark.slow
+  ),
   # the identity is the one lm's training mode records (above); the re-run is also
   # test_lm_reliability's
   "lm_capacity": pytest.param(("experiments.lm", [*LM_TINY, *CAPACITY]), marks=pytest.mark.slow),

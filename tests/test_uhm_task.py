@@ -130,7 +130,7 @@ def test_train_and_evaluate_seeds_in_the_real_env(tmp_path):
   # no horizon model, so no horizon_model.png.
   from jaxlab.rl.uhm import diagnostics
 
-  assert {"q_mae", "q_base_mae", "q_corr"} <= set(result.evals[2])
+  assert {"q_mae", "q_base_mae", "q_corr", "qpi_mae", "qpi_n"} <= set(result.evals[2])
   diag = diagnostics.read_diagnostics(tmp_path)
   assert sorted(diag) == [0, 2] and set(diag[2]) == {"3", "4"}
   assert len(diag[2]["3"]["q_pred"]) == len(task.heldout.mc_return) > 0

@@ -62,6 +62,9 @@ class Setting:
   reeval_episodes: int = 0  # > 0: the last checkpoint re-evaluated over this many episodes
   tasks: tuple[int, ...] = (2,)
   fields: tuple[tuple[str, Any], ...] = tuple(PILOT.items())
+  dataset: str = "cube-single-play"  # OGBench data set; the tasks are its singletask tasks
+  eval_seed: int = 10_000  # evaluation episode i resets with eval_seed + i (uhm.EVAL_SEED)
+  last_evals: int = 1  # success_pct: each seed's mean over its last this-many evaluation points
 
 
 def config(agent: str, setting: Setting | None = None):
@@ -72,15 +75,17 @@ def config(agent: str, setting: Setting | None = None):
   return with_fields(uhm.get_config(), {**fields, "agent": agent})
 
 
-def env_name(task: int) -> str:
-  return f"cube-single-play-singletask-task{task}-v0"
+def env_name(task: int, dataset: str = "cube-single-play") -> str:
+  return f"{dataset}-singletask-task{task}-v0"
 
 
-def _train(task, loop, seeds: tuple[int, ...], eval_episodes: int, workdir):
+def _train(task, loop, seeds: tuple[int, ...], eval_episodes: int, workdir, eval_seed: int):
   """``uhm.train`` on ``seeds``, vmapped in one program (seed k equals a run of seed k alone)."""
   from jaxlab.rl import uhm
 
-  return uhm.train(task, loop, seeds=seeds, eval_episodes=eval_episodes, workdir=workdir)
+  return uhm.train(
+    task, loop, seeds=seeds, eval_episodes=eval_episodes, workdir=workdir, eval_seed=eval_seed
+  )
 
 
 def _success(run_dir: pathlib.Path, seeds: tuple[int, ...], steps: int) -> dict[int, float]:
@@ -95,15 +100,46 @@ def _success(run_dir: pathlib.Path, seeds: tuple[int, ...], steps: int) -> dict[
   return {k: float(rows[-1][col(k)]) for k in seeds}
 
 
-def per_seed(run_dir, seeds: tuple[int, ...], steps: int, reeval_episodes: int = 0) -> dict:
+QPI = ("qpi_mae", "qpi_bias", "qpi_corr", "qpi_base_mae", "qpi_n")
+
+
+def _eval_columns(run_dir: pathlib.Path, steps: int, columns=QPI) -> dict[int, dict]:
+  """``{seed: {column: value}}`` of eval.csv's per-seed rows at ``steps`` (columns present and
+  non-empty; NaN stays NaN: no scored state)."""
+  with open(run_dir / "eval.csv", newline="") as f:
+    rows = [r for r in csv.DictReader(f) if r.get("step") and float(r["step"]) == steps]
+  out = {}
+  for r in rows:
+    if r.get("seed") not in (None, ""):
+      out[int(float(r["seed"]))] = {c: float(r[c]) for c in columns if r.get(c) not in (None, "")}
+  return out
+
+
+def _success_last(run_dir: pathlib.Path, seeds, steps: int, every: int, last: int) -> dict:
+  """Each seed's mean success over its evaluations at ``steps``, ``steps - every``, ... (``last``
+  points): one checkpoint's success swings, the mean of the last few does not as much."""
+  points = [steps - i * every for i in range(last) if steps - i * every > 0]
+  per = [_success(run_dir, seeds, p) for p in points]
+  return {k: sum(p[k] for p in per) / len(per) for k in seeds}
+
+
+def per_seed(
+  run_dir, seeds: tuple[int, ...], steps: int, reeval_episodes: int = 0, last=(0, 1)
+) -> dict:
   """``{seed: {"step", "success_pct", <diagnostics at the last step>}}`` from a finished run's
   eval.csv, diagnostics.jsonl and (with ``reeval_episodes``) its re-evaluation; the in-training
   evaluation's success is ``success_pct`` or, when re-evaluated, ``success_train_eval_pct``."""
   from jaxlab.rl.uhm import diagnostics
 
   run_dir = pathlib.Path(run_dir)
-  success = _success(run_dir, seeds, steps)
+  every, n_last = last
+  success = (
+    _success_last(run_dir, seeds, steps, every, n_last)
+    if n_last > 1
+    else _success(run_dir, seeds, steps)
+  )
   diag = diagnostics.read_diagnostics(run_dir).get(steps, {})
+  qpi = _eval_columns(run_dir, steps)
   again = {}
   if reeval_episodes:
     path = run_dir / f"eval_step{steps}_n{reeval_episodes}.json"
@@ -117,6 +153,7 @@ def per_seed(run_dir, seeds: tuple[int, ...], steps: int, reeval_episodes: int =
       rec["success_train_eval_pct"] = train_eval
     else:
       rec["success_pct"] = train_eval
+    rec.update(qpi.get(seed, {}))
     d = diag.get(str(seed), {})
     for name, key, h in DIAGNOSTICS:
       if key in d:
@@ -130,7 +167,7 @@ def _run(setting: Setting, agent: str, task: int, seeds: tuple[int, ...], wd: pa
   from jaxlab.core import runtime
   from jaxlab.rl import uhm
 
-  s, env = setting, env_name(task)
+  s, env = setting, env_name(task, setting.dataset)
   summary = wd / "summary.json"
   if not (summary.exists() and json.loads(summary.read_text()).get("step") == s.steps):
     cfg, sources = uhm.resolve_task_config(config(agent, s), env)
@@ -140,11 +177,11 @@ def _run(setting: Setting, agent: str, task: int, seeds: tuple[int, ...], wd: pa
     loop = runtime.Loop(
       num_steps=s.steps, log_every=log_every, ckpt_every=s.eval_every, eval_every=s.eval_every
     )
-    _, result = _train(task_, loop, seeds, s.eval_episodes, wd)
+    _, result = _train(task_, loop, seeds, s.eval_episodes, wd, s.eval_seed)
     uhm.write_report(wd, task_, result, seeds)
   if s.reeval_episodes:
     uhm.evaluate_checkpoint(wd, s.steps, s.reeval_episodes)  # kept when already there
-  return per_seed(wd, seeds, s.steps, s.reeval_episodes)
+  return per_seed(wd, seeds, s.steps, s.reeval_episodes, (s.eval_every, s.last_evals))
 
 
 def cell(setting: Setting, agent: str, seeds, workdir: pathlib.Path) -> dict[int, dict]:
@@ -158,14 +195,14 @@ def cell(setting: Setting, agent: str, seeds, workdir: pathlib.Path) -> dict[int
   for task in setting.tasks:
     wd = pathlib.Path(workdir) / (f"task{task}" if many else "") / name
     runs.append(_run(setting, agent, task, seeds, wd))
-    configs[env_name(task)] = json.loads((wd / "config.json").read_text())
+    configs[env_name(task, setting.dataset)] = json.loads((wd / "config.json").read_text())
   out = {}
   for seed in seeds:
     per_task = [r[seed] for r in runs]
     keys = [k for k in per_task[0] if all(k in r for r in per_task)]
     rec = {k: sum(r[k] for r in per_task) / len(per_task) for k in keys}
     rec["step"] = setting.steps
-    config_ = configs if many else configs[env_name(setting.tasks[0])]
+    config_ = configs if many else configs[env_name(setting.tasks[0], setting.dataset)]
     out[seed] = {**rec, "config": config_, **({"tasks": list(setting.tasks)} if many else {})}
   return out
 
@@ -183,6 +220,78 @@ SIZE_ARMS = {
   for a in (("uhm", "rebrac", "dtd") if n == 100 else ("uhm", "rebrac"))
 }
 _METRICS = ("success_pct", *(name for name, _, _ in DIAGNOSTICS))
+
+# --- the five agents on noisy data (docs/uhm.md, "Against GHM on noisy data") ---
+AGENTS = ("uhm", "ghm", "mbtd", "dtd", "rebrac")
+NOISY = "scene-noisy"  # the paper's noisy table: ReBRAC 27, DTD 6, MBTD 42, GHM 57, UHM 61
+NOISY_EPISODES = 200  # generated once by OGBench's noisy oracles (data seed 0), ~200 k transitions
+TUNING_SEEDS = (100, 101)  # the pilot's training seeds; its episodes reset with 20000 + i
+PILOT_TASKS = (1, 2)
+NOISY_PILOT_ARMS = {
+  f"{a}_t{t}": (
+    Setting(
+      5000, 2500, 10, episodes=NOISY_EPISODES, tasks=(t,), dataset=NOISY, eval_seed=20_000,
+      last_evals=2,
+    ),
+    a,
+  )
+  for t in PILOT_TASKS
+  for a in AGENTS
+}  # fmt: skip
+NOISY_TASK = 1  # chosen from the pilot (docs/uhm.md): the task whose arms are off 0 % and 100 %
+K_MAX_LARGE = 64  # the winsorization ablation: the horizon cap far above the default 8
+
+
+def noisy_setting(steps: int = 20_000, eval_every: int = 5000, eval_episodes: int = 50, **kw):
+  """The main study's protocol: success over ``eval_episodes`` held-out episodes (resets 10000 +
+  i), each seed's mean over its last 3 evaluation points."""
+  return Setting(
+    steps, eval_every, eval_episodes, episodes=NOISY_EPISODES, tasks=(NOISY_TASK,),
+    dataset=NOISY, last_evals=3, **kw,
+  )  # fmt: skip
+
+
+def noisy_arms(setting: Setting) -> dict:
+  arms = {a: (setting, a) for a in AGENTS}
+  big = dataclasses.replace(setting, fields=(*setting.fields, ("k_max", K_MAX_LARGE)))
+  arms[f"uhm_kmax{K_MAX_LARGE}"] = (big, "uhm")
+  return arms
+
+
+def noisy(setting: Setting | None = None, seeds=(0, 1, 2, 3, 4), name="uhm/noisy") -> Study:
+  """UHM against GHM, MBTD, DTD(lambda) and ReBRAC at equal updates on scene-noisy (arms), plus
+  UHM with a large horizon cap (the winsorization ablation); a CPU run, or a GPU one with other
+  arguments (benchmarks/uhm_study_gpu.sh)."""
+  setting = setting or noisy_setting()
+  arms = noisy_arms(setting)
+  pairs = (("uhm", "ghm"), ("uhm", "rebrac"), ("uhm", f"uhm_kmax{K_MAX_LARGE}"))
+  return Study(
+    name=name,
+    claim=CLAIM,
+    arms=tuple(arms),
+    control="rebrac",
+    pairs=pairs,
+    seeds=seeds,
+    tuning_seeds=TUNING_SEEDS,
+    budget={"step": setting.steps},
+    tests=(stats.Test("superiority", "success_pct", comparisons=len(pairs)),),
+    metrics=("success_pct", "qpi_mae", "qpi_bias", "q_mae", "q_corr"),
+    cell=functools.partial(_arm_cell, arms),
+    note=(
+      f"{env_name(NOISY_TASK, NOISY)}: {NOISY_EPISODES} episodes generated by OGBench's noisy "
+      f"oracles (data seed 0); the `pilot` preset (2x128 networks, batch 128), {setting.steps} "
+      f"updates for every arm; `success_pct`: each seed's mean over its last 3 evaluations "
+      f"(every {setting.eval_every} updates) of {setting.eval_episodes} episodes that reset with "
+      "seeds 10000 + i, never used to choose anything (the pilot, `uhm/noisy_pilot`, used "
+      "training seeds 100-101 and episodes 20000 + i). Declared: UHM - GHM and UHM - ReBRAC, "
+      "paired by seed, two-sided paired t (conservative for the one-sided claim), Holm over 3 "
+      f"comparisons with the k_max ablation (`uhm_kmax{K_MAX_LARGE}`: p_H winsorized at "
+      f"{K_MAX_LARGE} instead of 8). `qpi_*`: the critic against the actor's own returns at the "
+      "last evaluation (states of successful episodes); `q_*`: against the data's returns."
+    ),
+  )
+
+
 # experiments.uhm's command-line default: 3x256 networks (FQL's 4x512 is uhm.get_config()'s)
 NET_3X256 = (
   ("actor_hidden_dims", (256, 256, 256)),
@@ -280,4 +389,25 @@ STUDIES = (
     ),
   ),
   cube(),
+  Study(
+    name="uhm/noisy_pilot",
+    claim=CLAIM,
+    arms=tuple(NOISY_PILOT_ARMS),
+    control="rebrac_t1",
+    pairs=tuple((f"{a}_t{t}", f"rebrac_t{t}") for t in PILOT_TASKS for a in AGENTS[:-1]),
+    seeds=TUNING_SEEDS,
+    tuning_seeds=(),
+    budget={"step": 5000},
+    tests=(stats.Test("superiority", "success_pct"),),
+    metrics=("success_pct",),
+    cell=functools.partial(_arm_cell, NOISY_PILOT_ARMS),
+    note=(
+      f"The pilot that chooses the task of `uhm/noisy`: {NOISY}-singletask tasks "
+      f"{', '.join(map(str, PILOT_TASKS))} ({NOISY_EPISODES} generated episodes, data seed 0), "
+      "the five agents at 5000 updates, training seeds 100-101, 10 episodes resetting with 20000 "
+      "+ i at 2500 and 5000 updates (`success_pct`: their mean). Its seeds and episodes are "
+      "never used for the reported study. A pilot: its tests are not evidence."
+    ),
+  ),
+  noisy(),
 )

@@ -271,8 +271,10 @@ def evaluate_seeds(
   env=None,
   max_episode_steps: int | None = None,
   qpi_discount: float | None = None,
+  eval_seed: int = EVAL_SEED,
 ) -> dict:
-  """The deterministic actor of each training seed in the real env, episodes seeded EVAL_SEED + i.
+  """The deterministic actor of each training seed in the real env, episodes seeded
+  ``eval_seed + i`` (default EVAL_SEED; a pilot that chooses settings uses other episodes).
 
   Returns the means over seeds of `jaxlab.envs.ogbench.evaluate`'s numbers (success, return,
   episode_len, steps_per_s), num_episodes, and success_per_seed (one entry per seed).
@@ -288,7 +290,7 @@ def evaluate_seeds(
       env_name,
       lambda o, s_i=s_i: np.asarray(_act(s_i, jnp.asarray(o))),
       num_episodes=num_episodes,
-      seed=EVAL_SEED,
+      seed=eval_seed,
       env=env,
       max_episode_steps=max_episode_steps,
       return_episodes=qpi_discount is not None,
@@ -310,6 +312,7 @@ def make_eval_fn(
   diag=None,
   qpi: bool = True,
   max_episode_steps: int | None = None,
+  eval_seed: int = EVAL_SEED,
 ):
   """``eval_fn(state, step)`` for `runtime.train`: success, return, episode_len, the held-out
   diagnostics (eval.csv columns from `diagnostics.summarize`; each seed's whole record in
@@ -345,6 +348,7 @@ def make_eval_fn(
       env=task.env,
       max_episode_steps=max_episode_steps,
       qpi_discount=task.config.discount if qpi else None,
+      eval_seed=eval_seed,
     )
     keys = ("success", "return", "episode_len") + (critic_eval.COLUMNS if qpi else ())
     if n == 1:
@@ -395,6 +399,7 @@ def train(
   workdir=None,
   mesh=None,
   qpi: bool = True,
+  eval_seed: int = EVAL_SEED,
 ):
   """Creates the agent and trains it on the task: training seed ``seed``, or several ``seeds``
   trained together, vmapped in one compiled program (seed k there equals ``seed=k`` alone).
@@ -405,6 +410,8 @@ def train(
   ``result.per_seed[k]`` holds seed k's summary); config.json records the agent config, seeds and
   `task.record`. Key streams of a seed: 0 init, the seed's key itself the training steps.
   qpi: score the critic against the actor's own returns at each evaluation (`make_eval_fn`).
+  eval_seed: evaluation episode i resets with ``eval_seed + i`` (recorded in config.json when it
+  is not EVAL_SEED).
   """
   seeds = tuple(seeds) if seeds else (seed,)
   check_options(seeds=seeds, mesh=mesh, eval_episodes=eval_episodes)
@@ -440,7 +447,11 @@ def train(
     "(about a minute on a loaded CPU) ...",
     flush=True,
   )
-  eval_fn = make_eval_fn(task, eval_episodes, seeds, workdir=workdir, diag=diag, qpi=qpi)
+  eval_fn = make_eval_fn(
+    task, eval_episodes, seeds, workdir=workdir, diag=diag, qpi=qpi, eval_seed=eval_seed
+  )
+  if eval_seed != EVAL_SEED:
+    record["eval_seed"] = int(eval_seed)
   return runtime.train(
     state,
     update_fn,

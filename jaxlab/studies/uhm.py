@@ -239,6 +239,11 @@ NOISY_PILOT_ARMS = {
   for a in AGENTS
 }  # fmt: skip
 NOISY_TASK = 1  # chosen from the pilot (docs/uhm.md): the task whose arms are off 0 % and 100 %
+# what has run of each study (the table says it too); "not run" until its results are committed
+STATUS = {
+  "uhm/noisy_pilot": "(This study has not run yet.)",
+  "uhm/noisy": "(This study has not run yet.)",
+}
 K_MAX_LARGE = 64  # the winsorization ablation: the horizon cap far above the default 8
 
 
@@ -287,7 +292,8 @@ def noisy(setting: Setting | None = None, seeds=(0, 1, 2, 3, 4), name="uhm/noisy
       "paired by seed, two-sided paired t (conservative for the one-sided claim), Holm over 3 "
       f"comparisons with the k_max ablation (`uhm_kmax{K_MAX_LARGE}`: p_H winsorized at "
       f"{K_MAX_LARGE} instead of 8). `qpi_*`: the critic against the actor's own returns at the "
-      "last evaluation (states of successful episodes); `q_*`: against the data's returns."
+      "last evaluation (states of successful episodes); `q_*`: against the data's returns. "
+      + STATUS.get(name, "")
     ),
   )
 
@@ -406,7 +412,8 @@ STUDIES = (
       f"{', '.join(map(str, PILOT_TASKS))} ({NOISY_EPISODES} generated episodes, data seed 0), "
       "the five agents at 5000 updates, training seeds 100-101, 10 episodes resetting with 20000 "
       "+ i at 2500 and 5000 updates (`success_pct`: their mean). Its seeds and episodes are "
-      "never used for the reported study. A pilot: its tests are not evidence."
+      "never used for the reported study. A pilot: its tests are not evidence. "
+      + STATUS.get("uhm/noisy_pilot", "")
     ),
   ),
   noisy(),

@@ -1,48 +1,79 @@
 #!/usr/bin/env bash
-# The study uhm/cube (jaxlab/studies/uhm.py): UHM against ReBRAC on the five OGBench cube-single
-# tasks, 3 vmapped training seeds each, in ONE GPU call: per-seed results, table with the IQM, the
-# mean and their bootstrap intervals and the declared test, written to $OUT (docs/uhm.md, "The GPU
-# study").
+# A UHM study (jaxlab/studies/uhm.py) in ONE GPU call: per-seed results, the table with the IQM,
+# the mean and their bootstrap intervals and the declared tests, written to $OUT (docs/uhm.md,
+# "The GPU study"). Two studies, the second argument (default noisy):
+#   noisy  uhm/noisy_gpu: uhm/noisy's six arms (uhm, ghm, mbtd, dtd, rebrac and uhm_kmax64, the
+#          winsorization ablation) on scene-noisy-singletask-task1-v0, 3 vmapped training seeds,
+#          3x256 networks, 20000 updates, success over 20 held-out episodes at 10k and 20k;
+#   cube   uhm/cube: UHM against ReBRAC on the five cube-single tasks, 15000 updates.
 #
-# Here (CPU machine, with internet), once:   bash benchmarks/uhm_study_gpu.sh --prepare
+# Here (CPU machine, with internet), once:   bash benchmarks/uhm_study_gpu.sh --prepare [noisy|cube]
 #   1. .wheels/uhm/: what the GPU image lacks for OGBench evaluation (it has jax, flax, optax,
 #      orbax, chex, absl, tqdm, matplotlib): mujoco, ogbench, gymnasium, lxml, dm_env, dm_tree,
 #      ml_collections, tensorboardX and a slimmed dm_control (only its mjcf / mujoco parts that
 #      OGBench's manipulation envs import; its suite and locomotion assets are 105 of its 116 MB),
 #      for Python 3.12, ~46 MB;
-#   2. runs/uhm_gpu_data/: the generated cube-single-play set, 60 episodes (~11 MB: with the
-#      wheels and the repository it stays under the 64 MiB the device tool carries; 4-30 s per
-#      episode here, so ~5-30 min).
-# Then with the device tool:  run(command="bash benchmarks/uhm_study_gpu.sh",
-#                                 carry=[".wheels/uhm", "runs/uhm_gpu_data"], timeout_s=590)
-# CPU dry run, end to end at tiny size (a 2-episode set, 2x64 networks, 20 updates):
-#                             bash benchmarks/uhm_study_gpu.sh --cpu
+#   2. runs/uhm_gpu_data/<study>/: the study's generated data set: noisy, 50 scene-noisy episodes
+#      (+5 validation) without qvel, which training never reads (~10 MB; ~4-8 min here); cube, 60
+#      cube-single-play episodes (~11 MB; ~5-30 min). With the wheels and the repository either
+#      stays under the 64 MiB that travel with a GPU call; --prepare checks that sum.
+# Then, on the GPU machine, one call of at most 590 s:
+#   bash benchmarks/uhm_study_gpu.sh [noisy|cube]   carrying .wheels/uhm and runs/uhm_gpu_data/<study>
+# CPU dry run, end to end at tiny size (a 2-episode set, 2x64 networks, 20 updates, every arm):
+#   bash benchmarks/uhm_study_gpu.sh --cpu [noisy|cube]
 #
-# The study runs its 10 runs (2 agents x 5 tasks) one after the other; a run is skipped when its
-# result is in $OUT/results, so a call that runs out of time is continued by a second call that
-# carries $OUT/results back. Device-time estimate (an assumption, not a measurement: no H200 figure
-# of a UHM update exists in this repository): the paper (arXiv 2605.15603, wall-clock figure)
-# reports ~2.4 ms per UHM update and ~1.3 ms per ReBRAC update on an unnamed GPU (4x512 networks,
-# one seed); assumed the same for 3 vmapped seeds of 3x256 networks: 5 tasks x 15000 x (2.4 + 1.3)
-# ms = 278 s of updates, plus two compiles (the other tasks reuse them from the compilation cache)
-# and the MuJoCo evaluations (3 x 10 episodes x 3 seeds per run, on the CPU). Each run's
-# metrics.csv records its measured updates/s.
+# Each arm runs in its own process, $JOBS at a time (default: every arm at once on the GPU, 2 on a
+# CPU): a process trains its arm's 3 seeds together (vmapped) while the others evaluate theirs on
+# other CPU cores. An arm is skipped when its results are in $OUT/results, so a call that runs out
+# of time is continued by a second call that carries $OUT/results back (an unfinished arm starts
+# again); the table is built from $OUT/results alone.
+#
+# Device-time estimate (an assumption, not a measurement: no GPU time of these updates exists in
+# this repository). The paper (arXiv 2605.15603, wall-clock figure) reports per update, on a GPU
+# it does not name (4x512 networks, one seed): ReBRAC 1.3 ms, DTD 1.6, MBTD 7.1, GHM 2.4, UHM 2.4;
+# assumed the same for 3 vmapped seeds of 3x256 networks, uhm_kmax64's the same as UHM's, and no
+# overlap of the six processes on the GPU:
+#   noisy: 20000 x (2.4 + 2.4 + 2.4 + 7.1 + 1.6 + 1.3) ms = 344 s of updates;
+#   evaluations, on CPU cores beside the other arms' updates: per arm 2 points x 3 seeds x 20
+#   episodes of <= 750 steps, at an assumed ~2 ms per step (MuJoCo and one policy call; the --cpu
+#   dry run measured ~7 ms on the loaded 2-core CPU with the policy on the CPU) <= 180 s, of which
+#   the last arm's last point (<= 90 s) overlaps nothing; start-up (wheels, imports, data, six
+#   compiles side by side) ~1-1.5 min: about 8-8.5 min in all;
+#   cube: 5 tasks x 15000 x (2.4 + 1.3) ms = 278 s of updates, its two arms side by side.
+# Each run's metrics.csv records its measured updates/s, so the call measures what it assumes.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
 MODE=gpu
-case "${1:-}" in
-  --prepare) MODE=prepare ;;
-  --cpu) MODE=cpu ;;
-  "") ;;
-  *)
-    echo "usage: bash benchmarks/uhm_study_gpu.sh [--prepare | --cpu]" >&2
-    exit 2
-    ;;
-esac
+KIND=noisy
+for arg in "$@"; do
+  case "$arg" in
+    --prepare) MODE=prepare ;;
+    --cpu) MODE=cpu ;;
+    noisy | cube) KIND=$arg ;;
+    *)
+      echo "usage: bash benchmarks/uhm_study_gpu.sh [--prepare | --cpu] [noisy | cube]" >&2
+      exit 2
+      ;;
+  esac
+done
 PY=${PY:-python3}
-EPISODES=60  # the study's data set (jaxlab.studies.uhm.cube)
-DATA=runs/uhm_gpu_data
+DATA=runs/uhm_gpu_data/$KIND
+if [ "$KIND" = noisy ]; then
+  EPISODES=50  # jaxlab.studies.uhm.GPU_NOISY_EPISODES
+  DATASET=scene-noisy-v0
+  NAME=uhm/noisy_gpu
+  FULL="s = studies.get('uhm/noisy_gpu')"
+  TINY="s = uhm.noisy(uhm.noisy_gpu_setting(steps=20, eval_every=10, eval_episodes=1, episodes=2,
+  fields=TINY), seeds=(0, 1, 2), name='uhm/noisy_gpu')"
+else
+  EPISODES=60  # jaxlab.studies.uhm.cube's data set
+  DATASET=cube-single-play-v0
+  NAME=uhm/cube
+  FULL="s = studies.get('uhm/cube')"
+  TINY="s = uhm.cube(steps=20, eval_every=10, eval_episodes=1, episodes=2, fields=TINY)"
+fi
+SET=$DATA/jaxlab-generated/e$EPISODES-s0  # where the study's load_task looks (under ~/.ogbench/data)
 
 if [ "$MODE" = prepare ]; then
   mkdir -p .wheels/uhm
@@ -63,49 +94,127 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED
       zout.writestr(item, zin.read(item.filename))
 os.replace(dst, src)
 EOF
-  JAX_PLATFORMS=cpu $PY -c "
+  if [ -e "$SET/$DATASET.npz" ]; then
+    echo "$SET/$DATASET.npz exists: kept"
+  elif [ "$KIND" = noisy ]; then
+    # the generator itself rather than og.load, to leave qvel out (the loader does not need it)
+    JAX_PLATFORMS=cpu $PY -c "
+from jaxlab.envs import ogbench_generate as gen
+gen.generate('$DATASET', num_episodes=$EPISODES, dataset_dir='$SET', seed=0, drop_keys=('qvel',))
+" || exit 1
+  else
+    JAX_PLATFORMS=cpu $PY -c "
 from jaxlab.envs import ogbench as og
 og.load('cube-single-play-singletask-task1-v0', dataset_dir='$DATA', num_episodes=$EPISODES, seed=0)
 " || exit 1
+  fi
   du -sh .wheels/uhm "$DATA"
+  # what travels: the repository's files (tracked, and untracked but not ignored) and the carry
+  total=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 cat 2> /dev/null
+    find .wheels/uhm "$DATA" -type f -exec cat {} +) | wc -c)
+  echo "repository + .wheels/uhm + $DATA: $((total / 1048576)) MiB (limit 64 MiB)"
+  [ "$total" -lt $((64 * 1048576)) ] || {
+    echo "over the 64 MiB a GPU call carries: fewer episodes (EPISODES here and in the study)" >&2
+    exit 1
+  }
   exit 0
 fi
 
 if [ "$MODE" = gpu ]; then
-  OUT="${OUT:-/tmp/uhm_study_gpu}"
-  if ! ls "$DATA"/jaxlab-generated/e"$EPISODES"-s0/cube-single-play-v0.npz > /dev/null 2>&1; then
-    echo "no $DATA/jaxlab-generated/e$EPISODES-s0: run --prepare here and carry $DATA" >&2
+  OUT="${OUT:-/tmp/uhm_study_gpu_$KIND}"
+  JOBS=${JOBS:-0}  # 0: every arm at once
+  if ! ls "$SET/$DATASET.npz" > /dev/null 2>&1; then
+    echo "no $SET/$DATASET.npz: run --prepare $KIND here and carry $DATA" >&2
     exit 2
   fi
   $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/uhm_site .wheels/uhm/*.whl \
     || exit 1
   export PYTHONPATH="/tmp/uhm_site:$PWD" MUJOCO_GL=egl
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-  # where the study's load_task looks for a generated set of $EPISODES episodes
   mkdir -p ~/.ogbench/data && cp -r "$DATA"/jaxlab-generated ~/.ogbench/data/
-  STUDY="from jaxlab import studies; s = studies.get('uhm/cube')"
+  STUDY="from jaxlab import studies
+$FULL"
 else
-  OUT="${OUT:-/tmp/uhm_study_gpu_cpu}"
+  OUT="${OUT:-/tmp/uhm_study_gpu_cpu_$KIND}"
+  JOBS=${JOBS:-2}
   export JAX_PLATFORMS=cpu HOME="$OUT/home"  # the 2-episode set is generated under it (seconds)
   STUDY="from jaxlab.studies import uhm
-s = uhm.cube(steps=20, eval_every=10, eval_episodes=1, episodes=2, fields=(
-  ('actor_hidden_dims', (64, 64)), ('value_hidden_dims', (64, 64)),
+TINY = (('actor_hidden_dims', (64, 64)), ('value_hidden_dims', (64, 64)),
   ('model_hidden_dims', (64, 64)), ('reward_hidden_dims', (64,)), ('batch_size', 64),
-  ('flow_steps', 2), ('k_max', 4)))"
+  ('flow_steps', 2), ('k_max', 4))
+$TINY"
 fi
-mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 START=$SECONDS
-$PY -c "
-$STUDY
-from jaxlab.core import experiment
+ARMS=$($PY -c "$STUDY
+print(' '.join(s.arms))") || {
+  echo "the study $NAME did not build" >&2
+  exit 1
+}
+if [ "$MODE" = cpu ] && [ ! -e "$HOME/.ogbench/data/jaxlab-generated/e2-s0/$DATASET.npz" ]; then
+  # one process generates the 2-episode set before the arms start, so none waits on another's lock
+  $PY -c "
+from jaxlab.envs import ogbench_generate as gen
+gen.generate('$DATASET', num_episodes=2, dataset_dir='$HOME/.ogbench/data/jaxlab-generated/e2-s0',
+  seed=0, progress=False)
+" > "$OUT/logs/data.log" 2>&1 || {
+    tail -3 "$OUT/logs/data.log"
+    exit 1
+  }
+fi
+# One arm: the runner's step for one arm (runner.run), so that arms can run side by side.
+ARM="
+import sys
+from jaxlab.core import experiment, workdir
 from jaxlab.studies import runner
 experiment.enable_compile_cache()
-runner.run(s, root='$OUT/runs', results='$OUT/results')
-" > "$OUT/study.log" 2>&1
-rc=$?
-tail -3 "$OUT/study.log"
-cp "$OUT"/runs/uhm/cube/*/task*/s0-2/learning_curve.png "$OUT"/ 2>/dev/null
-echo "uhm_study_gpu ($MODE): $((SECONDS - START)) s, exit $rc; table in $OUT/results/table.md"
+arm, results = sys.argv[1], '$OUT/results'
+todo = tuple(k for k in s.seeds if not runner.raw_path(results, arm, k).exists())
+if todo:
+  wd = runner.cell_dir(s, '$OUT/runs', arm)
+  with workdir.session(wd):
+    out = s.cell(arm, todo, wd)
+  runner.write_raw(s, results, arm, todo, out)
+  print(f'{arm}: seeds {todo} done')
+else:
+  print(f'{arm}: every seed finished, skipped')
+"
+PIDS=()
+for arm in $ARMS; do
+  while [ "$JOBS" -gt 0 ] && [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do sleep 1; done
+  (
+    t0=$SECONDS
+    $PY -c "$STUDY
+$ARM" "$arm" > "$OUT/logs/$arm.log" 2>&1
+    rc=$?
+    echo "$arm: exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/logs/$arm.log"
+    exit $rc
+  ) &
+  PIDS+=($!)
+done
+rc=0
+for pid in "${PIDS[@]}"; do wait "$pid" || rc=1; done
+for arm in $ARMS; do
+  [ -e "$OUT/results/raw/$arm" ] || {
+    echo "--- $arm did not finish:"
+    tail -5 "$OUT/logs/$arm.log"
+  }
+  # <arm>[_task<k>]_curve.png: each run's learning curve, next to the table
+  for png in "$OUT/runs/$NAME/$arm"/{,task*/}s0-2/learning_curve.png; do
+    [ -e "$png" ] || continue
+    run=${png#"$OUT/runs/$NAME/"}
+    run=${run%/s0-2/learning_curve.png}
+    cp "$png" "$OUT/${run//\//_}_curve.png"
+  done
+done
+$PY -c "$STUDY
+from jaxlab.studies import runner
+runner.run(s, root='$OUT/runs', results='$OUT/results', only_table=True)
+" > "$OUT/logs/table.log" 2>&1 || {
+  tail -3 "$OUT/logs/table.log"
+  rc=1
+}
+echo "uhm_study_gpu ($MODE, $NAME): $((SECONDS - START)) s, exit $rc; table in $OUT/results/table.md"
 cat "$OUT/results/table.md" 2>/dev/null
 exit $rc

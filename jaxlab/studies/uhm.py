@@ -362,13 +362,13 @@ GPU_NOISY_EPISODES = 50
 def noisy_gpu_setting(
   steps: int = 20_000,
   eval_every: int = 10_000,
-  eval_episodes: int = 25,
+  eval_episodes: int = 20,
   episodes: int = GPU_NOISY_EPISODES,
   fields: tuple[tuple[str, Any], ...] = NET_3X256,
 ) -> Setting:
   """``uhm/noisy_gpu``'s protocol: 3x256 networks; evaluations only at the points it averages (the
-  last two), since one evaluation point of 3 seeds x 25 episodes of up to 750 MuJoCo steps costs
-  about as much CPU time as an arm's updates; the arguments shrink it for a dry run on a CPU."""
+  last two), since one evaluation point of 3 seeds x 20 episodes of up to 750 MuJoCo steps costs
+  ~1.5 min of a CPU core; the arguments shrink it for a dry run on a CPU."""
   return Setting(
     steps, eval_every, eval_episodes, episodes=episodes, tasks=(NOISY_TASK,), dataset=NOISY,
     last_evals=2, fields=fields,

@@ -18,7 +18,8 @@
 #      cube-single-play episodes (~11 MB; ~5-30 min). With the wheels and the repository either
 #      stays under the 64 MiB that travel with a GPU call; --prepare checks that sum.
 # Then, on the GPU machine, one call of at most 590 s:
-#   bash benchmarks/uhm_study_gpu.sh [noisy|cube]   carrying .wheels/uhm and runs/uhm_gpu_data/<study>
+#   bash benchmarks/uhm_study_gpu.sh [noisy|cube]
+#   carrying .wheels/uhm and runs/uhm_gpu_data/<study> (noisy: runs/uhm_gpu_data/noisy).
 # CPU dry run, end to end at tiny size (a 2-episode set, 2x64 networks, 20 updates, every arm):
 #   bash benchmarks/uhm_study_gpu.sh --cpu [noisy|cube]
 #
@@ -215,6 +216,6 @@ runner.run(s, root='$OUT/runs', results='$OUT/results', only_table=True)
   tail -3 "$OUT/logs/table.log"
   rc=1
 }
-echo "uhm_study_gpu ($MODE, $NAME): $((SECONDS - START)) s, exit $rc; table in $OUT/results/table.md"
+echo "uhm_study_gpu ($MODE, $NAME): $((SECONDS - START)) s, exit $rc; table: $OUT/results/table.md"
 cat "$OUT/results/table.md" 2>/dev/null
 exit $rc

@@ -259,3 +259,21 @@ def test_example_resumes_past_a_flipped_bit_with_one_warning(tmp_path):
   redone = metrics.read_json(wd / "summary.json")
   assert redone["resumed_from"] == 20
   assert redone["train/loss"] == done["train/loss"] and redone["eval/w_err"] == done["eval/w_err"]
+
+
+def test_a_partial_restore_is_verified_against_the_arrays_it_reads(tmp_path):
+  """``verify`` checks the arrays a partial restore read (e.g. DASBS's exact check reads only the
+  controller's EMA weights), under their paths in the saved state."""
+  state = {"ctrl": {"target_params": jnp.arange(4.0)}, "other": jnp.ones(3)}
+  mngr = checkpoint.manager(tmp_path)
+  checkpoint.save(mngr, 1, state)
+  mngr.close()
+  mngr = checkpoint.manager(tmp_path, read_only=True)
+  try:
+    part = {"ctrl": {"target_params": np.arange(4.0, dtype=np.float32)}}
+    checkpoint.verify(mngr, 1, part)  # as written: passes
+    part["ctrl"]["target_params"][2] += 1e-3
+    with pytest.raises(checkpoint.CorruptCheckpoint, match="ctrl/target_params"):
+      checkpoint.verify(mngr, 1, part)
+  finally:
+    mngr.close()

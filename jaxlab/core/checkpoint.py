@@ -196,16 +196,24 @@ def restore_with(mngr: ocp.CheckpointManager, like: PyTree, step: int) -> PyTree
       gc.collect()  # orbax's abandoned read coroutines report themselves when collected
       reason = f"cannot be restored ({_first_line(e)})"
       raise CorruptCheckpoint(mngr.directory, step, reason) from e
-    if _has_digest(mngr, step):
-      try:
-        restore_args = ocp.args.Composite(**{DIGEST_ITEM: ocp.args.JsonRestore()})
-        record = dict(mngr.restore(step, args=restore_args)[DIGEST_ITEM])
-        reason = _mismatch(record, restored)
-      except Exception:  # unreadable JSON, or a record of another shape
-        reason = "has a damaged digest record"
-      if reason is not None:
-        raise CorruptCheckpoint(mngr.directory, step, reason)
+    verify(mngr, step, restored)
   return jax.tree.map(_like_type, restored, like)
+
+
+def verify(mngr: ocp.CheckpointManager, step: int, restored: PyTree) -> None:
+  """Raises :class:`CorruptCheckpoint` unless the arrays of ``restored`` (all of a checkpoint's
+  ``state`` item, or a partial restore of some of them, under the same paths) match the digest
+  written with checkpoint ``step``; a checkpoint written without a digest is not checked."""
+  if not _has_digest(mngr, step):
+    return
+  try:
+    restore_args = ocp.args.Composite(**{DIGEST_ITEM: ocp.args.JsonRestore()})
+    record = dict(mngr.restore(step, args=restore_args)[DIGEST_ITEM])
+    reason = _mismatch(record, restored)
+  except Exception:  # unreadable JSON, or a record of another shape
+    reason = "has a damaged digest record"
+  if reason is not None:
+    raise CorruptCheckpoint(mngr.directory, step, reason)
 
 
 def _like_type(restored, like):

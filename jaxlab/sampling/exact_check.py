@@ -136,6 +136,7 @@ def restore_controller(workdir: pathlib.Path, spec: dasbs.Spec):
       raise ConfigError(
         "workdir", f"the controller of checkpoint {step} cannot be restored ({first})"
       ) from None
+    checkpoint.verify(mngr, step, restored["state"])  # the arrays read, against their digest
   finally:
     mngr.close()
   return ctrl.replace(target_params=restored["state"]["ctrl"]["target_params"]), int(step)

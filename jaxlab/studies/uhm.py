@@ -238,10 +238,23 @@ NOISY_PILOT_ARMS = {
   for t in PILOT_TASKS
   for a in AGENTS
 }  # fmt: skip
+# The longer probe of the same tuning seeds: can 20 000 updates (uhm/noisy's budget) move success
+# off 0 % on task 1, where every agent is at 0 % after 5000?
+NOISY_PROBE_ARMS = {
+  f"{a}_t1": (
+    Setting(
+      20_000, 5000, 10, episodes=NOISY_EPISODES, tasks=(1,), dataset=NOISY, eval_seed=20_000,
+      last_evals=3,
+    ),
+    a,
+  )
+  for a in ("uhm", "ghm", "rebrac")
+}  # fmt: skip
 NOISY_TASK = 1  # chosen from the pilot (docs/uhm.md): the task whose arms are off 0 % and 100 %
 # what has run of each study (the table says it too); "not run" until its results are committed
 STATUS = {
-  "uhm/noisy_pilot": "(This study has not run yet.)",
+  "uhm/noisy_pilot": "Ran 2026-12-07 on 2 CPU cores (about 50 min, shared).",
+  "uhm/noisy_probe": "(This study has not run yet.)",
   "uhm/noisy": "(This study has not run yet.)",
   "uhm/noisy_gpu": "Sized for one GPU call (benchmarks/uhm_study_gpu.sh); not run yet.",
 }
@@ -437,7 +450,7 @@ STUDIES = (
     tuning_seeds=(),
     budget={"step": 5000},
     tests=(stats.Test("superiority", "success_pct"),),
-    metrics=("success_pct",),
+    metrics=("success_pct", "qpi_bias", "qpi_mae", "qpi_base_mae", "q_mae"),
     cell=functools.partial(_arm_cell, NOISY_PILOT_ARMS),
     note=(
       f"The pilot that chooses the task of `uhm/noisy`: {NOISY}-singletask tasks "
@@ -446,6 +459,26 @@ STUDIES = (
       "+ i at 2500 and 5000 updates (`success_pct`: their mean). Its seeds and episodes are "
       "never used for the reported study. A pilot: its tests are not evidence. "
       + STATUS.get("uhm/noisy_pilot", "")
+    ),
+  ),
+  Study(
+    name="uhm/noisy_probe",
+    claim=CLAIM,
+    arms=tuple(NOISY_PROBE_ARMS),
+    control="rebrac_t1",
+    pairs=(("uhm_t1", "ghm_t1"), ("uhm_t1", "rebrac_t1")),
+    seeds=TUNING_SEEDS,
+    tuning_seeds=(),
+    budget={"step": 20_000},
+    tests=(stats.Test("superiority", "success_pct", comparisons=2),),
+    metrics=("success_pct", "qpi_mae", "qpi_bias", "q_mae"),
+    cell=functools.partial(_arm_cell, NOISY_PROBE_ARMS),
+    note=(
+      f"A probe on the tuning seeds 100-101 after `uhm/noisy_pilot` found every agent at 0 % at "
+      f"5000 updates: UHM, GHM and ReBRAC on {NOISY}-singletask task 1 at `uhm/noisy`'s 20 000 "
+      "updates (`pilot` preset), 10 episodes resetting with 20000 + i every 5000 updates, "
+      "`success_pct` each seed's mean over the last 3. It decides whether `uhm/noisy` can show "
+      "success at this budget; its tests are not evidence. " + STATUS.get("uhm/noisy_probe", "")
     ),
   ),
   noisy(),

@@ -254,7 +254,7 @@ NOISY_TASK = 1  # chosen from the pilot (docs/uhm.md): the task whose arms are o
 # what has run of each study (the table says it too); "not run" until its results are committed
 STATUS = {
   "uhm/noisy_pilot": "Ran 2026-12-07 on 2 CPU cores (about 50 min, shared).",
-  "uhm/noisy_probe": "(This study has not run yet.)",
+  "uhm/noisy_probe": "Ran 2026-12-07 on 2 CPU cores (about 16 min).",
   "uhm/noisy": "(This study has not run yet.)",
   "uhm/noisy_gpu": "Sized for one GPU call (benchmarks/uhm_study_gpu.sh); not run yet.",
 }

@@ -179,9 +179,14 @@ def test_mode_train_on_synthetic_data(tmp_path):
   }
 
 
-# "text" (the corpus on the device) shares its stacking with "synthetic"; it runs under -m slow
+# the text corpora share their stacking with "synthetic"; they run under -m slow
 @pytest.mark.parametrize(
-  "data", ["synthetic", pytest.param("text", marks=pytest.mark.slow), "text_from_host"]
+  "data",
+  [
+    "synthetic",
+    pytest.param("text", marks=pytest.mark.slow),
+    pytest.param("text_from_host", marks=pytest.mark.slow),
+  ],
 )
 def test_vmapped_seeds_equal_each_seed_alone(tmp_path, monkeypatch, data):
   """--seeds: seeds train in one compiled program, each on its own synthetic corpus or loader

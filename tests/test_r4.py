@@ -349,6 +349,7 @@ def _tiny_config():
   return c
 
 
+@pytest.mark.slow  # 45 s of compiling; PPO's seed test covers the shared path in the fast suite
 def test_vmapped_seeds_equal_each_seed_alone(tmp_path):
   """--seeds: the seeds' PPO phases in one compiled program; seed 1 there is the run seed=1
   alone (the pool, ratings and reward fit are the same computation, PPO is vmapped)."""

@@ -5,8 +5,8 @@
 #   downloads into .wheels/ the pure-Python packages the GPU image lacks (it has jax 0.11, flax,
 #   optax, orbax, chex, absl, tqdm, matplotlib; not ml_collections, tensorboardX, gymnax,
 #   gymnasium, craftax, ott-jax, jaxopt), for Python 3.12, without their dependencies.
-# Then with the device tool:  run(command="bash benchmarks/device_check.sh", carry=[".wheels"],
-#                                 timeout_s=590)
+# Then on the GPU machine, with .wheels copied beside the repository (one call of <= 590 s):
+#                             bash benchmarks/device_check.sh
 # CPU dry run of the same commands at small shapes (no install; the current python):
 #                             bash benchmarks/device_check.sh --cpu
 # ONLY=ppo,itc runs only the checks named (a rerun of what a cut-short call missed).
@@ -15,7 +15,7 @@
 # gets its own timeout, cut to what is left of the budget, and a check that no longer fits is
 # skipped and says so. Each check writes its own file under $OUT as it runs, and summary.txt gets
 # its last lines when it ends, so a run cut short still returns every figure measured so far.
-# Files (at most 8 come back from the device tool): summary.txt (GPU, versions, each check's
+# Files (at most 8, so that each comes back from the GPU machine): summary.txt (GPU, versions, each check's
 # command, exit status, seconds and last lines), lm1b.txt, uhm.txt, ppo.txt, attention.txt,
 # dasbs.txt, itc.txt, and xla.tgz: the persistent compilation cache of the run so far. A second
 # call starts warm (no compilation, Craftax's included) with it copied to .wheels/xla.tgz here.

@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 from jaxlab.core.errors import ConfigError
-from jaxlab.studies import dicode, itc, qrim, r4, runner, spec, uhm
+from jaxlab.studies import dasbs, decentralized, dicode, goma, itc, lm, qrim, r4, runner, spec, uhm
 from jaxlab.studies.spec import Study
 
 __all__ = ["Study", "get", "names", "runner", "spec"]
 
-_REGISTRY = {s.name: s for m in (r4, qrim, itc, dicode, uhm) for s in m.STUDIES}
+_METHODS = (goma, decentralized, dasbs, lm, r4, qrim, itc, dicode, uhm)
+_REGISTRY = {s.name: s for m in _METHODS for s in m.STUDIES}
 
 
 def names() -> list[str]:

@@ -1,0 +1,5 @@
+"""Decentralized SGD's studies (docs/decentralized.md): each a claim of its paper, declared first."""
+
+from __future__ import annotations
+
+STUDIES = ()

@@ -1,0 +1,5 @@
+"""goma's studies (docs/goma.md): each a claim of its paper, declared before it runs."""
+
+from __future__ import annotations
+
+STUDIES = ()

@@ -1,0 +1,5 @@
+"""lm's studies (docs/lm.md): each a claim of its paper, declared before it runs."""
+
+from __future__ import annotations
+
+STUDIES = ()

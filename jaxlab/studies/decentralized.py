@@ -1,4 +1,4 @@
-"""Decentralized SGD's studies (docs/decentralized.md): each a claim of its paper, declared first."""
+"""Decentralized SGD studies (docs/decentralized.md): each a claim of its paper, declared first."""
 
 from __future__ import annotations
 

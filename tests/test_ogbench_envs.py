@@ -126,7 +126,7 @@ def test_embedded_default_loads(tmp_path):
   # Without the embedded set a missing standard set is an error that gives the generator command.
   with pytest.raises(og.DatasetError) as e:
     og.load(og.DEFAULT_ENV_NAME, dataset_dir=str(tmp_path), embedded=False)
-  command = f"python -m envs.ogbench_generate --env_name={CUBE} --dataset_dir={tmp_path}"
+  command = f"python -m jaxlab.envs.ogbench_generate --env_name={CUBE} --dataset_dir={tmp_path}"
   assert e.value.field == "dataset_dir" and command in e.value.message
   assert list(tmp_path.iterdir()) == []
 

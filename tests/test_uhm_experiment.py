@@ -139,7 +139,7 @@ def test_dataset_dir_must_exist_and_hold_the_set(tmp_path):
   _assert_exit_2(r, "--dataset_dir", "is a file")
   (tmp_path / "empty").mkdir()
   r = _run([f"--dataset_dir={tmp_path / 'empty'}"], tmp_path)
-  command = "python -m envs.ogbench_generate --env_name=cube-single-play-v0 --dataset_dir="
+  command = "python -m jaxlab.envs.ogbench_generate --env_name=cube-single-play-v0 --dataset_dir="
   _assert_exit_2(r, "--dataset_dir", command + str(tmp_path / "empty"))
   assert list((tmp_path / "empty").iterdir()) == [] and not (tmp_path / "runs").exists()
 

@@ -7,7 +7,7 @@ file `<data set>.npz` (+ `-val.npz`) is looked up, in this order,
   1. in `dataset_dir` if given (an existing folder, unless a set is to be generated there), else
      in OGBench's default folder `~/.ogbench/data`;
   2. if absent and `embedded=True`: the small set shipped in `jaxlab/envs/data/` (made by
-     `envs.ogbench_generate`; only for the default task's data set cube-single-play-v0);
+     `jaxlab.envs.ogbench_generate`; only for the default task's data set cube-single-play-v0);
   3. if still absent, only when asked: `generate_if_missing=True` generates the full standard set
      (35-90 min on a CPU) with OGBench's environments and scripted oracles, in the folder of step 1;
      `num_episodes=N` generates (or reuses) a set of N episodes in
@@ -285,9 +285,8 @@ def _generation_lock(folder: str, dataset_name: str):
 def generate_command(dataset_name: str, folder: str, num_episodes: int | None = None) -> str:
   """The shell command that makes a data set in a folder."""
   episodes = f" --episodes={num_episodes}" if num_episodes else ""
-  return (
-    f"python -m envs.ogbench_generate --env_name={dataset_name} --dataset_dir={folder}{episodes}"
-  )
+  program = "python -m jaxlab.envs.ogbench_generate"
+  return f"{program} --env_name={dataset_name} --dataset_dir={folder}{episodes}"
 
 
 def _dataset_root(dataset_dir: str | None, may_create: bool) -> str:
@@ -302,7 +301,8 @@ def _dataset_root(dataset_dir: str | None, may_create: bool) -> str:
       "dataset_dir",
       f"folder {root} does not exist. Give the folder that holds OGBench's <data set>.npz files, "
       "or generate a set there deliberately: --generate_missing (the full set; Python: "
-      "generate_if_missing=True), --episodes=N (a small one), or python -m envs.ogbench_generate",
+      "generate_if_missing=True), --episodes=N (a small one), or "
+      "python -m jaxlab.envs.ogbench_generate",
     )
   return root
 

@@ -1,7 +1,9 @@
 """Generate OGBench offline data sets locally with OGBench's own environments and scripted oracles.
 
-    python -m envs.ogbench_generate --env_name=cube-single-play-v0 --dataset_dir=~/.ogbench/data
-    python -m envs.ogbench_generate --env_name=cube-single-play-v0 --episodes=60 --dataset_dir=/tmp
+    python -m jaxlab.envs.ogbench_generate --env_name=cube-single-play-v0 \\
+        --dataset_dir=~/.ogbench/data
+    python -m jaxlab.envs.ogbench_generate --env_name=cube-single-play-v0 --episodes=60 \\
+        --dataset_dir=/tmp
 
 writes `<dataset_dir>/<name>.npz` and `<name>-val.npz` in OGBench's raw file format (`observations`,
 `actions`, `terminals`, `qpos`, `qvel`, plus `button_states` for scene/puzzle), so
@@ -511,7 +513,7 @@ def generate(
     val.pop(k, None)
   n_trans = len(train["terminals"]) + len(val["terminals"])
   meta = dict(
-    generator="jaxlab envs.ogbench_generate (reconstruction of OGBench data_gen_scripts)",
+    generator="jaxlab.envs.ogbench_generate (reconstruction of OGBench data_gen_scripts)",
     dataset_name=spec.dataset_name,
     **{k: v for k, v in dataclasses.asdict(spec).items() if k not in ("dataset_name",)},
     num_val_episodes=n_val,
@@ -531,3 +533,86 @@ def generate(
   os.replace(train_path + ".json.tmp", train_path + ".json")
   meta.update(train_path=train_path, val_path=val_path)
   return meta
+
+
+# The program (``python -m jaxlab.envs.ogbench_generate``; ``python -m envs.ogbench_generate`` in a
+# clone is the same). Its flags are defined only when it runs: `jaxlab.envs.ogbench` imports this
+# module next to experiments that define flags of the same names.
+UNUSED_FLAGS = ("workdir", "steps", "log_every", "ckpt_every", "keep", "mesh", "profile")
+
+
+def define_flags() -> None:
+  """The generator's own absl flags."""
+  from absl import flags
+
+  flags.DEFINE_string(
+    "env_name",
+    None,
+    "Data set name, e.g. cube-single-play-v0, pointmaze-medium-navigate-v0 (single-task names map "
+    "to their data set).",
+  )
+  flags.DEFINE_integer(
+    "episodes", None, "Train episodes (default: OGBench's count, e.g. 1000); validation adds 1/10."
+  )
+  flags.DEFINE_string("dataset_dir", DEFAULT_DATASET_DIR, "Output folder (created if missing).")
+  flags.DEFINE_float(
+    "noise",
+    None,
+    "play: plan noise (0.1); noisy: max Gaussian action noise (0.1); pointmaze: action noise "
+    "(0.5).",
+  )
+  flags.DEFINE_float("p_random_action", None, "noisy: 0.1 (cube/scene), 0.2 (puzzle).")
+  flags.DEFINE_integer("max_episode_steps", None, "Steps per episode (default 1001).")
+  flags.DEFINE_integer("val_episodes", None, "Validation episodes (default episodes // 10).")
+  flags.DEFINE_bool("drop_qvel", False, "Omit qvel (not needed by the loader) to save space.")
+
+
+def main(argv) -> None:
+  """Generates the data set the flags name and prints what was written."""
+  from absl import flags
+
+  del argv
+  f = flags.FLAGS
+  for name in UNUSED_FLAGS:
+    require(not f[name].present, name, "is not used by the OGBench generator; remove it")
+  require(bool(f.env_name), "env_name", "give the data set to generate, e.g. cube-single-play-v0")
+  try:
+    meta = generate(
+      f.env_name,
+      f.episodes,
+      f.dataset_dir,
+      seed=f.seed,
+      noise=f.noise,
+      p_random_action=f.p_random_action,
+      max_episode_steps=f.max_episode_steps,
+      num_val_episodes=f.val_episodes,
+      drop_keys=("qvel",) if f.drop_qvel else (),
+    )
+  except FileExistsError as e:
+    raise ConfigError("dataset_dir", str(e)) from None
+  size = sum(os.path.getsize(meta[k]) for k in ("train_path", "val_path"))
+  standard = spec_for(f.env_name).num_episodes
+  if meta["num_episodes"] < standard:
+    print(
+      f"note: this set has {meta['num_episodes']} episodes, OGBench's has {standard}; it sits "
+      "under the standard name, so OGBench's downloader would skip this file later (delete it to "
+      "fetch the real one)."
+    )
+  print(
+    f"wrote {meta['train_path']} ({meta['train_steps']} steps) and {meta['val_path']} "
+    f"({meta['val_steps']} steps), {size / 1e6:.2f} MB, in {meta['seconds']:.1f} s "
+    f"({meta['seconds_per_1000_steps']:.2f} s per 1000 steps); oracle finished "
+    f"{meta['oracle_tasks_finished']} sub-tasks/goals"
+  )
+
+
+def cli() -> None:
+  """Runs the program with jaxlab's shared flags (``--seed``) and exit-2 convention."""
+  from jaxlab.core import experiment
+
+  define_flags()
+  experiment.run(main)
+
+
+if __name__ == "__main__":
+  cli()

@@ -37,7 +37,13 @@ def _build(base: pathlib.Path) -> pathlib.Path:
       **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / name).is_dir() else {}),
     )
   pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-  subprocess.run([*pip, "wheel", "--no-deps", "-w", str(base / "dist"), str(src)], check=True)
+  build = subprocess.run(
+    [*pip, "wheel", "--no-deps", "-w", str(base / "dist"), str(src)],
+    capture_output=True,
+    text=True,
+  )
+  (base / "build.log").write_text(build.stdout + build.stderr)
+  assert build.returncode == 0, (build.stdout + build.stderr)[-3000:]
   subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
   py = venv / "bin" / "python"
   wheel = next((base / "dist").glob("jaxlab-*.whl"))
@@ -126,3 +132,36 @@ def test_readme_has_a_snippet_per_method():
 def test_readme_snippet_runs_from_the_wheel(name, wheel_python, tmp_path):
   r = _run(wheel_python, _snippets()[name], tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_the_build_has_no_packaging_warning(wheel_python):
+  """setuptools warns when a folder Python can import (the data folders) is not a declared package;
+  setup.cfg declares them (find_namespace:)."""
+  log = (pathlib.Path(wheel_python).parents[2] / "build.log").read_text()
+  assert "absent from the `packages` configuration" not in log, log[-3000:]
+  assert "BuildBackendWarning" not in log, log[-3000:]
+
+
+def test_the_data_generator_runs_from_the_wheel(wheel_python, tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  r = subprocess.run(
+    [wheel_python, "-m", "jaxlab.envs.ogbench_generate", "--help"],
+    cwd=tmp_path,
+    env={**env, "JAX_PLATFORMS": "cpu"},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "python -m jaxlab.envs.ogbench_generate --env_name=" in r.stdout, r.stdout[:2000]
+  assert "--env_name" in r.stdout and "--episodes" in r.stdout
+  r = subprocess.run(
+    [wheel_python, "-m", "jaxlab.envs.ogbench_generate", "--env_name=no-such-set-v0"],
+    cwd=tmp_path,
+    env={**env, "JAX_PLATFORMS": "cpu"},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert r.returncode == 2 and r.stderr.startswith("error: --env_name"), r.stderr[-2000:]
+  assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,7 @@ submodules: ``softrank`` (permutahedron soft rank), ``data`` (rollouts, simulate
 files), ``protocol`` (offline and online protocols with PPO: ``protocol.run``). See docs/r4.md.
 """
 
-from jaxlab.rl.r4.config import (  # noqa: E402,F401
+from jaxlab.rl.r4.config import (
   PROTOCOLS,
   check_memory,
   get_config,
@@ -15,4 +15,51 @@ from jaxlab.rl.r4.config import (  # noqa: E402,F401
   reward_config,
   validate_config,
 )
-from jaxlab.rl.r4.reward import *  # noqa: F403
+from jaxlab.rl.r4.reward import (
+  METHODS,
+  RewardConfig,
+  RewardMLP,
+  alignment,
+  bt_loss,
+  create,
+  features,
+  fit,
+  make_dataset,
+  make_update,
+  member_apply,
+  ood_term,
+  predict_returns,
+  rbrl_loss,
+  returns,
+  reward,
+  rmse_loss,
+  validate,
+)
+
+__all__ = [
+  "METHODS",
+  "PROTOCOLS",
+  "RewardConfig",
+  "RewardMLP",
+  "alignment",
+  "bt_loss",
+  "check_memory",
+  "create",
+  "features",
+  "fit",
+  "get_config",
+  "make_dataset",
+  "make_update",
+  "member_apply",
+  "ood_term",
+  "ppo_config",
+  "ppo_updates",
+  "predict_returns",
+  "rbrl_loss",
+  "returns",
+  "reward",
+  "reward_config",
+  "rmse_loss",
+  "validate",
+  "validate_config",
+]

@@ -31,10 +31,21 @@ from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.errors import ConfigError
 from jaxlab.envs import gymnax, vec
-from jaxlab.rl import ppo, r4
+from jaxlab.rl import ppo
 from jaxlab.rl.ppo import evaluation as ppo_eval
 from jaxlab.rl.ppo import policies
+from jaxlab.rl.r4 import config as r4_config
 from jaxlab.rl.r4 import data as r4_data
+from jaxlab.rl.r4.reward import (
+  RewardConfig,
+  alignment,
+  features,
+  fit,
+  make_dataset,
+  member_apply,
+  predict_returns,
+)
+from jaxlab.rl.r4.reward import reward as reward_of
 
 Array = jax.Array
 
@@ -47,13 +58,13 @@ class RewardEnvState:
   scale: Array  # 1 / std of the learned reward over the rated steps
 
 
-def reward_env(env: vec.VecEnv, config: r4.RewardConfig, params, scale) -> tuple[vec.VecEnv, Any]:
+def reward_env(env: vec.VecEnv, config: RewardConfig, params, scale) -> tuple[vec.VecEnv, Any]:
   """``env`` with the learned reward; returns the wrapper and a function ``set_reward(state,
   params, scale)`` that swaps the reward model in a running state."""
-  apply = r4.member_apply(config)
+  apply = member_apply(config)
 
   def learned(params, obs, action):
-    x = r4.features(obs, action, env.num_actions)
+    x = features(obs, action, env.num_actions)
     return jnp.mean(jax.vmap(lambda p: apply(p, x))(params), axis=0)
 
   def reset(key):
@@ -73,7 +84,7 @@ def reward_env(env: vec.VecEnv, config: r4.RewardConfig, params, scale) -> tuple
 
 
 def features_of(traj: r4_data.Trajectories, num_actions: int) -> np.ndarray:
-  return np.asarray(r4.features(jnp.asarray(traj.obs), jnp.asarray(traj.action), num_actions))
+  return np.asarray(features(jnp.asarray(traj.obs), jnp.asarray(traj.action), num_actions))
 
 
 def dataset(traj, ratings, num_actions: int, prefer=None) -> dict:
@@ -83,13 +94,13 @@ def dataset(traj, ratings, num_actions: int, prefer=None) -> dict:
   feats = features_of(traj, num_actions)
   flat = feats.reshape(-1, feats.shape[-1])[traj.mask.reshape(-1) > 0]
   prefer = traj.true_return if prefer is None else prefer
-  return r4.make_dataset(feats, traj.mask, ratings, prefer, flat.min(0), flat.max(0), num_actions)
+  return make_dataset(feats, traj.mask, ratings, prefer, flat.min(0), flat.max(0), num_actions)
 
 
 def reward_scale(state, data: dict) -> float:
   """``1 / std`` of the learned per-step reward over the rated (unmasked) steps."""
   x = data["feats"].reshape(-1, data["feats"].shape[-1])
-  r = np.asarray(r4.reward(state, state.params, x))[np.asarray(data["mask"]).reshape(-1) > 0]
+  r = np.asarray(reward_of(state, state.params, x))[np.asarray(data["mask"]).reshape(-1) > 0]
   return float(1.0 / max(np.std(r), 1e-6))
 
 
@@ -134,11 +145,11 @@ def concat(a: r4_data.Trajectories, b: r4_data.Trajectories) -> r4_data.Trajecto
   return r4_data.Trajectories(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in fields))
 
 
-def fit_reward(rc: r4.RewardConfig, pool, ids, ratings, num_actions: int, key: Array, prefer=None):
+def fit_reward(rc: RewardConfig, pool, ids, ratings, num_actions: int, key: Array, prefer=None):
   """Fits the ensemble on ``pool[ids]`` rated ``ratings`` -> ``(state, data, fit summary)``;
   ``prefer``: the returns Bradley-Terry's teacher compares (default: the true ones)."""
   data = dataset(pool.take(ids), r4_data.dense_classes(ratings), num_actions, prefer)
-  state, result = r4.fit(rc, data, key)
+  state, result = fit(rc, data, key)
   return state, data, result.summary
 
 
@@ -247,14 +258,14 @@ def run(
   seeds = (seed,) if seeds is None else tuple(int(s) for s in seeds)
   several = len(seeds) > 1
   gymnax.resolve(env)
-  rc, pc = r4.validate_config(
+  rc, pc = r4_config.validate_config(
     config, method=method, ratings=ratings, protocol=protocol, updates=updates
   )
   if several and ratings != "simulated":
     raise ConfigError(
       "seeds", "a ratings file rates the pool of one seed (its trajectories.npz); give one seed"
     )
-  r4.check_memory(config, env, method, seeds=len(seeds))
+  r4_config.check_memory(config, env, method, seeds=len(seeds))
   if workdir is not None:  # before computing: a read-only folder fails now, not after the run
     workdir_lib.check_writable(workdir, "workdir")
   provenance.announce()  # once per process: the study's cells share one line
@@ -329,10 +340,8 @@ def _train(
       reward_state, data, fit_summary = fit_reward(
         rc, r.pool, r.ids, r.rated, venv.num_actions, r.keys["fit"], r.seen
       )
-      pred = r4.predict_returns(
-        reward_state, features_of(r.heldout, venv.num_actions), r.heldout.mask
-      )
-      align = r4.alignment(pred, r.heldout.true_return)
+      pred = predict_returns(reward_state, features_of(r.heldout, venv.num_actions), r.heldout.mask)
+      align = alignment(pred, r.heldout.true_return)
       r.summary.update({f"heldout/{k}": v for k, v in align.items()})
       r.summary.update({f"reward/{k}": v for k, v in fit_summary.items() if k.startswith("train/")})
       if workdir is not None:

@@ -103,6 +103,43 @@ from jaxlab.core.train_state import TrainState
 from jaxlab.rl.uhm import horizon, offline_data
 from jaxlab.rl.uhm.networks import Actor, ActorCritic, EnsembleCritic, RewardModel, VelocityField
 
+__all__ = [
+  "ACTOR_METRICS",
+  "AGENTS",
+  "AGENT_SPECS",
+  "AgentSpec",
+  "FLOW_AGENTS",
+  "FLOW_LOSSES",
+  "FLOW_SOLVERS",
+  "MODEL_HORIZON_SAMPLING",
+  "NO_TASK_VALUES",
+  "REWARD_SOURCES",
+  "TASK_FIELDS",
+  "UHMState",
+  "Velocity",
+  "actor_critic_loss",
+  "create",
+  "create_seeds",
+  "create_stacked",
+  "flow_sample",
+  "from_flow_coords",
+  "get_config",
+  "make_sample_fn",
+  "model_horizons",
+  "model_loss",
+  "policy",
+  "q_values",
+  "reward_loss",
+  "sample_actions",
+  "seed_vmap",
+  "task_defaults",
+  "td_flow_loss",
+  "to_flow_coords",
+  "update",
+  "validate_config",
+  "value_target",
+]
+
 FLOW_LOSSES = ("td2_cfm", "td_cfm_coupled")
 REWARD_SOURCES = ("learned", "fn")
 MODEL_HORIZON_SAMPLING = ("uniform", "p_H")

@@ -14,7 +14,7 @@
 nor is ``stats`` (``from jaxlab.core import stats`` loads it), which no training run needs.
 """
 
-from jaxlab.core import (  # noqa: F401
+from jaxlab.core import (
   checkpoint,
   distributed,
   errors,
@@ -27,6 +27,23 @@ from jaxlab.core import (  # noqa: F401
   train_state,
   workdir,
 )
-from jaxlab.core.errors import ConfigError  # noqa: F401
-from jaxlab.core.mesh import make_mesh  # noqa: F401
-from jaxlab.core.train_state import TrainState  # noqa: F401
+from jaxlab.core.errors import ConfigError
+from jaxlab.core.mesh import make_mesh
+from jaxlab.core.train_state import TrainState
+
+__all__ = [
+  "ConfigError",
+  "TrainState",
+  "checkpoint",
+  "distributed",
+  "errors",
+  "make_mesh",
+  "mesh",
+  "metrics",
+  "plots",
+  "provenance",
+  "runtime",
+  "sharding",
+  "train_state",
+  "workdir",
+]

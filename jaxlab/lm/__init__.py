@@ -20,3 +20,20 @@
 * `capacity`: memorisation-capacity probe (bits/parameter on random bitstrings).
 * `routed_memory`: ARM-like routed memory layer (a reconstruction).
 """
+
+__all__ = [
+  "attention",
+  "capacity",
+  "config",
+  "data",
+  "distill",
+  "flops",
+  "generate",
+  "memory",
+  "model",
+  "modes",
+  "routed_memory",
+  "shards",
+  "tokenizer",
+  "train",
+]

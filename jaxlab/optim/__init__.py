@@ -1,1 +1,5 @@
-
+__all__ = [
+  "decentralized",
+  "goma",
+  "report",
+]

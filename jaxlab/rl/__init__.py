@@ -1,1 +1,8 @@
-
+__all__ = [
+  "dicode",
+  "itc",
+  "ppo",
+  "qrim",
+  "r4",
+  "uhm",
+]

@@ -8,8 +8,8 @@ block-causal, over frame tokens and actions), `decode` (sample / argmax / ITC de
 See docs/itc.md.
 """
 
-from jaxlab.rl.itc.agent import create, make_policy, recorded, rollout_picture  # noqa: F401
-from jaxlab.rl.itc.config import (  # noqa: F401
+from jaxlab.rl.itc.agent import create, make_policy, recorded, rollout_picture
+from jaxlab.rl.itc.config import (
   FRAME,
   NUM_ACTIONS,
   dyna_config,
@@ -17,4 +17,18 @@ from jaxlab.rl.itc.config import (  # noqa: F401
   iterations,
   validate_config,
 )
-from jaxlab.rl.itc.decode import METHODS  # noqa: F401
+from jaxlab.rl.itc.decode import METHODS
+
+__all__ = [
+  "FRAME",
+  "METHODS",
+  "NUM_ACTIONS",
+  "create",
+  "dyna_config",
+  "get_config",
+  "iterations",
+  "make_policy",
+  "recorded",
+  "rollout_picture",
+  "validate_config",
+]

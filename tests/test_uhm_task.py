@@ -136,7 +136,9 @@ def test_train_and_evaluate_seeds_in_the_real_env(tmp_path):
   assert len(diag[2]["3"]["q_pred"]) == len(task.heldout.mc_return) > 0
   assert (tmp_path / "critic.png").exists() and not (tmp_path / "horizon_model.png").exists()
   line = uhm.final_line(summary, task, 1, tmp_path)
-  assert line.startswith("[uhm] rebrac on") and "critic.png" in line and "summary.json" in line
+  assert line.startswith("[uhm] rebrac on") and "critic |Q - G|" in line and "summary.json" in line
+  critic = summary["diagnostics"]["verdicts"]["critic.png"]
+  assert ("[critic.png]" in line) == critic["beat"]  # named as learning only below its baseline
   r = uhm.evaluate_seeds(state, task.env_name, 2, num_seeds=2, env=task.env, max_episode_steps=3)
   act = jax.jit(uhm.sample_actions)
   for i in range(2):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -35,46 +36,72 @@ def _readable_ylim(ax, name: str, ys: np.ndarray) -> None:
     )
 
 
+def fit_text(text: str, width_in: float, fontsize: float) -> str:
+  """``text`` with each line wrapped to fit ``width_in`` inches at ``fontsize`` points (an average
+  glyph of DejaVu Sans is about 0.6 em wide), so no title runs past the figure's edge."""
+  chars = max(20, int(width_in * 72 / (0.6 * fontsize)))
+  return "\n".join(
+    "\n".join(textwrap.wrap(line, chars, break_on_hyphens=False) or [""])
+    for line in text.split("\n")
+  )
+
+
+def _title(ax, title: str, fontsize: float | None = None) -> None:
+  """A title wrapped to the figure's width."""
+  from matplotlib import font_manager, rcParams
+
+  size = fontsize or font_manager.FontProperties(size=rcParams["axes.titlesize"]).get_size()
+  ax.set_title(fit_text(title, ax.figure.get_figwidth() * 0.95, size), fontsize=size)
+
+
 def _label(ax, xlabel: str, ylabel: str, title: str, grid: dict | None, legend: int = 8) -> None:
   """Axis labels, an optional title (small if it may run to two lines), grid and legend."""
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   if title:
-    ax.set_title(title, fontsize=9 if legend < 8 else None)
+    _title(ax, title, 9 if legend < 8 else 10)
   if grid is not None:
     ax.grid(True, **grid)
   ax.legend(fontsize=legend)
 
 
-def _save(fig, path: str | pathlib.Path) -> pathlib.Path:
+def _save(fig, path: str | pathlib.Path, bottom: float = 0.0) -> pathlib.Path:
   path = pathlib.Path(path)
-  fig.tight_layout()
+  fig.tight_layout(rect=(0, bottom, 1, 1))
   fig.savefig(path, dpi=110)
   _pyplot().close(fig)
   return path
 
 
 def panels(
-  path: str | pathlib.Path, series: Sequence[tuple[str, np.ndarray, np.ndarray]]
+  path: str | pathlib.Path,
+  series: Sequence[tuple[str, np.ndarray, np.ndarray]],
+  footnote: str = "",
 ) -> pathlib.Path | None:
-  """One small panel per ``(title, x, y)``: a run's learning curves."""
-  if not series:
+  """One small panel per ``(title, x, y)``: a run's learning curves; ``footnote`` under them."""
+  if not series and not footnote:
     return None
   plt = _pyplot()
-  n = len(series)
+  n = max(1, len(series))
   ncol = min(4, n)
   nrow = math.ceil(n / ncol)
-  fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 2.6 * nrow), squeeze=False)
+  width = 3.6 * ncol
+  note = fit_text(footnote, width * 0.97, 8) if footnote else ""
+  note_in = 0.16 * (note.count("\n") + 1) + 0.1 if note else 0.0
+  height = 2.6 * nrow + note_in
+  fig, axes = plt.subplots(nrow, ncol, figsize=(width, height), squeeze=False)
   for ax, (title, x, y) in zip(axes.flat, series):
     x, y = np.asarray(x), np.asarray(y, dtype=float)
     ax.plot(x, y, marker="." if len(x) < 30 else None)
     _readable_ylim(ax, title, y)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(fit_text(title, 3.4, 9), fontsize=9)
     ax.set_xlabel("step", fontsize=8)
     ax.tick_params(labelsize=7)
-  for ax in list(axes.flat)[n:]:
+  for ax in list(axes.flat)[len(series) :]:
     ax.axis("off")
-  return _save(fig, path)
+  if note:
+    fig.text(0.01, 0.05 / height, note, fontsize=8, va="bottom", ha="left", color="dimgray")
+  return _save(fig, path, bottom=note_in / height)
 
 
 def lines(
@@ -149,7 +176,7 @@ def bars(
     ax.set_xlim(*xlim)
   ax.set_xlabel(xlabel)
   if title:
-    ax.set_title(title, fontsize=9)
+    _title(ax, title, 9)
   ax.grid(True, axis="x", alpha=0.3)
   return _save(fig, path)
 
@@ -177,35 +204,55 @@ def frames(path, rows: Mapping[str, np.ndarray], title: str = "") -> pathlib.Pat
   return _save(fig, path)
 
 
+# metrics.csv's columns are summary.json's train/<name>, eval.csv's its eval/<name>
+_SUMMARY_PREFIX = {"metrics": "train/", "eval": "eval/"}
+
+
 def learning_curves(
   workdir: str | pathlib.Path, out: str = "curves.png", skip: Sequence[str] = ("steps_per_sec",)
 ) -> pathlib.Path | None:
-  """``curves.png`` of a workdir: one panel per column of ``metrics.csv`` and ``eval.csv``."""
+  """``curves.png`` of a workdir: one panel per column of ``metrics.csv`` and ``eval.csv`` that
+  changes, named as in summary.json (``train/loss``, ``eval/success``); the constant columns are
+  listed with their value under the panels instead of drawn."""
   from jaxlab.core.metrics import read_csv
 
   workdir = pathlib.Path(workdir)
-  series = []
-  for name in ("metrics", "eval"):
+  series, constant, num_seeds = [], [], 1
+  for name, prefix in _SUMMARY_PREFIX.items():
     path = workdir / f"{name}.csv"
-    if path.exists():
-      cols = _mean_over_seeds(read_csv(path))
-      series += [
-        (f"{name}/{k}", cols["step"], v) for k, v in cols.items() if k != "step" and k not in skip
-      ]
-  return panels(workdir / out, series)
+    if not path.exists():
+      continue
+    cols, n = _mean_over_seeds(read_csv(path))
+    num_seeds = max(num_seeds, n)
+    for k, v in cols.items():
+      if k == "step" or k in skip:
+        continue
+      v = np.asarray(v, dtype=float)
+      finite = v[np.isfinite(v)]
+      if len(v) > 1 and finite.size == v.size and np.ptp(finite) <= 1e-12 * max(1, abs(finite[0])):
+        constant.append(f"{prefix}{k} = {finite[0]:.4g}")
+      else:
+        series.append((f"{prefix}{k}", cols["step"], v))
+  notes = []
+  if num_seeds > 1:
+    notes.append(f"Curves are means over the run's {num_seeds} seeds.")
+  if constant:
+    notes.append(f"Constant over the run (not drawn): {'; '.join(constant)}.")
+  return panels(workdir / out, series, footnote=" ".join(notes))
 
 
-def _mean_over_seeds(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """A run over a seed axis has one row per seed and step: its curves are the seeds' means."""
+def _mean_over_seeds(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+  """A run over a seed axis has one row per seed and step: its curves are the seeds' means
+  (returned with the number of seeds)."""
   if "seed" not in cols:
-    return cols
+    return cols, 1
   steps, inverse = np.unique(cols["step"], return_inverse=True)
   counts = np.bincount(inverse)
   out = {"step": steps}
   for k, v in cols.items():
     if k not in ("step", "seed"):
-      out[f"{k} (mean of seeds)"] = np.bincount(inverse, weights=v) / counts
-  return out
+      out[k] = np.bincount(inverse, weights=v) / counts
+  return out, len(np.unique(cols["seed"]))
 
 
 def profiles(
@@ -227,8 +274,21 @@ def profiles(
       np.asarray(xs), np.asarray(ys, float), color=cmap(0.85 * i / n), marker=".", label=label
     )
   grays = ("black", "dimgray", "darkgray")
-  for i, (label, (xs, ys)) in enumerate(dashed.items()):
-    ax.plot(np.asarray(xs), np.asarray(ys, float), "--", color=grays[i % 3], lw=1.5, label=label)
+  styles = ("--", ":", "-.")
+  drawn: list[tuple[list[str], np.ndarray, np.ndarray]] = []
+  for label, (xs, ys) in dashed.items():
+    xs, ys = np.asarray(xs), np.asarray(ys, float)
+    same = next(
+      (d for d in drawn if d[1].shape == xs.shape and np.allclose(d[2], ys, rtol=1e-3, atol=0)),
+      None,
+    )
+    if same is None:
+      drawn.append(([label], xs, ys))
+    else:  # one line would hide the other: one line, both names
+      same[0].append(label)
+  for i, (labels, xs, ys) in enumerate(drawn):
+    label = labels[0] if len(labels) == 1 else " = ".join(labels) + " (equal: one line)"
+    ax.plot(xs, ys, styles[i % 3], color=grays[i % 3], lw=1.5, label=label)
   _label(ax, xlabel, ylabel, title, {"alpha": 0.3}, legend=7)
   return _save(fig, path)
 
@@ -240,8 +300,10 @@ def scatter(
   ylabel: str,
   title: str = "",
   diagonal: bool = True,
+  hline: tuple[str, float] | None = None,
 ) -> pathlib.Path:
-  """``{label: (xs, ys)}`` as point clouds; ``diagonal`` draws y = x (prediction = truth)."""
+  """``{label: (xs, ys)}`` as point clouds; ``diagonal`` draws y = x (prediction = truth) and
+  ``hline = (label, y)`` a horizontal reference (e.g. a constant predictor)."""
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(5.2, 4.8))
   allv = []
@@ -253,5 +315,7 @@ def scatter(
   if diagonal and allv.size:
     lo, hi = float(allv.min()), float(allv.max())
     ax.plot([lo, hi], [lo, hi], "--", color="gray", lw=1, label="y = x")
+  if hline is not None:
+    ax.axhline(hline[1], ls=":", color="black", lw=1.2, label=hline[0])
   _label(ax, xlabel, ylabel, title, {"alpha": 0.3}, legend=7)
   return _save(fig, path)

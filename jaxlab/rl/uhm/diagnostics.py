@@ -56,6 +56,7 @@ __all__ = [
   "make_heldout",
   "mc_returns",
   "moved",
+  "verdicts",
   "per_seed",
   "read_diagnostics",
   "summarize",
@@ -267,6 +268,41 @@ def moved(first: dict, last: dict, n: int, rel: float = 0.1) -> dict:
   if "q_mae" in first and "q_mae" in last and last["q_mae"] < (1 - rel) * first["q_mae"]:
     base = last.get("q_base_mae", float("nan"))
     out["critic.png"] = ("critic |Q - G|", first["q_mae"], last["q_mae"], base)
+  return out
+
+
+def verdicts(first: dict, last: dict, n: int, rel: float = 0.1) -> dict:
+  """Each diagnostic figure against its baseline, from two eval.csv rows: {figure: {label, before,
+  after, baseline, baseline_name, beat, fell}}. ``beat``: the last error is below the baseline's
+  (the best of the two baselines for the horizon model; the training set's mean return for the
+  critic); ``fell``: it fell by more than ``rel`` of its first value."""
+  out = {}
+  key = f"model_err_n{n}"
+  if key in first and key in last:
+    bases = {
+      "current state": last.get(f"model_err_state_n{n}", float("nan")),
+      "mean displacement": last.get(f"model_err_mean_n{n}", float("nan")),
+    }
+    finite = {k: v for k, v in bases.items() if np.isfinite(v)} or bases
+    name = min(finite, key=finite.get)
+    out["horizon_model.png"] = dict(
+      label=f"horizon-model error at n={n}",
+      before=first[key],
+      after=last[key],
+      baseline=finite[name],
+      baseline_name=f"the {name} baseline",
+    )
+  if "q_mae" in first and "q_mae" in last:
+    out["critic.png"] = dict(
+      label="critic |Q - G|",
+      before=first["q_mae"],
+      after=last["q_mae"],
+      baseline=last.get("q_base_mae", float("nan")),
+      baseline_name="the constant (training mean return) baseline",
+    )
+  for v in out.values():
+    v["beat"] = bool(v["after"] < v["baseline"])
+    v["fell"] = bool(v["after"] < (1 - rel) * v["before"])
   return out
 
 

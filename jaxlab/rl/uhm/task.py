@@ -360,6 +360,50 @@ def make_eval_fn(
   return eval_fn
 
 
+VIDEO_STEPS = 100  # steps per evaluation video clip at most (MuJoCo renders on the host)
+
+
+def make_video_fn(task: Task, episodes: int, seeds=(0,), eval_seed: int = EVAL_SEED):
+  """``video_fn(state, step)`` for `runtime.train`: ``episodes`` evaluation episodes (the first
+  ones the evaluation plays) of each seed's actor rendered off-screen by MuJoCo, one row per
+  seed, at most `VIDEO_STEPS` steps, half resolution. None (one printed line) without an
+  off-screen backend; a backend that fails at the first render turns videos off with one line."""
+  from jaxlab.core import videos
+  from jaxlab.envs import render
+
+  if not episodes or videos.mujoco_gl() is None:
+    return None
+  n, broken = len(tuple(seeds)), []
+
+  def video_fn(state, step):
+    del step
+    if broken:
+      return None
+    try:
+      rows, lengths = [], []
+      for i in range(n):
+        s_i = state if n == 1 else seed_slice(state, i)
+        policy = lambda o, s_i=s_i: np.asarray(_act(s_i, jnp.asarray(o)))
+        env = task.env if task.env is not None else _ogbench().make_env(task.env_name)
+        frames, lens = render.mujoco_episodes(env, policy, episodes, eval_seed, VIDEO_STEPS)
+        rows.append(frames)
+        lengths.append(lens)
+      return videos.grid(videos.trim(np.stack(rows), np.stack(lengths)))
+    except Exception as e:  # a renderer that does not work on this machine: no videos
+      broken.append(e)
+      why = str(e).strip().splitlines()[-1][:120] if str(e).strip() else type(e).__name__
+      videos.say_once(f"MuJoCo off-screen rendering failed ({why}): no evaluation videos")
+      return None
+
+  return video_fn
+
+
+def _ogbench():
+  from jaxlab.envs import ogbench as og
+
+  return og
+
+
 def _append_diagnostics(workdir, step_out, seeds) -> None:
   """One line per evaluation step (a step already recorded, e.g. by a resumed run, is skipped)."""
   import json
@@ -400,6 +444,7 @@ def train(
   mesh=None,
   qpi: bool = True,
   eval_seed: int = EVAL_SEED,
+  videos: int = 0,
 ):
   """Creates the agent and trains it on the task: training seed ``seed``, or several ``seeds``
   trained together, vmapped in one compiled program (seed k there equals ``seed=k`` alone).
@@ -412,6 +457,8 @@ def train(
   qpi: score the critic against the actor's own returns at each evaluation (`make_eval_fn`).
   eval_seed: evaluation episode i resets with ``eval_seed + i`` (recorded in config.json when it
   is not EVAL_SEED).
+  videos: episodes per evaluation video (`make_video_fn`; 0 = none), at the steps
+  ``loop.video_every`` selects.
   """
   seeds = tuple(seeds) if seeds else (seed,)
   check_options(seeds=seeds, mesh=mesh, eval_episodes=eval_episodes)
@@ -467,6 +514,7 @@ def train(
     config={"agent": cfg.to_dict(), "seed": seeds[0], "num_seeds": num_seeds, **record},
     seeds=seeds if num_seeds > 1 else None,
     seed_vmap=agent.seed_vmap if num_seeds > 1 else None,
+    video_fn=make_video_fn(task, videos, seeds, eval_seed) if videos else None,
   )
 
 
@@ -484,9 +532,9 @@ def write_report(workdir, task: Task, result, training_seeds) -> dict:
   step = int(result.summary.get("step", 0) or 0)
   if result.evals:
     steps = sorted(result.evals)
-    note = "see horizon_model.png and critic.png for what is learning"
+    note = "held-out diagnostics: horizon_model.png, critic.png"
     if step < EXPECTED_ZERO_BELOW:
-      note = f"0 % is expected at {step} updates; " + note
+      note = f"0 % is expected at {step} updates (< {EXPECTED_ZERO_BELOW}); " + note
     plots.lines(
       workdir / "learning_curve.png",
       {agent_name: (steps, [result.evals[s]["success"] for s in steps])},
@@ -515,8 +563,14 @@ def _plot_diagnostics(workdir: pathlib.Path, task: Task, diag: dict) -> dict:
   k = task.config.k_max
   horizons = list(range(1, k + 1))
   figures = []
+  verdict = diagnostics.verdicts(first, last, n=min(4, k))
   if "model_err_n1" in last:
     col = lambda r, p: [r[f"{p}_n{n}"] for n in horizons]  # noqa: E731
+    err, best = (
+      np.asarray(col(last, "model_err")),
+      np.minimum(col(last, "model_err_state"), col(last, "model_err_mean")),
+    )
+    below = int((err < best).sum())
     plots.profiles(
       workdir / "horizon_model.png",
       {f"step {s}": (horizons, col(rows[s], "model_err")) for s in steps},
@@ -526,18 +580,26 @@ def _plot_diagnostics(workdir: pathlib.Path, task: Task, diag: dict) -> dict:
       },
       "horizon n",
       "RMSE of sampled future vs true state (std units)",
-      title=f"{name}\nhorizon model on held-out episodes",
+      title=f"{name}\nhorizon model on held-out episodes: at step {steps[-1]} below the better "
+      f"baseline at {below} of {k} horizons",
     )
     figures.append("horizon_model.png")
   seed0 = next(iter(diag[steps[-1]]))
   G = task.heldout.mc_return
   pts = {f"step {s}": (G, diag[s][seed0]["q_pred"]) for s in dict.fromkeys([steps[0], steps[-1]])}
+  c = verdict["critic.png"]
+  than = "below" if c["beat"] or not c["baseline"] > 0 else f"{c['after'] / c['baseline']:.1f}x"
   plots.scatter(
     workdir / "critic.png",
     pts,
     f"discounted Monte-Carlo return of the data (gamma {task.config.discount})",
     "critic Q(s, a)",
-    title=f"{name}\ncritic on held-out episodes (seed {seed0})",
+    title=f"{name}\ncritic on held-out episodes (seed {seed0}); at step {steps[-1]} mean |Q - G| "
+    f"{c['after']:.3g} (all seeds), {than} the constant baseline's {c['baseline']:.3g}",
+    hline=(
+      f"constant baseline: training mean G = {task.heldout.mean_return:.3g}",
+      task.heldout.mean_return,
+    ),
   )
   figures.append("critic.png")
   moved = diagnostics.moved(first, last, n=min(4, k))
@@ -548,11 +610,13 @@ def _plot_diagnostics(workdir: pathlib.Path, task: Task, diag: dict) -> dict:
     last=last,
     figures=figures,
     moved={f: list(v) for f, v in moved.items()},
+    verdicts={f: v for f, v in verdict.items() if f in figures},
   )
 
 
 def final_line(summary: dict, task: Task, eval_episodes: int, workdir=None) -> str:
-  """The run's last line: success, and which diagnostic figure moved (or that none did)."""
+  """The run's last line: success, and each held-out diagnostic against its baseline. A figure is
+  named as showing learning only when its error ended below its baseline's."""
   seeds = summary.get("training_seeds", [0])
   line = (
     f"[uhm] {task.config.agent} on {task.env_name}: success rate "
@@ -560,17 +624,20 @@ def final_line(summary: dict, task: Task, eval_episodes: int, workdir=None) -> s
     f"x {len(seeds)} seed(s) after {summary.get('step')} steps"
   )
   d = summary.get("diagnostics")
-  if d:
-    moved = d["moved"]
-    parts = [
-      f"{label} {a:.3g} -> {b:.3g} (baseline {base:.3g}) [{fig}]"
-      for fig, (label, a, b, base) in moved.items()
-    ]
-    still = [f for f in d["figures"] if f not in moved]
-    line += f"; held-out, step {d['first_step']} -> {d['last_step']}: "
-    line += "; ".join(parts) if parts else "no diagnostic moved by 10 %"
-    if still:
-      line += f"; flat: {', '.join(still)}"
+  if d and d.get("verdicts"):
+    parts = []
+    for fig, v in d["verdicts"].items():
+      numbers = f"{v['label']} {v['before']:.3g} -> {v['after']:.3g}"
+      if v["beat"]:
+        parts.append(f"{numbers}, below {v['baseline_name']}'s {v['baseline']:.3g} [{fig}]")
+      else:
+        trend = "fell" if v["fell"] else "flat"
+        times = f"{v['after'] / v['baseline']:.1f}x " if v["baseline"] > 0 else "at or above "
+        parts.append(
+          f"{numbers} ({trend}), still {times}{v['baseline_name']}'s {v['baseline']:.3g}: not "
+          "yet better than the baseline"
+        )
+    line += f"; held-out, step {d['first_step']} -> {d['last_step']}: " + "; ".join(parts)
   return line + (f" -> {workdir}/summary.json" if workdir else "")
 
 

@@ -54,13 +54,17 @@ flags.DEFINE_integer("samples", _DEFAULTS.samples, "Paths per seed (and for the 
 flags.DEFINE_string("out", None, "Optional JSON file for every printed number.")
 FLAGS = flags.FLAGS
 
-_UNUSED = ("log_every", "ckpt_every", "keep", "mesh", "profile")
+CONFIG_NOTE = (
+  "the settings are the flags above (the fields of jaxlab.sampling.exact_check.get_config()); "
+  "with --workdir, L, beta, gamma, alpha and --steps come from that run's config.json."
+)
+UNUSED_FLAGS = ("log_every", "ckpt_every", "keep", "mesh", "profile")
 _FROM_RUN = ("L", "beta", "gamma", "alpha", "steps")  # with --workdir: from its config.json
 
 
 def _settings():
   """The flags as `exact_check.get_config()` fields, validated (errors name the flag)."""
-  for name in _UNUSED:
+  for name in UNUSED_FLAGS:
     require(not FLAGS[name].present, name, "is not used by dasbs_exact; remove it")
   if FLAGS.workdir:
     for name in _FROM_RUN:

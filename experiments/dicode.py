@@ -57,7 +57,7 @@ flags.DEFINE_string("compare", "", "Comma-separated finished run directories to 
 FLAGS = flags.FLAGS
 
 _CONFIG = experiment.define_config_file(experiment.config_path("dicode"))
-_UNUSED = ("steps", "log_every", "ckpt_every", "keep", "profile", "mesh")
+UNUSED_FLAGS = ("steps", "log_every", "ckpt_every", "keep", "profile", "mesh")
 _LLM_FLAGS = ("llm_url", "llm_model", "llm_api_key")
 
 
@@ -78,14 +78,14 @@ def main(argv):
 
   if FLAGS.compare:
     dirs = runner.check_run_dirs(d.strip() for d in FLAGS.compare.split(",") if d.strip())
-    run = experiment.common("dicode", variant=("compare",), unused=_UNUSED)
+    run = experiment.common("dicode", variant=("compare",), unused=UNUSED_FLAGS)
     loop.compare(dirs, run.workdir)
     return
   experiment.check_choice("curriculum", FLAGS.curriculum, curriculum_lib.CURRICULA)
   loop.validate_config(_CONFIG.value, FLAGS.curriculum)
   proposer = proposer_flags(FLAGS.curriculum)
   run = experiment.common(
-    "dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=_UNUSED, seeds=True
+    "dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=UNUSED_FLAGS, seeds=True
   )
   if len(run.seeds) == 1:
     runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)

@@ -51,6 +51,9 @@ def preset() -> str:
   return FLAGS["config"].config_filename.partition(":")[2] or "tiny"
 
 
+UNUSED_FLAGS = ("mesh",)  # also out of --help
+
+
 def main(argv):
   del argv
   c = _CONFIG.value
@@ -62,7 +65,7 @@ def main(argv):
     default_steps=itc.iterations(c),
     default_log_every=1,  # one iteration per chunk: no XLA loop around the CNN (ppo.PPOConfig)
     variant=(preset(), c.decode),
-    unused=("mesh",),
+    unused=UNUSED_FLAGS,
     seeds=True,
   )
   workdir.check_writable(run.workdir)  # before the (slow) environment and agent are built

@@ -44,6 +44,8 @@ flags.DEFINE_integer("set_size", 256, "|U|: uncertainty-set size of the robust M
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config(qrim.get_config())
 
+UNUSED_FLAGS = ("mesh", "keep", "ckpt_every", "profile", "log_every")  # also out of --help
+
 
 def main(argv):
   del argv
@@ -54,7 +56,7 @@ def main(argv):
     "qrim",
     default_steps=qrim.ppo_updates(config),
     variant=(env, set_size),
-    unused=("mesh", "keep", "ckpt_every", "profile", "log_every"),
+    unused=UNUSED_FLAGS,
     seeds=True,
   )
   provenance.announce()

@@ -48,6 +48,8 @@ flags.DEFINE_string("protocol", "offline", "offline | online")
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config(r4.get_config())
 
+UNUSED_FLAGS = ("mesh", "keep", "ckpt_every", "profile", "log_every")  # also out of --help
+
 
 def main(argv):
   del argv
@@ -58,7 +60,7 @@ def main(argv):
     "r4",
     default_steps=r4.ppo_updates(config),
     variant=(FLAGS.env, method, "file" if ratings != "simulated" else "sim", protocol),
-    unused=("mesh", "keep", "ckpt_every", "profile", "log_every"),
+    unused=UNUSED_FLAGS,
     seeds=True,
   )
   summary = r4_protocol.run(

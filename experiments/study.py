@@ -42,6 +42,7 @@ _SHARED = (
   "keep",
   "profile",
 )
+UNUSED_FLAGS = _SHARED  # out of --help
 _NAMES: list[str] = []  # the positional arguments, taken out of argv before absl parses it
 
 

@@ -13,7 +13,7 @@
   python -m experiments.uhm --env=ogbench --seeds=3           # training seeds 0, 1, 2 vmapped
   python -m experiments.uhm --env=ogbench --episodes=100 --data_seed=1   # a generated data set
   python -m experiments.uhm --env=ogbench --config=experiments/configs/uhm.py:cpu --steps=100
-  python -m envs.ogbench_generate --env_name=puzzle-3x3-play-v0 --dataset_dir=~/.ogbench/data
+  python -m jaxlab.envs.ogbench_generate --env_name=puzzle-3x3-play-v0 --dataset_dir=~/.ogbench/data
   python -m experiments.uhm --env=ogbench --env_name=puzzle-3x3-play-singletask-task4-v0 \\
       --dataset_dir=~/.ogbench/data --steps=1000000 --config=experiments/configs/uhm.py:paper
       FQL's protocol (1M updates, 4x512) on a full data set: generate it first (35-90 min), or add

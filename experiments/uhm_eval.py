@@ -1,7 +1,8 @@
 """Re-evaluate a saved UHM run at any checkpoint, with as many episodes as wanted.
 
+  # after `python -m experiments.uhm --env=ogbench` (2000 updates, checkpoints at 1000 and 2000)
   python -m experiments.uhm_eval --workdir=runs/uhm/uhm/cube-single-play-singletask-task2-v0 \\
-      --step=20000 --eval_episodes=50
+      --step=1000 --eval_episodes=50
 
 Reads the run's config.json, restores the checkpoint (latest when --step is not given), runs the
 real OGBench environment (reward and success on s, `jaxlab.envs.ogbench.SUCCESS_TIMING`) and writes
@@ -24,12 +25,14 @@ flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
 flags.DEFINE_integer("eval_episodes", 50, "Evaluation episodes.")
 FLAGS = flags.FLAGS
 
-_UNUSED = ("seed", "steps", "log_every", "ckpt_every", "keep", "mesh", "profile")
+# The agent, task and seeds are the run's (its config.json): --help names this in place of a config.
+CONFIG_NOTE = "the agent, task and seeds are read from the --workdir run's config.json."
+UNUSED_FLAGS = ("seed", "seeds", "steps", "log_every", "ckpt_every", "keep", "mesh", "profile")
 
 
 def main(argv):
   del argv
-  for name in _UNUSED:
+  for name in UNUSED_FLAGS:
     require(not FLAGS[name].present, name, "is not used by uhm_eval; remove it")
   require(bool(FLAGS.workdir), "workdir", "give the run directory to evaluate")
   r, out = uhm.evaluate_checkpoint(FLAGS.workdir, FLAGS.step, FLAGS.eval_episodes)

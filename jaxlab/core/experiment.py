@@ -680,12 +680,21 @@ def help_text(argv: Sequence[str]) -> str:
     if module.split(".")[0] not in _LIBRARY_MODULES
     for f in fl
   ]
-  shared = [f for f in by_module.get("jaxlab.core.experiment", []) if f.name != "config"]
+  # A program names the shared flags it refuses in UNUSED_FLAGS; --help lists only the others.
+  unused = tuple(getattr(sys.modules.get("__main__"), "UNUSED_FLAGS", ()))
+  shared = [
+    f
+    for f in by_module.get("jaxlab.core.experiment", [])
+    if f.name != "config" and f.name not in unused
+  ]
   out = [main_doc, ""]
   if own:
     out += ["Flags of this program:"] + [line for f in own for line in _flag_lines(f)] + [""]
-  out += ["Shared flags (every jaxlab program):"]
+  out += ["Shared flags (accepted by this program):"]
   out += [line for f in shared for line in _flag_lines(f)] + [""]
+  if unused:
+    names = ", ".join(f"--{n}" for n in unused)
+    out += textwrap.wrap(f"Not used by this program (refused with exit 2): {names}.", 100) + [""]
   if "config" in FLAGS:
     cfg = FLAGS["config"]
     rest = [a for a in argv[1:] if a not in _HELP_ARGS]
@@ -704,6 +713,8 @@ def help_text(argv: Sequence[str]) -> str:
     )
     out += [f"--config: this run's configuration; change it with {how}:"]
     out += ["  " + line for line in str(value).rstrip().splitlines()] + [""]
+  elif note := getattr(sys.modules.get("__main__"), "CONFIG_NOTE", None):
+    out += textwrap.wrap(f"--config: none; {note}", 100) + [""]
   out += ["All absl and library flags: --helpfull."]
   return "\n".join(out)
 

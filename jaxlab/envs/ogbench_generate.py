@@ -538,7 +538,7 @@ def generate(
 # The program (``python -m jaxlab.envs.ogbench_generate``; ``python -m envs.ogbench_generate`` in a
 # clone is the same). Its flags are defined only when it runs: `jaxlab.envs.ogbench` imports this
 # module next to experiments that define flags of the same names.
-UNUSED_FLAGS = ("workdir", "steps", "log_every", "ckpt_every", "keep", "mesh", "profile")
+UNUSED_FLAGS = ("workdir", "seeds", "steps", "log_every", "ckpt_every", "keep", "mesh", "profile")
 
 
 def define_flags() -> None:

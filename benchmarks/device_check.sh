@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# Every GPU check of jaxlab in one device call of at most 9 minutes, most valuable first.
+# Every GPU check of jaxlab in one run of at most 9 minutes, most valuable first.
 #
-# Here (CPU machine, with internet), once:  bash benchmarks/device_check.sh --prepare
-#   downloads into .wheels/ the pure-Python packages the GPU image lacks (it has jax 0.11, flax,
-#   optax, orbax, chex, absl, tqdm, matplotlib; not ml_collections, tensorboardX, gymnax,
-#   gymnasium, craftax, ott-jax, jaxopt), for Python 3.12, without their dependencies.
-# Then on the GPU machine, with .wheels copied beside the repository (one call of <= 590 s):
+# With network access, once:  bash benchmarks/device_check.sh --prepare
+#   downloads into .wheels/ the pure-Python packages that a GPU image with JAX alone lacks (one
+#   with jax 0.11, flax, optax, orbax, chex, absl, tqdm, matplotlib; not ml_collections,
+#   tensorboardX, gymnax, gymnasium, craftax, ott-jax, jaxopt), for Python 3.12, without their
+#   dependencies.
+# Then on the GPU machine (no network needed), with .wheels copied beside the repository (<= 590 s):
 #                             bash benchmarks/device_check.sh
 # CPU dry run of the same commands at small shapes (no install; the current python):
 #                             bash benchmarks/device_check.sh --cpu
-# ONLY=ppo,itc runs only the checks named (a rerun of what a cut-short call missed).
+# ONLY=ppo,itc runs only the checks named (a rerun of what a cut-short run missed).
 #
 # The whole run, install included, stops by $BUDGET seconds (default 540 on the GPU): each check
 # gets its own timeout, cut to what is left of the budget, and a check that no longer fits is
 # skipped and says so. Each check writes its own file under $OUT as it runs, and summary.txt gets
 # its last lines when it ends, so a run cut short still returns every figure measured so far.
-# Files (at most 8, so that each comes back from the GPU machine): summary.txt (GPU, versions, each check's
-# command, exit status, seconds and last lines), lm1b.txt, uhm.txt, ppo.txt, attention.txt,
-# dasbs.txt, itc.txt, and xla.tgz: the persistent compilation cache of the run so far. A second
-# call starts warm (no compilation, Craftax's included) with it copied to .wheels/xla.tgz here.
+# Files (8 at most): summary.txt (GPU, versions, each check's command, exit status, seconds and
+# last lines), lm1b.txt, uhm.txt, ppo.txt, attention.txt, dasbs.txt, itc.txt, and xla.tgz: the
+# persistent compilation cache of the run so far. A second run starts warm (no
+# compilation, Craftax's included) with it copied to .wheels/xla.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -76,7 +77,7 @@ if [ "$MODE" = gpu ]; then
 fi
 timeout 60 $PY -c "import jax; print('jax', jax.__version__, jax.devices())" 2>&1 | tail -1 \
   | tee -a "$SUMMARY"
-# Every program keeps its compiled programs there; a previous call's cache makes this one warm.
+# Every program keeps its compiled programs there; a previous run's cache makes this one warm.
 export JAXLAB_COMPILE_CACHE=/tmp/jaxlab_device_${MODE}_xla
 mkdir -p "$JAXLAB_COMPILE_CACHE"
 if [ -f .wheels/xla.tgz ]; then
@@ -112,7 +113,7 @@ pick() { if [ "$MODE" = gpu ]; then echo "$1"; else echo "$2"; fi; }
 check lm1b $(pick 140 900) benchmarks.lm --part=throughput \
   $(pick "--model=1b --steps=10" "--model=tiny --steps=2")
 # 2. UHM vs ReBRAC update cost at FQL's 4x512 networks (batch 256), random data on the GPU image.
-#    --noflops: the FLOP counts do not depend on the device and cost compiles (docs/uhm.md has them).
+#    --noflops: the FLOP counts do not depend on the device and cost compiles (docs/results/uhm/notes.md has them).
 check uhm $(pick 80 900) benchmarks.uhm --config=experiments/configs/uhm.py:paper \
   --agents=rebrac,uhm --noflops $(pick "--steps=200" "--steps=3 --config.batch_size=16")
 # 3. PPO on Craftax-Classic-Symbolic: jaxlab's PPO vs the PureJaxRL-style reference, same process.

@@ -1,39 +1,40 @@
 #!/usr/bin/env bash
-# A UHM study (jaxlab/studies/uhm.py) in ONE GPU call: per-seed results, the table with the IQM,
-# the mean and their bootstrap intervals and the declared tests, written to $OUT (docs/uhm.md,
-# "The GPU study"). Two studies, the second argument (default noisy):
+# A UHM study (jaxlab/studies/uhm.py) in one GPU job of under 10 minutes: per-seed results, the
+# table with the IQM, the mean and their bootstrap intervals and the declared tests, written to
+# $OUT (docs/uhm.md, "GPU studies"; the estimate: docs/results/uhm/notes.md). Two studies, the
+# second argument (default noisy):
 #   noisy  uhm/noisy_gpu: uhm/noisy's six arms (uhm, ghm, mbtd, dtd, rebrac and uhm_kmax64, the
 #          winsorization ablation) on scene-noisy-singletask-task1-v0, 3 vmapped training seeds,
 #          3x256 networks, 20000 updates, success over 20 held-out episodes at 10k and 20k;
 #   cube   uhm/cube: UHM against ReBRAC on the five cube-single tasks, 15000 updates.
 #
-# Here (CPU machine, with internet), once:   bash benchmarks/uhm_study_gpu.sh --prepare [noisy|cube]
-#   1. .wheels/uhm/: what the GPU image lacks for OGBench evaluation (it has jax, flax, optax,
-#      orbax, chex, absl, tqdm, matplotlib): mujoco, ogbench, gymnasium, lxml, dm_env, dm_tree,
-#      ml_collections, tensorboardX and a slimmed dm_control (only its mjcf / mujoco parts that
+# With network access, once:   bash benchmarks/uhm_study_gpu.sh --prepare [noisy|cube]
+#   1. .wheels/uhm/: what a GPU image with JAX alone lacks for OGBench evaluation (one with jax,
+#      flax, optax, orbax, chex, absl, tqdm, matplotlib): mujoco, ogbench, gymnasium, lxml, dm_env,
+#      dm_tree, ml_collections, tensorboardX and a slimmed dm_control (only its mjcf / mujoco parts that
 #      OGBench's manipulation envs import; its suite and locomotion assets are 105 of its 116 MB),
 #      for Python 3.12, ~46 MB;
 #   2. runs/uhm_gpu_data/<study>/: the study's generated data set: noisy, 50 scene-noisy episodes
 #      (+5 validation) without qvel, which training never reads (~10 MB; ~4-8 min here); cube, 60
 #      cube-single-play episodes (~11 MB; ~5-30 min). With the wheels and the repository either
-#      stays under the 64 MiB that travel with a GPU call; --prepare checks that sum.
-# Then, on the GPU machine, one call of at most 590 s:
+#      stays under 64 MiB in all, to copy to the GPU machine; --prepare checks that sum.
+# Then, on the GPU machine (no network needed), in at most 590 s:
 #   bash benchmarks/uhm_study_gpu.sh [noisy|cube]
-#   carrying .wheels/uhm and runs/uhm_gpu_data/<study> (noisy: runs/uhm_gpu_data/noisy).
+#   with .wheels/uhm and runs/uhm_gpu_data/<study> (noisy: runs/uhm_gpu_data/noisy) beside it.
 # CPU dry run, end to end at tiny size (a 2-episode set, 2x64 networks, 20 updates, every arm):
 #   bash benchmarks/uhm_study_gpu.sh --cpu [noisy|cube]
 #
 # Each arm runs in its own process, $JOBS at a time (default: every arm at once on the GPU, 2 on a
 # CPU): a process trains its arm's 3 seeds together (vmapped) while the others evaluate theirs on
-# other CPU cores. An arm is skipped when its results are in $OUT/results, so a call that runs out
-# of time is continued by a second call that carries $OUT/results back (an unfinished arm starts
+# other CPU cores. An arm is skipped when its results are in $OUT/results, so a run that runs out
+# of time is continued by a second run on the same $OUT/results (an unfinished arm starts
 # again); the table is built from $OUT/results alone.
 #
-# Device-time estimate (an assumption, not a measurement: no GPU time of these updates exists in
-# this repository). The paper (arXiv 2605.15603, wall-clock figure) reports per update, on a GPU
-# it does not name (4x512 networks, one seed): ReBRAC 1.3 ms, DTD 1.6, MBTD 7.1, GHM 2.4, UHM 2.4;
-# assumed the same for 3 vmapped seeds of 3x256 networks, uhm_kmax64's the same as UHM's, and no
-# overlap of the six processes on the GPU:
+# Device-time estimate (an assumption, not a measurement: no GPU time of these updates is
+# measured in this repository). The paper (arXiv 2605.15603, wall-clock figure) reports per
+# update, on a GPU it does not name (4x512 networks, one seed): ReBRAC 1.3 ms, DTD 1.6, MBTD 7.1,
+# GHM 2.4, UHM 2.4; assumed the same for 3 vmapped seeds of 3x256 networks, uhm_kmax64's the same
+# as UHM's, and no overlap of the six processes on the GPU:
 #   noisy: 20000 x (2.4 + 2.4 + 2.4 + 7.1 + 1.6 + 1.3) ms = 344 s of updates;
 #   evaluations, on CPU cores beside the other arms' updates: per arm 2 points x 3 seeds x 20
 #   episodes of <= 750 steps, at an assumed ~2 ms per step (MuJoCo and one policy call; the --cpu
@@ -41,7 +42,7 @@
 #   the last arm's last point (<= 90 s) overlaps nothing; start-up (wheels, imports, data, six
 #   compiles side by side) ~1-1.5 min: about 8-8.5 min in all;
 #   cube: 5 tasks x 15000 x (2.4 + 1.3) ms = 278 s of updates, its two arms side by side.
-# Each run's metrics.csv records its measured updates/s, so the call measures what it assumes.
+# Each run's metrics.csv records its measured updates/s, so the run measures what it assumes.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -110,12 +111,12 @@ og.load('cube-single-play-singletask-task1-v0', dataset_dir='$DATA', num_episode
 " || exit 1
   fi
   du -sh .wheels/uhm "$DATA"
-  # what travels: the repository's files (tracked, and untracked but not ignored) and the carry
+  # what is copied: the repository's files (tracked, and untracked but not ignored), wheels, data
   total=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 cat 2> /dev/null
     find .wheels/uhm "$DATA" -type f -exec cat {} +) | wc -c)
   echo "repository + .wheels/uhm + $DATA: $((total / 1048576)) MiB (limit 64 MiB)"
   [ "$total" -lt $((64 * 1048576)) ] || {
-    echo "over the 64 MiB a GPU call carries: fewer episodes (EPISODES here and in the study)" >&2
+    echo "over 64 MiB: fewer episodes (EPISODES here and in the study)" >&2
     exit 1
   }
   exit 0
@@ -125,7 +126,7 @@ if [ "$MODE" = gpu ]; then
   OUT="${OUT:-/tmp/uhm_study_gpu_$KIND}"
   JOBS=${JOBS:-0}  # 0: every arm at once
   if ! ls "$SET/$DATASET.npz" > /dev/null 2>&1; then
-    echo "no $SET/$DATASET.npz: run --prepare $KIND here and carry $DATA" >&2
+    echo "no $SET/$DATASET.npz: run --prepare $KIND and copy $DATA here" >&2
     exit 2
   fi
   $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/uhm_site .wheels/uhm/*.whl \

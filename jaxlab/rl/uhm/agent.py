@@ -76,13 +76,10 @@ OGBench tasks (`jaxlab.rl.uhm.task`, what experiments.uhm runs): task = load_tas
 Each network is a `jaxlab.core.train_state.TrainState` (module, params, optimizer state, target
 copy): `state.ac` (critic and actor, one optimizer: `q_values(state, ...)`, `policy(state, ...)`),
 `state.flow` and `state.reward` (None for agents without).
-Cost (`python -m benchmarks.uhm`, which also times a transcription of FQL's ReBRAC update): per
-update, 3x256 networks, batch 256, XLA's FLOP count with the 5-step ODE loops counted 5 times:
-ReBRAC 1189 MFLOP on full updates, 668 on critic-only ones (lax.cond: no actor term at all, as
-FQL jits one update per value of full_update), 928 on average (FQL's: 938); UHM 3120 on average,
-of which the two ODE solves (20 velocity-field evaluations: s_e for the target, the TD^2 path of
-the model loss) are ~1600: 3.4x ReBRAC on FLOP-bound hardware. The paper's ~1.8x is a GPU figure,
-where small matmuls are latency-bound. Wall-clock ratios on the shared 2-core CPU: benchmarks.uhm.
+Critic-only updates compute no actor term (`lax.cond`), as FQL jits one update per value of
+full_update. Cost: `python -m benchmarks.uhm` prints XLA's FLOP count and the wall-clock time of
+one update of each agent and of a transcription of FQL's ReBRAC update (figures:
+docs/results/uhm/notes.md).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ docs/goma.md.
       popov_anchored_1step (single decaying step size), apv; ~30 s.
   python -m experiments.goma --problem=quadratic | --problem=rotation
   python -m experiments.goma --seeds=0,3,7   # these instances (default: 5 seeds from --seed)
+  python -m experiments.goma --study_figure=docs/results/goma/unbounded
+      figure.png of the study goma/unbounded (run by `python -m experiments.study goma/unbounded`)
+      from its raw per-seed files.
 
 --seeds picks the instances: a count N (seeds --seed ... --seed+N-1) or a list; without it, 5
 seeds from --seed. Seed k is one problem instance, start and noise stream, the same in any set of
@@ -35,6 +38,8 @@ The same run from Python: `goma.compare.run_comparison` then `goma.compare.write
 
 from __future__ import annotations
 
+import pathlib
+
 from absl import flags
 
 from jaxlab.core import experiment, provenance
@@ -57,11 +62,25 @@ _NOISE = flags.DEFINE_string(
   "multiplicative",
   f"Oracle noise for stochastic_bilinear: {', '.join(goma.compare.NOISES)}.",
 )
+_FIGURE = flags.DEFINE_string(
+  "study_figure",
+  None,
+  "Only draw figure.png of the study goma/unbounded from the raw results in this folder "
+  "(docs/results/goma/unbounded) and exit.",
+)
 _CONFIG = experiment.define_config(goma.get_config())
 
 
 def main(argv):
   del argv
+  if _FIGURE.value is not None:
+    from jaxlab.studies import goma as goma_study
+
+    results = pathlib.Path(_FIGURE.value)
+    if not (results / "raw").is_dir():
+      experiment.fail("study_figure", f"{results} holds no raw/ folder of goma/unbounded results")
+    print(f"wrote {goma_study.figure(results)}")
+    return
   cfg = goma.validate_config(_CONFIG.value)
   goma.compare.check_problem(_PROBLEM.value, _NOISE.value, _METHODS.value)
   variant = (_PROBLEM.value,)

@@ -382,3 +382,62 @@ def write_report(workdir, result: Mapping[str, Any]) -> pathlib.Path:
   )
   runtime.write_summary(workdir, summary)
   return workdir
+
+
+# ------------------------------------------------------------------------------------------------
+# Problem T2 under several noise levels and starts at once (the study goma/unbounded).
+
+
+def oracle_budget_iters(method: str, calls: int) -> int:
+  """Iterations that spend exactly ``calls`` oracle calls: the single-call methods (Popov, APV,
+  GOMA) spend one at z_0 and one per iteration, EG-type methods (``eg``, DSEG's EG form) two per
+  iteration, so both get the same number of oracle calls."""
+  per_iter = 2 if method in ("eg", "eag_c", "eag_v", "feg", "dseg") else 1
+  return calls // 2 if per_iter == 2 else calls - 1
+
+
+def noise_grid(
+  method: str,
+  hparams: Mapping[str, Any],
+  settings: Sequence[tuple[float, float, float]],
+  seeds: Sequence[int],
+  calls: int,
+  d: int = 50,
+):
+  """||F(z_k)||² of ``method`` on T2 (`problems.dseg_bilinear` of size ``d``) for every setting
+  ``(sigma, sigma_mult, start_scale)`` and seed, in one compiled program (settings x seeds vmapped,
+  iterations scanned). Seed k is the instance and the noise stream (``jax.random.key(k)``), the same
+  for every method and setting; the start is ``start_scale`` times DSEG's (e_1 for both players).
+  ``hparams``: step constants ``eta``/``gamma`` in units of 1/L, the rest as `vi.run` takes them.
+
+  Returns (residual_sq of shape (settings, seeds, iters + 1), oracle_calls (iters + 1,)), iters
+  from :func:`oracle_budget_iters` so every method spends ``calls`` oracle calls."""
+  iters = oracle_budget_iters(method, calls)
+  keys = seeds_lib.seed_keys(seeds)
+  grid = jnp.asarray(settings, jnp.float32)
+
+  def one(setting, key):
+    sigma, sigma_mult, scale = setting
+    k_game, k_noise = jax.random.split(key)
+    game = problems.dseg_bilinear(k_game, d)
+    oracle = problems.StochasticOracle(game, sigma, sigma_mult, multiplicative=True)
+    z0 = scale * jnp.zeros(2 * d).at[0].set(1.0).at[d].set(1.0)
+    L = game.lipschitz
+    hp = {k: (v / L if k in ("eta", "gamma") else v) for k, v in hparams.items()}
+    tr = vi.run(method, oracle, z0, iters, key=k_noise, L=L, **hp)
+    return tr.residual_sq, tr.oracle_calls
+
+  res, calls_out = jax.jit(jax.vmap(lambda s: jax.vmap(lambda k: one(s, k))(keys)))(grid)
+  return np.asarray(res), np.asarray(calls_out)[0, 0]
+
+
+def late_slope(oracle_calls, residual_sq, num: int = 200) -> np.ndarray:
+  """Least-squares slope of log ||F||² against log(oracle calls) over the late half of the log
+  axis, calls in [sqrt(C), C] (C the last count), on ``num`` log-spaced points; batched over the
+  leading axes. A non-finite residual counts as the float32 maximum, so an overflowed run keeps a
+  (positive) slope instead of dropping out of the comparison."""
+  calls = np.asarray(oracle_calls, np.float64)
+  res = np.asarray(residual_sq, np.float64)
+  res = np.where(np.isfinite(res), res, float(np.finfo(np.float32).max))
+  top = calls[-1]
+  return vi.fit_slope(calls, res, lo=np.sqrt(top), hi=top, method="lsq", num=num)

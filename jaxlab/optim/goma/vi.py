@@ -115,6 +115,7 @@ _HPARAMS: dict[str, dict[str, Any]] = {
   "apv": {"eta": (_INV_L, 1.0 / (2.0 * math.sqrt(3.0))), "m": 4.0},
   # GOMA (deterministic) default: constant update step, two time scales gamma_k = rho (1-b_k) eta.
   "goma": {
+    "anchor": 1.0,
     "beta_offset": 2.0,
     "eta_schedule": "constant",
     "eta": (_INV_L, 0.4),
@@ -127,6 +128,7 @@ _HPARAMS: dict[str, dict[str, Any]] = {
   },
   # Simplified single-call stochastic GOMA: explore slowly decaying, update fast decaying.
   "goma_stochastic": {
+    "anchor": 1.0,
     "beta_offset": 2.0,
     "eta_schedule": "power",
     "eta": (_INV_L, 0.6),
@@ -326,11 +328,12 @@ def _goma_step(s, k, a, F, hp):
 
   y_k     = z_k + b_k (a - z_k) - gamma_k g(y_{k-1})     explore: reuses the last oracle value
   z_{k+1} = z_k + b_k (a - z_k) - eta_k   g(y_k)         update: the one new oracle call
-  b_k = 1/(k + beta_offset),  y_{-1} = z_0.
+  b_k = anchor/(k + beta_offset),  y_{-1} = z_0; ``anchor=0`` drops the anchor and keeps every
+  step schedule (the control that isolates anchoring).
   eta_k:   "constant" eta | "power" eta/(k+1)^r_eta | "apv" Tran-Dinh's recurrence from eta_0 = eta
   gamma_k: "ratio" gamma_ratio (1 - b_k) eta_k | "power" gamma/(k+1)^r_gamma
   """
-  beta = 1.0 / (k + hp["beta_offset"])
+  beta = hp["anchor"] / (k + hp["beta_offset"])
   sched = hp["eta_schedule"]
   if sched == "constant":
     eta = hp["eta"]
@@ -348,7 +351,7 @@ def _goma_step(s, k, a, F, hp):
   g = F(y)
   out = {"z": base - eta * g, "g_prev": g, "eta": s["eta"]}
   if sched == "apv":
-    beta_next = 1.0 / (k + 1.0 + hp["beta_offset"])
+    beta_next = hp["anchor"] / (k + 1.0 + hp["beta_offset"])
     out["eta"] = _apv_eta_next(eta, beta, beta_next, hp["m"], hp["L"])
   return out
 
@@ -393,9 +396,10 @@ def run(
   abstract is public, see docs/goma.md): the anchored two-time-scale single-call template
 
       y_k     = z_k + b_k (z_0 - z_k) - gamma_k g(y_{k-1}),      y_{-1} = z_0
-      z_{k+1} = z_k + b_k (z_0 - z_k) - eta_k   g(y_k),          b_k = 1/(k + beta_offset)
+      z_{k+1} = z_k + b_k (z_0 - z_k) - eta_k   g(y_k),          b_k = anchor/(k + beta_offset)
 
-  with one new oracle value g(y_k) per iteration. Settings:
+  with one new oracle value g(y_k) per iteration (``anchor``: 1 by default, 0 removes the anchor
+  and leaves the step schedules as they are). Settings:
     * Tran-Dinh & Luo's APV exactly: ``beta_offset=2, eta_schedule="apv", eta=1/(2 sqrt(3) L),
       gamma_schedule="ratio", gamma_ratio=1`` (gamma_k = (1 - b_k) eta_k).
     * ``goma`` default: ``beta_offset=2, eta_schedule="constant", eta=0.4/L, gamma_schedule="ratio",

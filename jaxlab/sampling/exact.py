@@ -62,6 +62,14 @@ def tv_distance(samples_BxD, pmf: np.ndarray, N: int) -> float:
   return 0.5 * float(np.abs(emp - pmf).sum())
 
 
+def energy_law(target) -> tuple[np.ndarray, np.ndarray]:
+  """The exact law of the energy per site by enumeration: (levels ascending, probabilities)."""
+  states, p, _ = exact_pmf(target)
+  e = np.asarray(jax.jit(target.energy)(jnp.asarray(states)), np.float64) / target.D
+  levels, inv = np.unique(e, return_inverse=True)
+  return levels, np.bincount(inv, weights=p, minlength=levels.size)
+
+
 # ----------------------------------------------------------------------------- Ferdinand–Fisher
 def _log_kaufman_z(L: int, K: float) -> float:
   """log Z of the L x L periodic Ising model, h = 0, coupling K = beta J (Kaufman 1949;

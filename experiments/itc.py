@@ -59,7 +59,7 @@ def main(argv):
   c = _CONFIG.value
   if FLAGS.decode is not None:
     c.decode = experiment.check_choice("decode", FLAGS.decode, itc.METHODS)
-  cfg = itc.validate_config(c)  # everything is checked before the (slow) environment is built
+  cfg = itc.dyna_config(itc.validate_config(c))  # checked before the (slow) env is built
   run = experiment.common(
     "itc",
     default_steps=itc.iterations(c),

@@ -39,7 +39,8 @@ ARMS = ("nominal", "random", "robust")
 def _search(config):
   from jaxlab.rl.qrim import config as qrim_config
 
-  search, _ = qrim_config.validate_config(config, max(SET_SIZE, *BACKUP_SIZES))
+  config = qrim_config.validate_config(config, max(SET_SIZE, *BACKUP_SIZES))
+  search = qrim_config.search_config(config)
   for n in (SET_SIZE, *BACKUP_SIZES):
     qrim_config.check_memory(config, ENV, n)
   return search

@@ -190,13 +190,14 @@ def check_memory(config, devices: int = 1) -> None:
   resources.check_fits(total, field, what, devices=devices)
 
 
-def validate_config(config) -> dyna.DynaConfig:
+def validate_config(config) -> ml_collections.FrozenConfigDict:
   """Checks every field (ConfigError naming it, e.g. ``config.wm.heads``) and that the run fits
-  in memory, before anything is built or compiled; returns the agent."""
+  in memory, before anything is built or compiled; returns the checked config, frozen (the typed
+  agent: :func:`dyna_config`)."""
   checks = {k: "positive" for k in _POSITIVE.split()}
   checks.update({k: "nonneg" for k in _NONNEG.split()})
   check_config(config, checks)
   check_shapes(config)
-  cfg = dyna_config(config).validate()
+  dyna_config(config).validate()
   check_memory(config)
-  return cfg
+  return ml_collections.FrozenConfigDict(config)

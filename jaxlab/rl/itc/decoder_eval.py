@@ -261,7 +261,7 @@ class Evaluator:
     from jaxlab.rl.itc import config as config_lib
 
     self.setting = validate(config, setting, decoders)
-    self.cfg = cfg = config_lib.validate_config(config)
+    self.cfg = cfg = config_lib.dyna_config(config_lib.validate_config(config))
     self.decoders = decoders = tuple(decoders)
     self.wm_dir = pathlib.Path(wm_dir)
     self.log = log

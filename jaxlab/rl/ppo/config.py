@@ -98,8 +98,11 @@ def num_updates(config) -> int:
   return max(1, config["total_timesteps"] // (config["num_envs"] * config["num_steps"]))
 
 
-def validate_config(config, policy: str = "mlp", prefix: str = "config") -> None:
-  """Raises ConfigError naming the bad field (``config.gtrxl.num_heads`` etc.).
+def validate_config(
+  config, policy: str = "mlp", prefix: str = "config"
+) -> ml_collections.FrozenConfigDict:
+  """Raises ConfigError naming the bad field (``config.gtrxl.num_heads`` etc.); returns the checked
+  config, frozen (the typed agent: ``PPOConfig.from_config``).
 
   ``policy`` (mlp | gru | gtrxl): a recurrent policy splits environments, not steps, into
   minibatches, and only the chosen policy's sizes are checked.
@@ -135,6 +138,7 @@ def validate_config(config, policy: str = "mlp", prefix: str = "config") -> None
       f"{g.num_heads} does not divide embed={g.embed}",
     )
   _check_widths(config, policy, prefix)
+  return ml_collections.FrozenConfigDict(config)
 
 
 _WIDTHS = {

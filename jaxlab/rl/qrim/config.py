@@ -55,8 +55,9 @@ def ppo_config(config, updates: int) -> ppo.PPOConfig:
   return ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
 
 
-def validate_config(config, set_size: int) -> tuple[SearchConfig, ppo.PPOConfig]:
-  """Raises ConfigError naming the field; returns ``(SearchConfig, PPOConfig)``."""
+def validate_config(config, set_size: int) -> ml_collections.FrozenConfigDict:
+  """Raises ConfigError naming the field; returns the checked config, frozen (the typed parts:
+  :func:`search_config`, :func:`ppo_config`)."""
   check_config(
     config,
     {
@@ -80,7 +81,7 @@ def validate_config(config, set_size: int) -> tuple[SearchConfig, ppo.PPOConfig]
   pc = ppo_config(config, 1)
   ppo.validate(pc, recurrent=False, prefix="config.ppo")
   ppo.validate_config(config.ppo, "mlp", prefix="config.ppo")
-  return search, pc
+  return ml_collections.FrozenConfigDict(config)
 
 
 def check_memory(config, env: str, set_size: int, seeds: int = 1) -> None:

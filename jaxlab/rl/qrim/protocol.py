@@ -130,7 +130,8 @@ def run(
   seeds = (seed,) if seeds is None else tuple(int(s) for s in seeds)
   several = len(seeds) > 1
   robust.check_env(env)
-  search, _ = qrim_config.validate_config(config, set_size)
+  config = qrim_config.validate_config(config, set_size)
+  search = qrim_config.search_config(config)
   qrim_config.check_memory(config, env, set_size, seeds=len(seeds))
   if workdir is not None:  # before computing: a read-only folder fails now, not after the run
     workdir_lib.check_writable(workdir, "workdir")

@@ -64,8 +64,11 @@ def ppo_config(config, updates: int) -> ppo.PPOConfig:
   return ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
 
 
-def validate_config(config, *, method: str, ratings: str, protocol: str, updates: int):
-  """Raises ConfigError naming the field; returns ``(RewardConfig, PPOConfig)``.
+def validate_config(
+  config, *, method: str, ratings: str, protocol: str, updates: int
+) -> ml_collections.FrozenConfigDict:
+  """Raises ConfigError naming the field; returns the checked config, frozen (the typed parts:
+  :func:`reward_config`, :func:`ppo_config`).
 
   ``ratings``: ``"simulated"`` or a ``trajectory_id,rating`` CSV file (read and checked here, so a
   bad file fails before anything is built); ``updates``: PPO updates of the run."""
@@ -112,7 +115,7 @@ def validate_config(config, *, method: str, ratings: str, protocol: str, updates
   if ratings != "simulated":
     require(protocol == "offline", "protocol", "a ratings file goes with --protocol=offline")
     r4_data.read_ratings(ratings, config.pool)
-  return rc, pc
+  return ml_collections.FrozenConfigDict(config)
 
 
 def check_memory(config, env: str, method: str = "r4", seeds: int = 1) -> None:

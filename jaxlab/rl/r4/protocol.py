@@ -258,9 +258,10 @@ def run(
   seeds = (seed,) if seeds is None else tuple(int(s) for s in seeds)
   several = len(seeds) > 1
   gymnax.resolve(env)
-  rc, pc = r4_config.validate_config(
+  config = r4_config.validate_config(
     config, method=method, ratings=ratings, protocol=protocol, updates=updates
   )
+  rc, pc = r4_config.reward_config(config, method), r4_config.ppo_config(config, updates)
   if several and ratings != "simulated":
     raise ConfigError(
       "seeds", "a ratings file rates the pool of one seed (its trajectories.npz); give one seed"

@@ -5,7 +5,7 @@ Commands:
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:potts_low --mesh=data:-1
   # The CPU preset: Ising at beta_c, L = 4 (minutes on 2 CPU cores; its schedule and per-seed
-  # unweighted energy errors: experiments/configs/dasbs.py and docs/dasbs.md, "CPU presets"):
+  # unweighted energy errors: experiments/configs/dasbs.py and docs/results/dasbs/notes.md):
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
   # Seeds 0-3 of the CPU preset vmapped in one compiled program (one device; seed k equals
   # --seed=k alone; summary.json: means over seeds and per_seed):

@@ -53,8 +53,8 @@ def test_bridge_is_exact_conditional():
 
 def test_sb_identities_z3_squared():
   """The ctrl-TM, ctrl-DM, corr-TM and corr-DM targets' conditional means under the exact SB equal
-  the exact Schrödinger ratios (docs/dasbs.md "Why Z_N"; 9 states, uniform mu, random nu,
-  gamma = 1, t = 0.4)."""
+  the exact Schrödinger ratios (docs/dasbs.md, "The equations as implemented"; 9 states, uniform
+  mu, random nu, gamma = 1, t = 0.4)."""
   with jax.enable_x64(True):
     N, D, S, t = 3, 2, 9, 0.4
     sched = ref_lib.Schedule("log_linear", 1.0, 0.5)
@@ -315,8 +315,8 @@ def test_tabular_3x3_rao_blackwellized_corrector_shrinks_the_drift():
   for networks, 8 stages, batch 1024 x 8 times): with corr-DM's t ~ U[0, 0.99] the samples settle
   too disordered; with t = 0 (`corr_dm_eps=1`, the bridge average of the same target: same
   minimiser, less variance) the drift shrinks. Measured through the program, seeds 0-2 (8192
-  samples): +0.049, +0.064, +0.043 against +0.012, +0.028, +0.015 per spin (docs/dasbs.md,
-  "The corrector target at t = 0"). 3 min 54 s with two other runs on the 2 cores."""
+  samples): +0.049, +0.064, +0.043 against +0.012, +0.028, +0.015 per spin (docs/results/dasbs/
+  notes.md, "The corrector target at t = 0"). 3 min 54 s with two other runs on the 2 cores."""
   kw = dict(batch_size=1024, buffer_size=8192, num_repl=8, num_stages=8, ctrl_steps=300)
   kw |= dict(corr_steps=150, sampling_steps=32, path_weights="none")
   errs = {eps: _cpu_preset_on_tables(corr_dm_eps=eps, **kw) for eps in (0.01, 1.0)}
@@ -329,8 +329,8 @@ def test_target_path_weights_remove_the_fixed_point_lag():
   """Controller-only training against the exact corrector (3 x 3 tables, gamma = 0.25, 2 x 60
   steps): on the sampler's own pairs the regression is a fixed-point iteration that approaches
   the SB from the disordered side (+0.17, +0.14 per spin on seeds 0, 1); with the 'target' path
-  weights it regresses on the SB's coupling and lands on it (+0.013, +0.000; docs/dasbs.md,
-  "Path weights"). About 8 s per run."""
+  weights it regresses on the SB's coupling and lands on it (+0.013, +0.000; docs/results/dasbs/
+  notes.md). About 8 s per run."""
   kw = dict(batch_size=256, buffer_size=1024, num_repl=4, num_stages=2, ctrl_steps=60)
   kw |= dict(corr_steps=0, exact_corrector=True, sampling_steps=16)
   errs = {w: _cpu_preset_on_tables(path_weights=w, **kw) for w in ("none", "target")}

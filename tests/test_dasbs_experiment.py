@@ -76,7 +76,7 @@ def test_presets_are_valid_config_files():
     0.25,
     4096,
   )
-  # the CPU presets (docs/dasbs.md, "CPU presets"): beta_c on 4 x 4, 1250 steps, refills every 5
+  # the CPU presets (docs/results/dasbs/notes.md): beta_c on 4 x 4, 1250 steps, refills every 5
   # steps; the default one with the corrector (alpha 0.5, gamma 0.25, 5 x (150 + 100), batch 128,
   # cosine lr, no corrector EMA, target path weights), the other memoryless (alpha 0.01, gamma 1,
   # no corrector, cosine lr)

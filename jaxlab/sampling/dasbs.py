@@ -17,7 +17,7 @@ min(decay, (1+n)/(10+n)) that is copied into the network at the end of its phase
   * `corr_ema=False` turns the corrector's EMA off (an ablation, not an option of the code);
   * `path_weights='target'` (ours) weights each pair by its exact path weight against the SB of the
     constant source, so the regressions see the SB's coupling instead of the sampler's own
-    (docs/dasbs.md, "Path weights"); `'rnd'` is the authors' `use_log_rnd` (with softmax).
+    (docs/dasbs.md, "Reconstruction choices"); `'rnd'` is the authors' `use_log_rnd` (with softmax).
 Not implemented (options of the authors' code): the `ada` time weight and annealing of the target
 score. Their memoryless mode with ctrl-TM is a setting here (alpha <= 0.01, corr_steps = 0: the
 corrector stays 0), except that their tau-leaping grid starts at t = 0.01 (preset
@@ -107,7 +107,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Rao-Blackwellised target: same minimiser, less variance)
   c.lr = 5e-4  # AdamW learning rate (controller and corrector)
   c.lr_schedule = "constant"  # 'constant' (the authors') | 'cosine': each network's lr decays
-  # over its own updates of the whole run to lr * lr_end_frac (ours: docs/dasbs.md, "CPU presets")
+  # over its own updates of the whole run to lr * lr_end_frac (ours: docs/dasbs.md, "Presets")
   c.lr_end_frac = 0.1  # cosine: final lr / lr
   c.weight_decay = 0.0  # AdamW weight decay
   c.ema_decay = 0.9999  # EMA cap (warm-up (1+n)/(10+n))
@@ -117,7 +117,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.path_weights = "none"  # weight each pair's loss by B * softmax(log w) over the batch:
   # 'none' (the authors' default) | 'rnd' (their use_log_rnd: log dP*/dP_u of the sampler; in the
   # memoryless setting log nu(x1) + log p_r - log p_u) | 'target' (ours: the exact path weight
-  # against the SB, constant source and h = 0 only; docs/dasbs.md, "Path weights")
+  # against the SB, constant source and h = 0 only; docs/dasbs.md, "Reconstruction choices")
   return c
 
 

@@ -1,5 +1,6 @@
 """The four Discrete ASBS regression losses (arXiv 2602.08243; exact from the authors'
-`utils_train.py`; the derivation of each target is in docs/dasbs.md, "Losses").
+`utils_train.py`; the derivation of each target is in docs/dasbs.md, "The equations as
+implemented").
 
 Every loss is a Bregman divergence D(target || pred) on positive rate ratios, summed over (d, n)
 with n != current value, averaged over the batch and divided by D*N. All functions take and return

@@ -5,7 +5,8 @@ rate gamma(t)(N-1)/N). With Gamma(s,t) = int_s^t gamma, the per-site transition 
   stay: B(s,t) = (1 + (N-1) e^{-Gamma}) / N,
   move to each other value: A(s,t) = (1 - e^{-Gamma}) / N,
 so p^r_{t|s}(y|x) = B^D C^{d_H(x,y)} with C = A/B. The kernel is invariant under Z_N translations,
-which is what makes the cyclic shift in the DASBS losses exact (docs/dasbs.md, "Why Z_N").
+which is what makes the cyclic shift in the DASBS losses exact (docs/dasbs.md, "The equations as
+implemented").
 """
 
 from __future__ import annotations

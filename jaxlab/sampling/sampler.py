@@ -11,7 +11,8 @@ Accumulated per path:
   log_rnd = log dP*/dP^r + log p_r - log p_u.
 The log_rnd compares the continuous-time controlled path measure with its tau-leaping
 discretisation; with a non-memoryless reference it is not an importance weight against the target
-(docs/dasbs.md, "Sampler"). Target importance weights are `metrics.path_is_log_weights`.
+(docs/dasbs.md, "The equations as implemented"). Target importance weights are
+`metrics.path_is_log_weights`.
 """
 
 from __future__ import annotations

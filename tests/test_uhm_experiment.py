@@ -49,6 +49,7 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   r = _run(common + ["--steps=60"], tmp_path)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "generating" in r.stdout and "success rate" in r.stdout
+  assert "[uhm] the update: compiled" in r.stdout  # said once the update's program is built
   first = json.loads((tmp_path / "run" / "summary.json").read_text())
   record = json.loads((tmp_path / "run" / "config.json").read_text())
   assert first["step"] == 60 and record["data"] == "generated" and record["agent"]["agent"] == "uhm"
@@ -68,6 +69,7 @@ def test_end_to_end_generated_data_and_resume(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   assert "resuming from checkpoint at step 60" in r.stdout + r.stderr
   assert "generating" not in r.stdout
+  assert "[uhm] the update: read from the compilation cache" in r.stdout, r.stdout[-3000:]
   second = json.loads((tmp_path / "run" / "summary.json").read_text())
   assert second["step"] == 100 and second["resumed_from"] == 60
   assert np.isfinite(second["train/critic_loss"])

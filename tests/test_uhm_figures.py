@@ -142,7 +142,9 @@ def test_curves_png_has_no_constant_panels_and_summary_names(tmp_path, figures):
       for i, s in enumerate(steps)
     ]
   (tmp_path / "metrics.csv").write_text("\n".join(lines) + "\n")
-  (tmp_path / "eval.csv").write_text("step,success,return\n0,0.0,1.0\n200,0.0,2.0\n400,0.0,3.0\n")
+  (tmp_path / "eval.csv").write_text(
+    "step,success,return,qpi_mae\n0,0.0,1.0,nan\n200,0.0,2.0,nan\n400,0.0,3.0,nan\n"
+  )
   plots.learning_curves(tmp_path)
   fig = figures["curves.png"]
   titles = sorted(ax.get_title() for ax in fig.axes if ax.get_title())
@@ -150,6 +152,7 @@ def test_curves_png_has_no_constant_panels_and_summary_names(tmp_path, figures):
   note = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
   assert "train/lr = 0.0003" in note and "eval/success = 0" in note, note
   assert "means over the run's 2 seeds" in note, note
+  assert "No finite value (not drawn): eval/qpi_mae." in note, note
   _inside(fig)
   w, h = fig.get_size_inches() * fig.dpi
   assert w <= 4 * 3.6 * fig.dpi + 1 and h < 2 * 2.6 * fig.dpi, (w, h)  # 3 panels: one row
@@ -162,3 +165,39 @@ def test_a_long_title_is_wrapped_inside_the_figure(tmp_path, figures):
   )
   _inside(figures["l.png"])
   assert figures["l.png"].axes[0].get_title().count("\n") >= 2
+
+
+def test_the_build_line_says_compiled_or_read_from_the_cache(tmp_path):
+  """The run's progress lines after a build say what happened: an identical program in a fresh
+  process (here: after clearing the in-memory caches) is read from the persistent cache."""
+  import jax
+  import jax.numpy as jnp
+  from jax.experimental.compilation_cache import compilation_cache as cc
+
+  names = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+  )
+  old = {k: getattr(jax.config, k) for k in names}
+  try:
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    cc.reset_cache()
+    task_lib._watch_compiles()
+    f = jax.jit(lambda x: jnp.tanh(x) @ x.T + 7.0)
+    before = task_lib._compile_counts()
+    f(np.ones((3, 5), np.float32)).block_until_ready()
+    assert task_lib._compile_words(before).startswith("compiled 1 program(s) in ")
+    jax.clear_caches()
+    before = task_lib._compile_counts()
+    f(np.ones((3, 5), np.float32)).block_until_ready()
+    words = task_lib._compile_words(before)
+    assert words.startswith("read from the compilation cache") and "compiled" not in words.replace(
+      "nothing compiled", ""
+    ), words
+  finally:
+    for k, v in old.items():
+      jax.config.update(k, v)
+    cc.reset_cache()

@@ -213,11 +213,12 @@ def learning_curves(
 ) -> pathlib.Path | None:
   """``curves.png`` of a workdir: one panel per column of ``metrics.csv`` and ``eval.csv`` that
   changes, named as in summary.json (``train/loss``, ``eval/success``); the constant columns are
-  listed with their value under the panels instead of drawn."""
+  listed with their value under the panels instead of drawn, and those without a finite value
+  by name."""
   from jaxlab.core.metrics import read_csv
 
   workdir = pathlib.Path(workdir)
-  series, constant, num_seeds = [], [], 1
+  series, constant, empty, num_seeds = [], [], [], 1
   for name, prefix in _SUMMARY_PREFIX.items():
     path = workdir / f"{name}.csv"
     if not path.exists():
@@ -229,7 +230,9 @@ def learning_curves(
         continue
       v = np.asarray(v, dtype=float)
       finite = v[np.isfinite(v)]
-      if len(v) > 1 and finite.size == v.size and np.ptp(finite) <= 1e-12 * max(1, abs(finite[0])):
+      if not finite.size:
+        empty.append(f"{prefix}{k}")
+      elif len(v) > 1 and finite.size == v.size and np.ptp(finite) <= 1e-12 * max(1, abs(v[0])):
         constant.append(f"{prefix}{k} = {finite[0]:.4g}")
       else:
         series.append((f"{prefix}{k}", cols["step"], v))
@@ -238,6 +241,8 @@ def learning_curves(
     notes.append(f"Curves are means over the run's {num_seeds} seeds.")
   if constant:
     notes.append(f"Constant over the run (not drawn): {'; '.join(constant)}.")
+  if empty:
+    notes.append(f"No finite value (not drawn): {', '.join(empty)}.")
   return panels(workdir / out, series, footnote=" ".join(notes))
 
 

@@ -480,23 +480,38 @@ def train(
   replicated = None if mesh is None else sharding.replicated(mesh)
   record = {**task.record, "training_seeds": list(seeds)}
   diag = None
+  _watch_compiles()
   if task.heldout is not None:
     print(
       f"[uhm] held-out diagnostics: {len(task.heldout.mc_return)} states of "
-      f"{task.heldout.episodes} validation episodes, horizons 1..{task.heldout.k_max} "
-      "(compiling, then step 0) ...",
+      f"{task.heldout.episodes} validation episodes, horizons 1..{task.heldout.k_max}; "
+      "building them and measuring step 0 ...",
       flush=True,
     )
+    before = _compile_counts()
     fn = diagnostics.make_diagnostics_fn(cfg, task.heldout, num_seeds)
     diag = fn, (0, jax.device_get(fn(state, jax.random.key(diagnostics.DIAG_SEED))))
+    print(f"[uhm] held-out diagnostics: {_compile_words(before)}", flush=True)
   print(
-    f"[uhm] compiling the update; the first {loop.log_every} steps include the compile "
-    "(about a minute on a loaded CPU) ...",
+    f"[uhm] training: the first {loop.log_every} steps include building the update (compiling: "
+    "about a minute on 2 busy CPU cores; seconds when the compilation cache holds it from an "
+    "identical earlier run) ...",
     flush=True,
   )
-  eval_fn = make_eval_fn(
+  before = _compile_counts()
+  first_eval = make_eval_fn(
     task, eval_episodes, seeds, workdir=workdir, diag=diag, qpi=qpi, eval_seed=eval_seed
   )
+  said = []
+
+  def eval_fn(state, step):
+    if not said:  # the update's program was built by now: say how
+      said.append(step)
+      from tqdm.auto import tqdm
+
+      tqdm.write(f"[uhm] the update: {_compile_words(before)}")  # above the progress bar
+    return first_eval(state, step)
+
   if eval_seed != EVAL_SEED:
     record["eval_seed"] = int(eval_seed)
   return runtime.train(
@@ -516,6 +531,45 @@ def train(
     seed_vmap=agent.seed_vmap if num_seeds > 1 else None,
     video_fn=make_video_fn(task, videos, seeds, eval_seed) if videos else None,
   )
+
+
+# Persistent-cache hits and backend compiles of this process (jax.monitoring), so a progress line
+# says whether a program was compiled or read from the compilation cache.
+_COMPILES = {"hits": 0, "compiles": 0, "seconds": 0.0, "watching": False}
+
+
+def _watch_compiles() -> None:
+  if _COMPILES["watching"]:
+    return
+  _COMPILES["watching"] = True
+
+  def on_event(event, **_):
+    if event == "/jax/compilation_cache/cache_hits":
+      _COMPILES["hits"] += 1
+
+  def on_duration(event, seconds, **_):
+    if event == "/jax/core/compile/backend_compile_duration":  # timed around the cache lookup
+      _COMPILES["compiles"] += 1
+      _COMPILES["seconds"] += seconds
+
+  jax.monitoring.register_event_listener(on_event)
+  jax.monitoring.register_event_duration_secs_listener(on_duration)
+
+
+def _compile_counts() -> dict:
+  return {k: _COMPILES[k] for k in ("hits", "compiles", "seconds")}
+
+
+def _compile_words(before: dict) -> str:
+  """What building the programs since ``before`` took: compiled, or read from the cache."""
+  now = _compile_counts()
+  hits = now["hits"] - before["hits"]
+  fresh = now["compiles"] - before["compiles"] - hits
+  seconds = now["seconds"] - before["seconds"]
+  if fresh <= 0 and hits:
+    return f"read from the compilation cache in {seconds:.1f} s (nothing compiled)"
+  cached = f"; {hits} read from the compilation cache" if hits else ""
+  return f"compiled {max(fresh, 0)} program(s) in {seconds:.1f} s{cached}"
 
 
 EXPECTED_ZERO_BELOW = 100_000  # updates: below this, 0 % success is what a CPU run shows

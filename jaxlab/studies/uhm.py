@@ -256,7 +256,7 @@ STATUS = {
   "uhm/noisy_pilot": "Ran 2026-12-07 on 2 CPU cores (about 50 min, shared).",
   "uhm/noisy_probe": "Ran 2026-12-07 on 2 CPU cores (about 16 min).",
   "uhm/noisy": "(This study has not run yet.)",
-  "uhm/noisy_gpu": "Sized for one GPU call (benchmarks/uhm_study_gpu.sh); not run yet.",
+  "uhm/noisy_gpu": "Sized for one GPU job (benchmarks/uhm_study_gpu.sh); not run yet.",
 }
 K_MAX_LARGE = 64  # the winsorization ablation: the horizon cap far above the default 8
 
@@ -361,14 +361,15 @@ def cube(
       f"The five cube-single tasks, a generated set of {episodes} episodes (data seed 0); "
       f"{nets}, {steps} updates, success over "
       f"{eval_episodes} episodes per seed at the last step; a seed's numbers are its means over "
-      "the five tasks. Prepared for one GPU call (benchmarks/uhm_study_gpu.sh); not run yet."
+      "the five tasks. Prepared for one GPU job (benchmarks/uhm_study_gpu.sh); not run yet."
     ),
   )
 
 
-# uhm/noisy sized for one GPU call (benchmarks/uhm_study_gpu.sh): the data set travels with the
-# call, and with the MuJoCo wheels and the repository it must stay under 64 MiB, which leaves room
-# for ~50 scene-noisy episodes (~0.19 MB each, stored without qvel, which training never reads).
+# uhm/noisy sized for one GPU job (benchmarks/uhm_study_gpu.sh): the data set is copied to the
+# GPU machine, and with the MuJoCo wheels and the repository it stays under 64 MiB, which leaves
+# room for ~50 scene-noisy episodes (~0.19 MB each, stored without qvel, which training never
+# reads).
 GPU_NOISY_EPISODES = 50
 
 

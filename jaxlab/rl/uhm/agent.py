@@ -17,7 +17,7 @@ m(x|s,a,1) = P(x|s,a), m(x|s,a,n+1) = E_{s',a'~pi} m(x|s',a',n); the nu-operator
 target G^nu = r + gamma (w_xi R(s_e,a_e) + w_nu Q(s_e,a_e)); the winsorized weights
 (`jaxlab.rl.uhm.horizon`); "we follow temporal difference flow" (TD-Flow, arXiv 2503.09817).
 
-Our reconstruction where the paper body was not readable (reasons and checks: docs/uhm.md):
+Our reconstruction where the paper body is not public (reasons and checks: docs/uhm.md):
   * the TD-Flow variant: TD^2-CFM (default) or coupled TD-CFM (`flow_loss`); base case n = 1 is CFM
     on the dataset s', n > 1 bootstraps through the EMA target model at (s', a' = mu(s'));
   * how n is drawn when training the model (`model_horizon_sampling`; default n = 1 w.p. 0.25, else
@@ -196,7 +196,7 @@ def get_config() -> ml_collections.ConfigDict:
 
 # Per-task values that FQL's public material gives (README commands @ 719d044), by env prefix.
 # FQL's paper (arXiv 2502.02538) tabulates ReBRAC's alphas for every OGBench environment in an
-# appendix that we could not read: those entries are None here and must be picked on tuning seeds
+# appendix not transcribed here: those entries are None here and must be picked on tuning seeds
 # (or passed) rather than guessed.
 _REBRAC_ALPHAS = {
   "humanoidmaze-medium-navigate": (0.01, 0.01, "FQL README, ReBRAC humanoidmaze-medium command"),

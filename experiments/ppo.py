@@ -73,6 +73,7 @@ def main(argv):
     seeds=run.seeds,
     workdir=run.workdir,
     mesh=run.mesh,
+    videos=run.video_episodes(2),
   )
   print(f"{out.line} -> {run.workdir}")
 

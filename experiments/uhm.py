@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import experiment, videos
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.envs import ogbench as og  # light: ogbench and MuJoCo are imported when data is read
 from jaxlab.rl import uhm
@@ -105,6 +105,14 @@ def main(argv):
   cfg, sources = uhm.resolve_task_config(config, FLAGS.env_name)
   run.check_batch("config.batch_size", cfg.batch_size)
   devices = 1 if run.mesh is None else run.mesh.size
+  episodes = run.video_episodes(1 if videos.mujoco_by_default() else 0)
+  if run.videos is None and not episodes:
+    videos.say_once(
+      "no GPU or OSMesa for MuJoCo's off-screen renderer: no evaluation videos "
+      "(--videos=1 renders on the CPU, about 0.2 s a frame)"
+    )
+  if episodes:
+    videos.mujoco_gl()  # picks MuJoCo's off-screen backend before MuJoCo is imported
   uhm.check_memory(cfg, num_seeds=len(run.seeds), devices=devices)  # before any data is read
   task = uhm.load_task(
     cfg,
@@ -134,6 +142,7 @@ def main(argv):
       eval_episodes=FLAGS.eval_episodes,
       workdir=run.workdir,
       mesh=run.mesh,
+      videos=episodes,  # at the last evaluation only: MuJoCo renders on the host
     )
   s = uhm.write_report(run.workdir, task, result, seeds)
   print(uhm.final_line(s, task, FLAGS.eval_episodes, run.workdir), flush=True)

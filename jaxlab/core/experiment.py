@@ -16,7 +16,7 @@ Every ``experiments/*.py`` file reads flags -> data -> create -> train -> report
       experiment.run(main)     # ConfigError anywhere -> "error: --field: message", exit 2
 
 Shared flags: ``--workdir --seed --seeds --mesh --steps --log_every --ckpt_every --keep
---profile``.
+--profile --tracker --videos``.
 Nothing is written before validation ends: ``runtime.train`` creates and locks the workdir.
 """
 
@@ -87,6 +87,21 @@ flags.DEFINE_string(
   None,
   "Folder of JAX's persistent compilation cache, so the second run of a command skips compiling "
   "(default: $JAXLAB_COMPILE_CACHE, else <user cache dir>/jaxlab/xla); 'off' disables it.",
+)
+
+flags.DEFINE_enum(
+  "tracker",
+  "tensorboard",
+  ["tensorboard", "wandb"],
+  "Where metrics and videos go besides metrics.csv/eval.csv: tensorboard (<workdir>/tb) or wandb "
+  "(pip install 'jaxlab[wandb]'; offline without an API key or network; a resumed run appends "
+  "to the same W&B run).",
+)
+flags.DEFINE_integer(
+  "videos",
+  None,
+  "Episodes per evaluation video (<workdir>/videos/eval_<step>.gif, per seed in a grid; "
+  "0 = none; default: the program's).",
 )
 
 _CACHE_OFF = ("off", "none", "false", "0", "")
@@ -214,10 +229,16 @@ class Common:
   keep: int = 3
   profile: bool = False
   seeds: tuple[int, ...] = ()  # --seeds (default: (seed,)); several train vmapped in one program
+  tracker: str = "tensorboard"  # --tracker (jaxlab.core.tracking)
+  videos: int | None = None  # --videos: episodes per evaluation video (None: the program's)
+
+  def video_episodes(self, default: int = 2) -> int:
+    """Episodes per evaluation video: ``--videos``, else the program's ``default`` (0 = none)."""
+    return default if self.videos is None else self.videos
 
   def loop(self, **overrides) -> Loop:
     """The runtime schedule these flags ask for (``eval_every`` etc. as overrides)."""
-    kw = {k: getattr(self, k) for k in ("log_every", "ckpt_every", "keep", "profile")}
+    kw = {k: getattr(self, k) for k in ("log_every", "ckpt_every", "keep", "profile", "tracker")}
     return Loop(**{"num_steps": self.steps, **kw, **overrides})
 
   def check_batch(self, field: str, batch_size: int) -> None:
@@ -319,6 +340,8 @@ def common(
   if len(run_seeds) > 1 and not seeds:
     raise ConfigError("seeds", f"{name} trains one seed per run; run one --seed at a time")
   require(FLAGS.keep >= 1, "keep", f"must be >= 1, got {FLAGS.keep}")
+  videos = FLAGS.videos
+  require(videos is None or 0 <= videos <= 64, "videos", f"must be in [0, 64], got {videos}")
   mesh, spec = _mesh(name, mesh_axes)
   workdir = pathlib.Path(FLAGS.workdir) if FLAGS.workdir else default_workdir(name, *variant)
   require(
@@ -339,6 +362,8 @@ def common(
     keep=FLAGS.keep,
     profile=FLAGS.profile,
     seeds=run_seeds,
+    tracker=FLAGS.tracker,
+    videos=videos,
   )
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxlab.core import checkpoint, metrics, plots, provenance, resources
+from jaxlab.core import checkpoint, metrics, plots, provenance, resources, tracking, videos
 from jaxlab.core import seeds as seeds_lib
 from jaxlab.core import workdir as workdir_lib
 from jaxlab.core.checkpoint import CKPT_DIR, SIGTERM_EXIT_CODE, Preempted, restore  # noqa: F401
@@ -88,6 +88,9 @@ class Loop:
     instead of ``log_every`` steps later. metrics.csv keeps its rows (the next row covers that
     step too). The chunk program serves every length, so this compiles nothing more, and the
     numbers do not change (each step's key is folded from its index).
+  tracker: ``tensorboard`` or ``wandb`` (:mod:`jaxlab.core.tracking`); CSV files either way.
+  video_every: with ``train(..., video_fn=...)``, an evaluation video (:mod:`jaxlab.core.videos`)
+    at the first chunk end past each multiple of it and at the last step (0: the last step only).
   """
 
   num_steps: int
@@ -106,8 +109,13 @@ class Loop:
   units_name: str = "units_per_sec"
   memory_field: str = "config.batch_size"
   log_first_step: bool = True
+  tracker: str = "tensorboard"
+  video_every: int = 0
 
   def __post_init__(self):
+    tracking.check(self.tracker)
+    if self.video_every < 0:
+      raise ConfigError("videos", f"video_every must be >= 0, got {self.video_every}")
     if self.num_steps < 0:
       raise ConfigError("steps", f"must be >= 0, got {self.num_steps}")
     if self.log_every <= 0:
@@ -464,14 +472,16 @@ def chunk_boundaries(start: int, num_steps: int, *everies: int) -> list[int]:
 class _Host:
   """Host-side side effects between chunks (only process 0 writes; none without a workdir)."""
 
-  def __init__(self, loop: Loop, workdir: pathlib.Path | None, start: int):
+  def __init__(self, loop: Loop, workdir: pathlib.Path | None, start: int, config=None):
     main = jax.process_index() == 0
     self.loop, self.workdir = loop, workdir
-    self.writer = (
-      metrics.MetricsWriter(workdir, start, loop.tensorboard)
-      if workdir is not None and main
-      else None
-    )
+    on = workdir is not None and main
+    tb = loop.tensorboard and loop.tracker == "tensorboard"
+    self.writer = metrics.MetricsWriter(workdir, start, tb) if on else None
+    self.tracker = tracking.Tracker()
+    if on and (loop.tracker != "tensorboard" or tb):
+      identity = workdir_lib.with_identity({})  # the seeds: another seed set is another run
+      self.tracker = tracking.start(loop.tracker, workdir, config, identity)
     self.bar = None
     if loop.progress and main:
       from tqdm.auto import tqdm
@@ -492,6 +502,9 @@ class _Host:
         self.writer.write("metrics", step, {**mean, "steps_per_sec": sps})
       for seed, row in (rows or {}).items():
         self.writer.write("metrics", step, {**row, "steps_per_sec": sps}, seed=seed)
+      self.tracker.scalars("metrics", step, {**mean, "steps_per_sec": sps})
+      for seed, row in (rows or {}).items():
+        self.tracker.scalars("metrics", step, row, seed=seed)
     if self.bar is not None:
       self.bar.update(step - self.bar.n)
       keys = [k for k in (loop.progress_keys or list(mean)[:3]) if k in mean]
@@ -503,17 +516,29 @@ class _Host:
         self.writer.write("eval", step, result)
       for seed, row in (rows or {}).items():
         self.writer.write("eval", step, row, seed=seed)
+      self.tracker.scalars("eval", step, result)
+      for seed, row in (rows or {}).items():
+        self.tracker.scalars("eval", step, row, seed=seed)
     if self.bar is not None:
       mean = " (mean over seeds)" if rows else ""
       self.bar.write(
         f"[eval @ {step}{mean}] " + " ".join(f"{k}={v:.4g}" for k, v in result.items())
       )
 
-  def close(self) -> None:
+  def video(self, step: int, frames) -> None:
+    """``<workdir>/videos/eval_<step>.gif`` from ``[T, H, W, 3]`` frames, and the tracker's."""
+    if self.writer is None or frames is None:
+      return
+    frames = videos.to_uint8(frames)
+    path = videos.write_gif(videos.path_for(self.workdir, step), frames)
+    self.tracker.video(step, videos.TAG, path, frames.shape, videos.FPS)
+
+  def close(self, failed: bool = False) -> None:
     if self.bar is not None:
       self.bar.close()
     if self.writer is not None:
       self.writer.close()
+    self.tracker.close(failed)
 
 
 def _check_finite(step: int, mean: Mapping[str, float], rows: dict | None = None, resumed=None):
@@ -593,6 +618,9 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
         if per_seed is not None:
           evals_per_seed[step] = per_seed
         host.log_eval(step, evals[step], per_seed)
+      video_fn = ctx.get("video_fn")
+      if video_fn is not None and host.writer is not None and _video_due(loop, end - n, step):
+        host.video(step, video_fn(state, step))
       if mngr is not None and (
         (loop.ckpt_every and step % loop.ckpt_every == 0)
         or step == loop.num_steps
@@ -604,6 +632,12 @@ def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
   steady = steady_steps / steady_s if steady_s > 0 else float("nan")
   ctx.update(rows=rows, evals_per_seed=evals_per_seed)
   return state, step, mean, evals, hist, steady
+
+
+def _video_due(loop: Loop, before: int, step: int) -> bool:
+  """A video at the last step and at the first chunk end past each multiple of video_every."""
+  every = loop.video_every
+  return step == loop.num_steps or bool(every and step // every > before // every)
 
 
 def _evaluate(eval_fn, state, step: int, seeds):
@@ -730,6 +764,7 @@ def train(
   seeds: tuple[int, ...] | None = None,
   seed_vmap: Callable | None = None,
   seed_data: bool = False,
+  video_fn: Callable[[PyTree, int], Any] | None = None,
 ) -> tuple[PyTree, Result]:
   """Runs ``loop.num_steps`` updates in jitted chunks; see the module docstring.
 
@@ -742,6 +777,8 @@ def train(
   ``seed_data``: every seed has its own data set (``data`` stacked on a leading seed axis, e.g. a
   problem drawn from each seed's key); ``sample_fn`` then sees one seed's data, as in its solo run.
   When the seeds' chunk does not fit in memory, they train in sequential groups (one line says so).
+  ``video_fn(state, step) -> [T, H, W, 3]`` frames (or None) renders evaluation videos at the steps
+  ``loop.video_every`` selects (:mod:`jaxlab.core.videos`; with a seed axis, one grid of seeds).
 
   ``update_fn(state, batch, key) -> (state, metrics)``; ``sample_fn(data, key) -> batch`` runs
   inside jit (``None`` passes ``data`` as the batch); ``eval_fn(state, step) -> dict`` runs on the
@@ -772,19 +809,20 @@ def train(
       fit["groups"] = check_chunk_memory(chunk_fn, loop, state, data, key, 0, seeds, seed_data)
   with workdir_lib.session(wd, config) as wd:
     mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
-    host = None
+    host, failed = None, True
     try:
       state, start = _resume(state, mngr, wd, loop)
       # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
-      host = _Host(loop, wd if start < loop.num_steps else None, start)
+      host = _Host(loop, wd if start < loop.num_steps else None, start, config)
       ctx = dict(host=host, mngr=mngr, eval_fn=eval_fn, workdir=wd, data=data, key=key)
       ctx.update(compiled_before=compiled_before, seeds=seeds, seed_data=seed_data)
-      ctx.update(fit if start == 0 else {})
+      ctx.update(fit if start == 0 else {}, video_fn=video_fn)
       with in_mesh():
         state, step, mean, evals, hist, steady = _run_chunks(state, chunk_fn, loop, ctx, start)
+      failed = False
     finally:
       if host is not None:
-        host.close()
+        host.close(failed)
       if mngr is not None:
         mngr.close()
     summary = _summary(wd, start, step, loop, mean, evals, steady, time.perf_counter() - t0, ctx)

@@ -185,4 +185,17 @@ def make(
     max_return=MAX_RETURN[classic],
     reset=reset,
     step=step,
+    render=lambda state: jax.vmap(_renderer(classic))(state.env),
   )
+
+
+_RENDERERS: dict = {}
+
+
+def _renderer(classic: bool):
+  """craftax's pixel renderer, made on first use (it loads the texture atlas)."""
+  if classic not in _RENDERERS:
+    from jaxlab.envs import render
+
+    _RENDERERS[classic] = render.craftax(classic)
+  return _RENDERERS[classic]

@@ -108,4 +108,19 @@ def make(name: str, num_envs: int, *, field: str = "env") -> vec.VecEnv:
     max_return=None,
     reset=reset,
     step=step,
+    render=_renderer(env_id, env, params),
   )
+
+
+def _renderer(env_id: str, env, params):
+  """``VecEnv.render`` of CartPole and the MinAtar games (:mod:`jaxlab.envs.render`); None for
+  the other gymnax environments."""
+  from jaxlab.envs import render
+
+  if env_id == "CartPole-v1":
+    one = lambda s: render.cartpole(s, params.x_threshold, 2.0 * params.length)
+  elif env_id.endswith("-MinAtar"):
+    one = lambda s: render.minatar(env.get_obs(s, params))
+  else:
+    return None
+  return lambda state: jax.vmap(one)(state.env)

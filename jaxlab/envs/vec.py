@@ -52,6 +52,9 @@ class VecEnv:
   max_return: float | None
   reset: Callable[[Array], tuple[Array, Any]]
   step: Callable[[Any, Array, Array], tuple[Array, Any, Array, Array, dict]]
+  # VecState -> uint8[N, H, W, 3] in jnp (jaxlab.envs.render), for evaluation videos; None: the
+  # environment has no renderer
+  render: Callable[[Any], Array] | None = None
 
   @property
   def discrete(self) -> bool:

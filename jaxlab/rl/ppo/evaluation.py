@@ -128,3 +128,35 @@ def achievement_chart(path, rates, title: str = ""):
 
   pct = {name.replace("_", " ").lower(): 100.0 * r for name, r in rates.items()}
   return plots.bars(path, pct, "success rate (% of episodes)", title=title, xlim=(0.0, 105.0))
+
+
+def make_video(env, policy, max_steps: int, greedy: bool = False) -> Callable:
+  """A jitted ``video(params, key) -> (frames uint8[N, T, H, W, 3], lengths int32[N])``: the
+  first episode of each of ``env.num_envs`` environments (reset from ``key``), rendered in JAX by
+  ``env.render`` at every step of one ``lax.scan`` of ``max_steps`` steps; after its episode ends
+  an environment's clip repeats its last frame (:func:`jaxlab.core.videos.trim` cuts the tail)."""
+  if env.render is None:
+    raise ValueError(f"{env.name} has no renderer (VecEnv.render)")
+  n = env.num_envs
+
+  @jax.jit
+  def video(params, key):
+    k_reset, k_run = jax.random.split(key)
+    obs, env_state = env.reset(k_reset)
+    act = rollouts.policy_actor(lambda *a: policy.apply({"params": params}, *a), greedy)
+    step = rollouts.step_fn(env.step, act, k_run)
+
+    def body(carry, t):
+      inner, finished, length, last = carry
+      frame = jnp.where(finished[:, None, None, None], last, env.render(inner[0]))
+      inner, rec = step(inner, t)
+      length = length + (~finished).astype(jnp.int32)
+      return (inner, finished | rec["done"], length, frame), frame
+
+    inner = (env_state, obs, jnp.ones((n,), bool), policy.initial_carry(n))
+    first = env.render(env_state)
+    carry = (inner, jnp.zeros((n,), bool), jnp.zeros((n,), jnp.int32), first)
+    (_, _, lengths, _), frames = jax.lax.scan(body, carry, jnp.arange(max_steps))
+    return jnp.swapaxes(frames, 0, 1), lengths
+
+  return video

@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from jaxlab.core import runtime
+from jaxlab.core import runtime, videos
 from jaxlab.core import seeds as seeds_lib
 from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.envs import craftax as craftax_envs
@@ -87,10 +87,13 @@ def schedule(steps: int, eval_every: int) -> tuple[int, int, int]:
 
 def loop_options(config, env_name: str, steps: int) -> dict[str, Any]:
   """``runtime.Loop`` fields of a PPO run of ``steps`` iterations: the evaluation interval
-  (:func:`schedule`), the progress bar's metrics and environment steps per second."""
+  (:func:`schedule`), evaluation videos at about every fourth of the run (with ``videos``), the
+  progress bar's metrics and environment steps per second."""
   score = "score" if is_craftax(env_name) else "entropy"
+  _, eval_every, ckpt_every = schedule(steps, config.eval_every)
   return dict(
-    eval_every=schedule(steps, config.eval_every)[1],
+    eval_every=eval_every,
+    video_every=ckpt_every,
     progress_keys=("episode_return", score, "env_steps_per_sec"),
     units_per_step=config.num_envs * config.num_steps,
     units_name="env_steps_per_sec",
@@ -116,6 +119,7 @@ def train_run(
   workdir: str | pathlib.Path | None = None,
   mesh=None,
   seeds: Sequence[int] | None = None,
+  videos: int = 0,
 ) -> RunOutput:
   """Trains ``policy_name`` on ``env_name`` for ``loop.num_steps`` PPO iterations (the learning
   rate decays over them), evaluating on held-out seeds every ``loop.eval_every``; with a
@@ -126,6 +130,10 @@ def train_run(
   (:mod:`jaxlab.core.seeds`); seed ``k`` there equals ``seed=k`` alone, and ``state`` has a
   leading seed axis. The summary's ``train/`` and ``eval/`` figures are then means over seeds,
   each seed's own in ``result.per_seed``.
+
+  ``videos``: episodes per evaluation video (:func:`make_video_fn`; 0 = none), written as
+  ``<workdir>/videos/eval_<step>.gif`` at the steps ``loop.video_every`` selects. Key stream 3 of
+  ``seed`` resets the video's environments.
   """
   check(config, env_name, policy_name)
   seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
@@ -150,6 +158,9 @@ def train_run(
   evaluate = ppo_eval.make_evaluate(eval_env, policy, config.eval_steps, config.eval_greedy)
   eval_key = fold(keys, 2)  # held out: training worlds come from other streams
   rates: dict = {}
+  video_fn = None
+  if videos:
+    video_fn = make_video_fn(env_name, policy, config, videos, fold(keys, 3), seeds)
 
   def eval_fn(state, step):
     del step
@@ -183,9 +194,35 @@ def train_run(
     state_sharding=shardings,
     config=recorded,
     seeds=seeds,
+    video_fn=video_fn,
   )
   line = write_report(workdir, env, result, rates)
   return RunOutput(state=state, result=result, env=env, achievements=dict(rates), line=line)
+
+
+VIDEO_STEPS = 200  # steps per clip at most: a video shows the start of longer episodes
+
+
+def make_video_fn(env_name, policy, config, episodes: int, key, seeds=None, max_steps=VIDEO_STEPS):
+  """``video_fn(state, step) -> uint8[T, H, W, 3]`` for ``runtime.train``: ``episodes``
+  environments reset from ``key`` (one key per seed with ``seeds``), played by the evaluation's
+  policy and rendered inside one jitted rollout (:func:`ppo_eval.make_video`), laid out one row
+  per seed. None (one printed line) when the environment has no renderer."""
+  env = make_env(env_name, episodes, config)
+  if env.render is None:
+    videos.say_once(f"{env.name} has no renderer: no evaluation videos")
+    return None
+  steps = min(max_steps, config.eval_steps)
+  video = ppo_eval.make_video(env, policy, steps, config.eval_greedy)
+  if seeds is not None:
+    video = jax.jit(jax.vmap(video))
+
+  def video_fn(state, step):
+    del step
+    frames, lengths = jax.device_get(video(state.train.params, key))
+    return videos.grid(videos.trim(frames if seeds is not None else frames[None], lengths))
+
+  return video_fn
 
 
 def write_report(workdir, env, result: runtime.Result, rates: dict) -> str:

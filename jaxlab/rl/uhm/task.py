@@ -360,7 +360,7 @@ def make_eval_fn(
   return eval_fn
 
 
-VIDEO_STEPS = 100  # steps per evaluation video clip at most (MuJoCo renders on the host)
+VIDEO_STEPS = 50  # steps per evaluation video clip at most (MuJoCo renders on the host)
 
 
 def make_video_fn(task: Task, episodes: int, seeds=(0,), eval_seed: int = EVAL_SEED):
@@ -371,7 +371,7 @@ def make_video_fn(task: Task, episodes: int, seeds=(0,), eval_seed: int = EVAL_S
   from jaxlab.core import videos
   from jaxlab.envs import render
 
-  if not episodes or videos.mujoco_gl() is None:
+  if not episodes or not videos.mujoco_renders():
     return None
   n, broken = len(tuple(seeds)), []
 
@@ -385,7 +385,7 @@ def make_video_fn(task: Task, episodes: int, seeds=(0,), eval_seed: int = EVAL_S
         s_i = state if n == 1 else seed_slice(state, i)
         policy = lambda o, s_i=s_i: np.asarray(_act(s_i, jnp.asarray(o)))
         env = task.env if task.env is not None else _ogbench().make_env(task.env_name)
-        frames, lens = render.mujoco_episodes(env, policy, episodes, eval_seed, VIDEO_STEPS)
+        frames, lens = render.mujoco_episodes(env, policy, episodes, eval_seed, VIDEO_STEPS, 2)
         rows.append(frames)
         lengths.append(lens)
       return videos.grid(videos.trim(np.stack(rows), np.stack(lengths)))

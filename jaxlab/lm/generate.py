@@ -7,6 +7,8 @@ O(N L^2) work, fine for checking a trained checkpoint, not for serving.
 
 from __future__ import annotations
 
+import unicodedata
+
 import jax
 import jax.numpy as jnp
 
@@ -40,3 +42,29 @@ def generate(
 
   buf, _ = jax.lax.fori_loop(p, p + num_tokens, step, (buf, key))
   return buf
+
+
+# Kept in a sample as they are: line breaks and tabs; every other control or format character, and
+# U+FFFD (a byte sequence that is not UTF-8: a byte-level model samples bytes, not characters),
+# is left out of the printed text.
+_KEPT = frozenset("\n\t")
+
+
+def printable(text: str) -> tuple[str, int]:
+  """``(text without the characters a terminal cannot show, how many were left out)``: control and
+  format characters other than newline and tab, unassigned or private code points, and U+FFFD."""
+  out, dropped = [], 0
+  for ch in text:
+    if ch in _KEPT or (ch != "\ufffd" and unicodedata.category(ch)[0] != "C"):
+      out.append(ch)
+    else:
+      dropped += 1
+  return "".join(out), dropped
+
+
+def sample_as_text(tok, ids) -> str:
+  """Sampled token ids as printable text (`printable`), saying how many characters it left out."""
+  text, dropped = printable(tok.decode(ids))
+  if dropped:
+    text += f"\n[{dropped} undecodable or control character(s) left out]"
+  return text

@@ -238,13 +238,13 @@ def heldout_batches(config, heldout, key, n: int):
 
 def sample_text(config, state, tok, key) -> str:
   """``config.generate.tokens`` tokens after ``config.generate.prompt`` (decoded, prompt
-  included)."""
+  included), as printable text (`jaxlab.lm.generate.sample_as_text`)."""
   g = config.generate
   prompt = tok.encode(g.prompt) if g.prompt else np.zeros(0, np.int32)
   prompt = np.concatenate([[tok.eot_id], prompt]).astype(np.int32)[None]  # a document start
   fn = jax.jit(generate_lib.generate, static_argnums=(2, 4))
   out = fn(state, jnp.asarray(prompt), g.tokens, key, g.temperature)
-  return tok.decode(np.asarray(out)[0, 1:])
+  return generate_lib.sample_as_text(tok, np.asarray(out)[0, 1:])
 
 
 def _key(seed: int):

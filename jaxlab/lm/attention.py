@@ -171,6 +171,11 @@ def _prepare(q, k, v, q_pos, k_pos, block):
 
 
 def _flash_fwd_impl(q, k, v, q_pos, k_pos, block):
+  # Ties the positions to q: inside a differentiated lax.scan (the layer scan), JAX hoists
+  # loop-invariant values out of the loop, and the masks depend on positions only, so every block
+  # pair's mask (and its broadcast fill values) would be precomputed and stacked: the full L x L
+  # matrix the kernel exists to avoid. The barrier makes them depend on q, computed per block.
+  q, q_pos, k_pos = lax.optimization_barrier((q, q_pos, k_pos))
   b, lq, h, d = q.shape
   kh = k.shape[2]
   qs, qps, ks, vs, kps = _prepare(q, k, v, q_pos, k_pos, block)
@@ -201,7 +206,23 @@ def _flash_fwd(q, k, v, q_pos, k_pos, block):
 
 
 def _flash_bwd(block, res, cts):
+  q, k, v, q_pos, k_pos = res[:5]
+  dq, dk, dv = _flash_grads(block, res, cts)
+  zero_pos = lambda p: np.zeros(p.shape, jax.dtypes.float0)
+  return (
+    dq.astype(q.dtype),
+    dk.astype(k.dtype),
+    dv.astype(v.dtype),
+    zero_pos(q_pos),
+    zero_pos(k_pos),
+  )
+
+
+def _flash_grads(block, res, cts):
+  """float32 (dq, dk, dv) of the blockwise kernel from its residuals; ``o`` and ``lse`` may be
+  those of a larger attention that this call's keys are part of (ring attention's backward)."""
   q, k, v, q_pos, k_pos, o, lse = res
+  q, q_pos, k_pos = lax.optimization_barrier((q, q_pos, k_pos))  # see _flash_fwd_impl
   do, dlse = cts
   b, lq, h, d = q.shape
   lk, kh = k.shape[1], k.shape[2]
@@ -246,14 +267,7 @@ def _flash_bwd(block, res, cts):
   dq, (dk, dv) = _scan(kv_block, dq0, (ks, vs, kps))
   dq = jnp.moveaxis(dq, 0, 1).reshape(b, nq * bq, h, d)[:, :lq]
   dk, dv = (jnp.moveaxis(x, 0, 1).reshape(b, -1, kh, d)[:, :lk] for x in (dk, dv))
-  zero_pos = lambda p: np.zeros(p.shape, jax.dtypes.float0)
-  return (
-    dq.astype(q.dtype),
-    dk.astype(k.dtype),
-    dv.astype(v.dtype),
-    zero_pos(q_pos),
-    zero_pos(k_pos),
-  )
+  return dq, dk, dv
 
 
 flash_attention.defvjp(_flash_fwd, _flash_bwd)
@@ -311,26 +325,67 @@ def _lse_merge(a, b):
 
 
 def _ring_body(q, k, v, pos, *, block):
-  n = lax.axis_size(CONTEXT_AXIS)
-  perm = [(i, (i + 1) % n) for i in range(n)]
   lq = q.shape[1]
   # Blocks no longer than half the local length: with the zigzag layout each device then skips
   # the same number of fully masked blocks.
   blk = min(block, lq // 2) if lq % 2 == 0 and lq >= 2 else min(block, lq)
+  return _ring_attention(q, k, v, pos, blk)
 
-  @jax.checkpoint  # keep per-step residuals out of the backward pass's live set
+
+def _ring_perm():
+  n = lax.axis_size(CONTEXT_AXIS)
+  return n, [(i, (i + 1) % n) for i in range(n)]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _ring_attention(q, k, v, pos, blk):
+  """Ring attention with its own backward pass (`_ring_bwd`): the residuals are this device's
+  q, k, v, output and log-sum-exp, whatever the ring size."""
+  return _ring_fwd(q, k, v, pos, blk)[0]
+
+
+def _ring_fwd(q, k, v, pos, blk):
+  n, perm = _ring_perm()
+
   def step(carry, _):
     acc, k_c, v_c, kpos_c = carry
-    o, lse = flash_attention(q, k_c, v_c, pos, kpos_c, blk)
+    o, lse = _flash_fwd_impl(q, k_c, v_c, pos, kpos_c, blk)
     acc = _lse_merge(acc, (o.astype(jnp.float32), lse))
     k_c, v_c, kpos_c = (lax.ppermute(x, CONTEXT_AXIS, perm) for x in (k_c, v_c, kpos_c))
     return (acc, k_c, v_c, kpos_c), None
 
-  b, _, h, d = q.shape
+  b, lq, h, d = q.shape
   kh = k.shape[2]
   init = (jnp.zeros((b, lq, h, d), jnp.float32), jnp.full((b, kh, h // kh, lq), _NEG))
-  ((o, _), *_), _ = lax.scan(step, (init, k, v, pos), None, length=n)
-  return o.astype(q.dtype)
+  ((o, lse), *_), _ = lax.scan(step, (init, k, v, pos), None, length=n)
+  o = o.astype(q.dtype)
+  return o, (q, k, v, pos, o, lse)
+
+
+def _ring_bwd(blk, res, do):
+  """The ring again (ring attention, arXiv 2310.01889): each step adds this device's
+  dq for the visiting K/V block, and that block's dk/dv travel with it; after ``n`` steps every
+  block (and its gradient) is home. A differentiated scan of the forward would instead keep every
+  step's carry (the float32 output accumulator and the visiting K/V: ring-size times the local
+  activations)."""
+  q, k, v, pos, o, lse = res
+  n, perm = _ring_perm()
+  no_dlse = jnp.zeros_like(lse)
+
+  def step(carry, _):
+    dq, k_c, v_c, kpos_c, dk_c, dv_c = carry
+    dqi, dki, dvi = _flash_grads(blk, (q, k_c, v_c, pos, kpos_c, o, lse), (do, no_dlse))
+    travel = (k_c, v_c, kpos_c, dk_c + dki, dv_c + dvi)
+    return (dq + dqi, *(lax.ppermute(x, CONTEXT_AXIS, perm) for x in travel)), None
+
+  zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
+  init = (zeros(q), k, v, pos, zeros(k), zeros(v))
+  (dq, *_, dk, dv), _ = lax.scan(step, init, None, length=n)
+  pos0 = np.zeros(pos.shape, jax.dtypes.float0)
+  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), pos0
+
+
+_ring_attention.defvjp(_ring_fwd, _ring_bwd)
 
 
 def _a2a(x, to_heads: bool):

@@ -137,3 +137,44 @@ def check_capacity(cc, widths, seeds: int = 1) -> None:
   if seeds > 1:
     what = f"{seeds} seeds' probes of width {w} at once (states, bitstrings, scoring)"
     resources.check_fits(seeds * (STATE_BYTES * params + nbytes), "seeds", what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled memory of a training step (XLA's own figures; nothing is allocated or executed).
+
+
+def step_memory(cfg, seq_len: int, batch: int = 1, mesh=None, donate: bool = True) -> dict:
+  """XLA's compiled memory analysis of one full training step (forward, backward, AdamW update).
+
+  The step is `jaxlab.lm.train.update` jitted over the state's shardings on ``mesh`` and lowered
+  on abstract arguments (``jax.ShapeDtypeStruct``), so any length compiles without allocating.
+  Returns per-device bytes: ``argument``, ``output``, ``alias`` (outputs written into donated
+  inputs), ``temp`` (XLA's scratch: activations kept for the backward pass, gradients, collective
+  buffers) and ``peak = argument + output - alias + temp``, the live set a device must hold.
+  """
+  import jax
+
+  from jaxlab.core import sharding as shd
+  from jaxlab.lm import train
+  from jaxlab.lm.model import Transformer
+
+  tx = train.make_optimizer(3e-4, 10, 1000, 0.0)
+  model = Transformer(cfg, mesh)
+  state = jax.eval_shape(lambda k: train.create_state(cfg, tx, k, seq_len), jax.random.key(0))
+  tokens = jax.ShapeDtypeStruct((batch, seq_len + 1), jax.numpy.int32)
+  state = state.replace(apply_fn=model.apply, model_def=model)
+  if mesh is None:
+    step = jax.jit(train.update, donate_argnums=(0,) if donate else ())
+  else:
+    cfg.check_mesh(mesh, seq_len)
+    in_sh = (train.state_shardings(model, tx, seq_len), {"tokens": shd.replicated(mesh)})
+    step = jax.jit(train.update, in_shardings=in_sh, donate_argnums=(0,) if donate else ())
+  stats = step.lower(state, {"tokens": tokens}).compile().memory_analysis()
+  out = {
+    "argument": int(stats.argument_size_in_bytes),
+    "output": int(stats.output_size_in_bytes),
+    "alias": int(stats.alias_size_in_bytes),
+    "temp": int(stats.temp_size_in_bytes),
+  }
+  out["peak"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
+  return out

@@ -11,12 +11,13 @@ law (enumeration of the 2^16 states) at matched CPU time:
 - ``metropolis`` and ``sw``: checkerboard Metropolis and Swendsen–Wang, 64 chains.
 
 The two DASBS arms train every seed of the arm together, vmapped in one program
-(``dasbs.train(..., seeds=...)``), on the schedule ``SCHEDULE`` (the preset's 5 stages with a fifth
-of its steps per phase: the preset's 1250 steps x 5 seeds x 2 arms do not fit the study's CPU
-budget); a seed's seconds are the run's process CPU time (compilation included, the per-stage
-checks excluded) plus that of drawing its ``EVAL_SAMPLES`` samples, divided by the seeds. An MCMC
-seed runs for ``MCMC_SECONDS`` of process CPU time (compilation and burn-in included), less than
-any DASBS seed's time, so the MCMC arms are at most time-matched: a shorter run can only hurt them.
+(``dasbs.train(..., seeds=...)``), on the schedule ``SCHEDULE`` (the preset's 5 stages with 150
+steps in all instead of its 1250: the preset's schedule x 5 seeds x 2 arms does not fit the
+study's CPU budget on 2 shared cores); a seed's seconds are the run's process CPU time
+(compilation included, the per-stage checks excluded) plus that of drawing its ``EVAL_SAMPLES``
+samples, divided by the seeds. An MCMC seed runs for ``MCMC_SECONDS`` of process CPU time
+(compilation and burn-in included), less than any DASBS seed's time, so the MCMC arms are at most
+time-matched: a shorter run can only hurt them.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ ORACLE = {
   "corr_ema": False,
 }
 PAPER = {"path_weights": "none", "corr_dm_eps": 0.01, "lr_schedule": "constant", "corr_ema": True}
-SCHEDULE = {"num_stages": 5, "ctrl_steps": 30, "corr_steps": 20}  # the preset: 5 x (150 + 100)
-EVAL_SAMPLES = 4096  # final samples per DASBS seed (the mean energy per spin to +/- 0.008)
+SCHEDULE = {"num_stages": 5, "ctrl_steps": 20, "corr_steps": 10}  # the preset: 5 x (150 + 100)
+EVAL_SAMPLES = 2048  # final samples per DASBS seed (the mean energy per spin to +/- 0.011)
 STAGE_SAMPLES = 256  # per-stage check (the curve against seconds; its time is not counted)
 MCMC_SECONDS = 10.0
 MCMC = {"num_chains": 64, "sweeps_per_chunk": 100, "burn_in": 100}
@@ -205,11 +206,9 @@ def cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, d
   return (dasbs_cell if arm.startswith("dasbs") else mcmc_cell)(arm, seeds, workdir)
 
 
-# W1 of the energy per spin: lower is better. Superiority, since the paper claims an advantage.
-TESTS = (
-  stats.Test("superiority", "energy_w1", higher_is_better=False),
-  stats.Test("superiority", "abs_err_u", higher_is_better=False),
-)
+# W1 of the energy per spin to the exact law: lower is better. Superiority, since the paper claims
+# an advantage (not a match) over MCMC; the oracle pair asks whether the preset's options help.
+TESTS = (stats.Test("superiority", "energy_w1", higher_is_better=False),)
 PAIRS = (
   ("dasbs_paper", "metropolis"),
   ("dasbs_paper", "sw"),
@@ -226,16 +225,17 @@ STUDIES = (
     pairs=PAIRS,
     seeds=HELD_OUT,
     tuning_seeds=TUNING,
-    budget={"L": 4, "dasbs_steps": 250, "dasbs_samples": EVAL_SAMPLES, "mcmc_cpu_s": MCMC_SECONDS},
+    budget={"L": 4, "dasbs_steps": 150, "dasbs_samples": EVAL_SAMPLES, "mcmc_cpu_s": MCMC_SECONDS},
     tests=TESTS,
     metrics=METRICS,
     cell=cell,
     note=(
       "Critical 4 x 4 Ising, scored against the exact energy law (enumeration). Seconds: process "
-      "CPU time per seed on 2 shared CPU cores (compilation included). DASBS arms: 5 stages x "
-      "(30 + 20) steps, a fifth of the ising_critical_cpu preset's steps (its 1250 steps do not "
-      "fit the study's CPU budget), seeds vmapped, 4096 samples; `dasbs_preset_oracle` uses the "
-      "target path weights (the bridge's closed-form coupling: an oracle outside the paper). "
+      "CPU time per seed on 2 CPU cores shared with other jobs (load 10-15; compilation "
+      "included). DASBS arms: 5 stages x (20 + 10) steps, 150 of the ising_critical_cpu preset's "
+      "1250 (its schedule does not fit the study's CPU budget), seeds vmapped, 2048 samples; "
+      "`dasbs_preset_oracle` uses the target path weights (the bridge's closed-form coupling: an "
+      "oracle outside the paper). "
       "MCMC arms (64 chains) get 10 CPU s per seed, less than every DASBS seed's time. "
       "ess: DASBS, the effective size of its samples' target importance weights; MCMC, kept "
       "samples / tau_int of the energy."

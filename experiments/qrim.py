@@ -19,11 +19,12 @@ The config is ``jaxlab.rl.qrim.get_config()`` (``--config.x=...``; PPO's fields 
 ``--config.ppo.``). ``--seeds=3`` (seeds ``--seed`` .. +2) or ``--seeds=0,3,7`` runs several
 seeds in one workdir: parts 1 and 2 seed by seed, part 3's PPO for all seeds vmapped in one
 compiled program per arm (seed k draws the keys of ``--seed=k`` alone); summary.json holds the
-means and ``per_seed``, each seed's queries.png is under ``seed<k>/``. Commands (CPU, 2 busy
-cores):
+means and ``per_seed``, each seed's queries.png is under ``seed<k>/``. Commands (times: wall
+time on 2 CPU cores; every part prints a line per step of its progress):
 
-  python -m experiments.qrim --env=cartpole --set_size=256 --steps=200   # ~25 min
+  python -m experiments.qrim --env=cartpole --set_size=256 --steps=200   # ~25 min, cores busy
   python -m experiments.qrim --env=pendulum --set_size=64 --config.robust_ppo=False
+      # parts 1-2 only: 105 s with the cores busy (load ~14), so under 2 min on idle cores
   python -m experiments.qrim --env=cartpole --set_size=64 --seeds=3     # seeds 0-2
 
 The evidence over seeds of docs/qrim.md (robust against nominal PPO; the queries against |U|)

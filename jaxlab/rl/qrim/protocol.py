@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import pathlib
+import time
 from collections.abc import Sequence
 
 import jax
@@ -34,9 +35,10 @@ def _interval(x: np.ndarray) -> tuple[float, float, float]:
   return m, m - 1.96 * se, m + 1.96 * se
 
 
-def query_scaling(search, config, key: Array) -> list[dict]:
+def query_scaling(search, config, key: Array, say=None) -> list[dict]:
   """Per |U|: ``{"n", "success", "queries": (mean, lo, hi), "measurements": (mean, lo, hi)}``
-  (one compilation: the sets are padded with inf). ``config``: ``max_log2``, ``trials``."""
+  (one compilation: the sets are padded with inf). ``config``: ``max_log2``, ``trials``.
+  ``say``: called with a progress line after each size (each takes seconds to a minute)."""
   sizes = [2**e for e in range(4, config.max_log2 + 1)]
   length = sizes[-1]
   mini = jax.jit(jax.vmap(qrim_search.make_minimizer(search)))
@@ -44,12 +46,18 @@ def query_scaling(search, config, key: Array) -> list[dict]:
   sets = jax.jit(_random_sets, static_argnums=(2, 3, 4))
   rows = []
   for i, n in enumerate(sizes):
+    start = time.perf_counter()
     width = n if search.mode == "statevector" else length
     f, run_keys = sets(key, i, n, width, config.trials)
     idx, info = mini(f, run_keys)
     found = np.asarray(jnp.take_along_axis(f, idx[:, None], 1)[:, 0] == 0)
     intervals = {k: _interval(np.asarray(v, float)) for k, v in info.items()}
     rows.append({"n": n, "success": float(found.mean()), **intervals})
+    if say is not None:
+      say(
+        f"  |U| = {n}: {intervals['queries'][0]:.1f} oracle queries on average "
+        f"({time.perf_counter() - start:.0f} s)"
+      )
   return rows
 
 
@@ -83,12 +91,18 @@ def query_plot(path, rows: list[dict], title: str) -> None:
   plots.lines(path, curves, "|U|", "queries per inner minimum", logx=True, logy=True, title=title)
 
 
-def tabular(search, config, set_size: int, key: Array) -> dict:
+def tabular(search, config, set_size: int, key: Array, say=None) -> dict:
   """Robust value iteration with the simulated minimiser vs exhaustive minimisation on a random
-  robust MDP (``config``: ``states``, ``actions``, ``gamma``, ``sweeps``)."""
+  robust MDP (``config``: ``states``, ``actions``, ``gamma``, ``sweeps``). ``say``: called with a
+  progress line before each of the two value iterations."""
+  say = say or (lambda line: None)
   p, r = qrim_search.random_robust_mdp(key, config.states, config.actions, set_size)
   k = jax.random.fold_in(key, 1)
+  start = time.perf_counter()
+  say(f"  exhaustive minimisation: {config.sweeps} sweeps ...")
   v_ex, _, st_ex = qrim_search.robust_value_iteration(p, r, config.gamma, config.sweeps, k)
+  jax.block_until_ready(v_ex)
+  say(f"  simulated minimiser ({time.perf_counter() - start:.0f} s so far): same sweeps ...")
   mini = qrim_search.make_minimizer(search)
   v_q, _, st_q = qrim_search.robust_value_iteration(p, r, config.gamma, config.sweeps, k, mini)
   return {
@@ -167,18 +181,32 @@ def run(
 RECONSTRUCTION = "Duerr-Hoyer minimum finding on BBHT search, simulated; not the paper's code"
 
 
+def _say(line: str) -> None:
+  print(line, flush=True)
+
+
 def _parts(search, config, *, env: str, set_size: int, updates: int, seeds: tuple[int, ...]):
   """The three parts of :func:`run` for each seed -> ``[(summary, query-scaling rows)]``."""
   out = []
   for seed in seeds:
     key = jax.random.key(seed)
-    rows = query_scaling(search, config, jax.random.fold_in(key, 0))
-    slope, slope_total = query_slopes(rows)
     where = f"seed {seed}: " if len(seeds) > 1 else ""
+    print(
+      f"[qrim] {where}part 1/3, query scaling: |U| = 16 .. {2**config.max_log2}, "
+      f"{config.trials} random sets each ...",
+      flush=True,
+    )
+    rows = query_scaling(search, config, jax.random.fold_in(key, 0), say=_say)
+    slope, slope_total = query_slopes(rows)
     print(
       f"{where}oracle queries ~ |U|^{slope:.3f} (with the classical checks: ^{slope_total:.3f})"
     )
-    tab = tabular(search, config, set_size, jax.random.fold_in(key, 1))
+    print(
+      f"[qrim] {where}part 2/3, robust value iteration: {config.states} states x "
+      f"{config.actions} actions, |U| = {set_size} ...",
+      flush=True,
+    )
+    tab = tabular(search, config, set_size, jax.random.fold_in(key, 1), say=_say)
     print(
       f"{where}robust VI: max |V_q - V_exhaustive| = {tab['max_abs_value_error']:.2e}, "
       f"queries/backup {tab['queries_per_backup_quantum']:.1f} vs {set_size}"
@@ -198,6 +226,10 @@ def _parts(search, config, *, env: str, set_size: int, updates: int, seeds: tupl
     }
     out.append((summary, rows))
   if updates:
+    print(
+      f"[qrim] part 3/3, robust PPO against nominal PPO on {env}: {updates} updates ...",
+      flush=True,
+    )
     keys = jnp.stack([jax.random.fold_in(jax.random.key(s), 2) for s in seeds])
     arms = robust.robust_ppo_seeds(env, search, config, set_size, updates, keys)
     for (summary, _), rl in zip(out, arms, strict=True):

@@ -1,6 +1,7 @@
 """Template experiment: least squares with Adam on the core runtime. Copy this file to start one.
 
-Command (CPU, ~10 s):
+Commands (the first: about 5-10 s on 2 idle CPU cores, 4 s of CPU time; 27 s measured with the
+cores busy, load ~20):
   python -m experiments.example --steps=500 --workdir=runs/example
   python -m experiments.example --mesh=data:-1 --config.batch_size=64   # data-parallel batch
   python -m experiments.example --seeds=4   # seeds 0-3 vmapped in one program (one device)
@@ -24,7 +25,7 @@ from jaxlab.core.train_state import TrainState
 
 
 def get_config() -> ml_collections.ConfigDict:
-  """Least-squares template. Runtime: ~10 s on a laptop CPU for 500 steps."""
+  """Least-squares template (500 steps: about 5-10 s on 2 idle CPU cores)."""
   c = ml_collections.ConfigDict()
   c.dim = 16  # parameter dimension d of w in y = X w + noise
   c.num_examples = 512  # rows of the synthetic design matrix X

@@ -4,7 +4,8 @@ Test problems T1-T3 and the reconstruction of GOMA (arXiv 2606.21528) are descri
 docs/goma.md.
 
   python -m experiments.goma --problem=bilinear --methods=eg,popov,eag_v,feg,apv,goma --steps=10000
-      T1 (n = 40 bilinear, s log-spaced in [1e-3, 1]), 5 seeds; ~20-40 s on 2 CPU cores.
+      T1 (n = 40 bilinear, s log-spaced in [1e-3, 1]), 5 seeds; about 20 s on 2 idle CPU cores
+      (19 s of CPU time; 82 s measured with the cores busy, load ~20).
   python -m experiments.goma --problem=stochastic_bilinear --noise=multiplicative
       T2 (DSEG bilinear d = 50, additive sigma = 0.5 + matrix noise sigma_C = 0.1, i.e.
       variance growing with ||z - z*||^2); default methods goma_stochastic, dseg,

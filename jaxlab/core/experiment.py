@@ -740,6 +740,8 @@ def help_text(argv: Sequence[str]) -> str:
     out += ["  " + line for line in str(value).rstrip().splitlines()] + [""]
   elif note := getattr(sys.modules.get("__main__"), "CONFIG_NOTE", None):
     out += textwrap.wrap(f"--config: none; {note}", 100) + [""]
+  if re.search(r"\b\d+(-\d+)? ?(s|min)\b", main_doc):
+    out += ["Times above: wall time on 2 CPU cores; cores busy with other work take longer."]
   out += ["All absl and library flags: --helpfull."]
   return "\n".join(out)
 

@@ -43,6 +43,7 @@ from absl import flags
 
 from jaxlab.core import experiment
 from jaxlab.core.errors import require
+from jaxlab.rl import dicode
 from jaxlab.rl.dicode import curriculum as curriculum_lib
 from jaxlab.rl.dicode import runner
 
@@ -74,20 +75,22 @@ def proposer_flags(curriculum: str) -> dict:
 
 def main(argv):
   del argv
-  from jaxlab.rl.dicode import loop
+  from jaxlab.rl.dicode import reporting
 
   if FLAGS.compare:
     dirs = runner.check_run_dirs(d.strip() for d in FLAGS.compare.split(",") if d.strip())
     run = experiment.common("dicode", variant=("compare",), unused=UNUSED_FLAGS)
-    loop.compare(dirs, run.workdir)
+    reporting.compare(dirs, run.workdir)
     return
   experiment.check_choice("curriculum", FLAGS.curriculum, curriculum_lib.CURRICULA)
-  loop.validate_config(_CONFIG.value, FLAGS.curriculum)
+  dicode.validate_config(_CONFIG.value, FLAGS.curriculum)
   proposer = proposer_flags(FLAGS.curriculum)
   run = experiment.common(
     "dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=UNUSED_FLAGS, seeds=True
   )
   if len(run.seeds) == 1:
+    # 10 calls from here to PPO's loss: main, runner.run, loop.run_together, runtime.train, the
+    # PPO update, its learning step, ppo.learn, TrainState.apply_loss, the loss function, ppo_loss
     runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
     return
   # seed k in <workdir>/seed<k>, by default where its solo run goes: runs/dicode/<curriculum>/

@@ -252,10 +252,10 @@ def fake_model():
 
 
 def _make_loop(workdir, url, config, hooks_make_env=toy_env, validate=light_validate):
-  from jaxlab.rl.dicode import loop, proposers, seeds
+  from jaxlab.rl.dicode import evolution, loop, proposers, seeds
 
   sources = seeds.load_seed_tasks()
-  archive = loop.open_archive(workdir / "archive", sources, config.num_slots)
+  archive = evolution.open_archive(workdir / "archive", sources, config.num_slots)
   cur = curriculum_lib.DiCode(
     archive,
     sources["original"],
@@ -421,17 +421,17 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, flag):
 )
 def test_config_validation_names_the_field(field, value):
   from jaxlab.core.errors import ConfigError
-  from jaxlab.rl.dicode import loop
+  from jaxlab.rl import dicode
 
   config = tiny_config()
-  loop.validate_config(config, "dicode")  # the test config itself is valid
+  dicode.validate_config(config, "dicode")  # the test config itself is valid
   *parents, leaf = field.split(".")
   node = config
   for p in parents:
     node = node[p]
   node[leaf] = value
   with pytest.raises(ConfigError) as e:
-    loop.validate_config(config, "dicode")
+    dicode.validate_config(config, "dicode")
   assert e.value.field == f"config.{field}"
 
 
@@ -580,7 +580,7 @@ def test_resume_of_a_damaged_workdir_exits_2_and_changes_nothing(tmp_path, case)
 def test_archive_paths_stay_inside_the_workdir(tmp_path, where):
   """A meta.json (or a task directory) pointing out of the archive is refused before any write."""
   from jaxlab.core.errors import ConfigError
-  from jaxlab.rl.dicode import loop, seeds
+  from jaxlab.rl.dicode import evolution, seeds
 
   wd, outside = tmp_path / "run", tmp_path / "outside"
   outside.mkdir()
@@ -593,7 +593,7 @@ def test_archive_paths_stay_inside_the_workdir(tmp_path, where):
     target = "tasks/../../../outside" if where == "dotdot" else str(outside)
     _archived(wd, _seed_source(), dir=target)
   with pytest.raises(ConfigError) as e:
-    loop.open_archive(wd / "archive", seeds.load_seed_tasks(), NUM_SLOTS)
+    evolution.open_archive(wd / "archive", seeds.load_seed_tasks(), NUM_SLOTS)
   assert e.value.field == "workdir" and "00000-seed" in e.value.message
   assert "\n" not in str(e.value)
   assert sorted(p.name for p in outside.iterdir()) == ([] if where != "link" else
@@ -698,11 +698,11 @@ def test_rerun_of_a_finished_run_reports_its_record_and_writes_nothing(tmp_path,
 )
 def test_sizes_that_cannot_fit_are_refused_before_allocation(field, value, message):
   from jaxlab.core.errors import ConfigError
-  from jaxlab.rl.dicode import loop
+  from jaxlab.rl import dicode
 
   config = tiny_config(**{field: value})
   with pytest.raises(ConfigError) as e:
-    loop.validate_config(config, "dicode")
+    dicode.validate_config(config, "dicode")
   assert e.value.field == f"config.{field}" and message in e.value.message
 
 
@@ -771,8 +771,8 @@ def test_pool_cache_builds_each_program_once_and_keeps_it_on_disk(tmp_path, monk
   """Pools are built once per program (in memory, then from <root>/<hash>.npz after a restart);
   a file of another pool size is rebuilt. `build_pool` is replaced by a counter over tiny
   arrays shaped like craftax worlds, so nothing compiles."""
-  from jaxlab.rl.dicode import loop as loop_lib
   from jaxlab.rl.dicode import multitask, seeds, world
+  from jaxlab.rl.dicode import pools as pools_lib
 
   ref = jax.eval_shape(world.base_world, jax.random.key(0))
   built = []
@@ -789,16 +789,16 @@ def test_pool_cache_builds_each_program_once_and_keeps_it_on_disk(tmp_path, monk
 
   monkeypatch.setattr(multitask, "build_pool", fake_build)
   src = seeds.load_seed_tasks()["collect_coal"]
-  cache = loop_lib.PoolCache(2, seed=3, root=tmp_path)
+  cache = pools_lib.PoolCache(2, seed=3, root=tmp_path)
   pool = cache.pool(src)
   assert cache.pool(src) is pool and len(built) == 1
-  again = loop_lib.PoolCache(2, seed=3, root=tmp_path).pool(src)  # a restarted run
+  again = pools_lib.PoolCache(2, seed=3, root=tmp_path).pool(src)  # a restarted run
   assert len(built) == 1
   np.testing.assert_array_equal(np.asarray(again.map), np.asarray(pool.map))
-  assert loop_lib.PoolCache(3, seed=3, root=tmp_path).pool(src).map.shape[0] == 3
+  assert pools_lib.PoolCache(3, seed=3, root=tmp_path).pool(src).map.shape[0] == 3
   assert len(built) == 2  # another pool size: rebuilt
-  assert loop_lib.is_original("original", seeds.load_seed_tasks()["original"])
-  assert not loop_lib.is_original("original", src)
+  assert pools_lib.is_original("original", seeds.load_seed_tasks()["original"])
+  assert not pools_lib.is_original("original", src)
 
 
 @pytest.mark.slow
@@ -807,22 +807,21 @@ def test_sessions_with_different_task_sets_lower_to_one_program():
   multitask step) lowers to the same text, so the persistent cache compiles it once per run."""
   from jaxlab.core import runtime
   from jaxlab.rl import ppo
-  from jaxlab.rl.dicode import loop as loop_lib
-  from jaxlab.rl.dicode import seeds
+  from jaxlab.rl.dicode import counters, pools, seeds, training
 
   c = tiny_config()
   c.num_slots, c.pool_size, c.ppo.num_envs, c.ppo.num_steps = 8, 2, 4, 2
   src = seeds.load_seed_tasks()
-  pools = loop_lib.PoolCache(c.pool_size)
+  cache = pools.PoolCache(c.pool_size)
   texts = []
   for name in ("collect_coal", "defeat_zombie"):
     plan = curriculum_lib.SessionPlan(
       "tasks", [name, "original"], np.array([0.8, 0.2]), [src[name], src["original"]], [0, 7]
     )
-    env = loop_lib.default_make_env(plan, c.ppo.num_envs, c, 1.0, pools)
-    env = loop_lib.counted(env, loop_lib.num_units(plan, c), 0)
-    policy = loop_lib.make_policy(env.num_actions, c)
-    cfg = loop_lib.ppo_config(c)
+    env = pools.default_make_env(plan, c.ppo.num_envs, c, 1.0, cache)
+    env = counters.counted(env, pools.num_units(plan, c), 0)
+    policy = training.make_policy(env.num_actions, c)
+    cfg = training.ppo_config(c)
     state = ppo.init(env, policy, cfg, jax.random.key(0))
     chunk = runtime.make_chunk_fn(ppo.make_update(env, policy, cfg))
     i32 = jax.ShapeDtypeStruct((), jnp.int32)
@@ -911,20 +910,20 @@ def test_sessions_and_a_no_learning_play_run_one_compiled_program(tmp_path):
 
 
 def test_update_with_learning_equals_ppo_and_without_leaves_the_agent():
-  """dicode's update is ppo.make_update's iteration (same keys, same numbers) when it learns,
-  and a rollout that leaves the parameters and optimizer untouched when it does not."""
+  """The update DiCode runs, ``ppo.make_update(..., gated=True)``, is PPO's iteration (same
+  keys, same numbers) when it learns, and a rollout that leaves the parameters and optimizer
+  untouched when it does not."""
   from jaxlab.rl import ppo
-  from jaxlab.rl.dicode import loop as loop_lib
-  from jaxlab.rl.dicode import seeds
+  from jaxlab.rl.dicode import seeds, training
 
   c = tiny_config()
   cur = curriculum_lib.DomainRandomization(seeds.load_seed_tasks())
   env = data_toy_env(cur.plan(0, np.random.default_rng(0)), c.ppo.num_envs, c, 0.0)
-  policy = loop_lib.make_policy(env.num_actions, c)
-  cfg = loop_lib.ppo_config(c)
+  policy = training.make_policy(env.num_actions, c)
+  cfg = training.ppo_config(c)
   state = ppo.init(env, policy, cfg, jax.random.key(0))
   key = jax.random.key(3)
-  ours = loop_lib.make_update(env, policy, cfg)
+  ours = ppo.make_update(env, policy, cfg, gated=True)
   got, m_got = jax.jit(ours)(state, jnp.asarray(True), key)
   want, m_want = jax.jit(ppo.make_update(env, policy, cfg))(state, None, key)
   jax.tree.map(
@@ -944,7 +943,7 @@ def test_update_with_learning_equals_ppo_and_without_leaves_the_agent():
 def test_first_episode_record_matches_a_numpy_transcription():
   """Counted's per-environment first episode (the evaluation's record): return and length up to
   the first end or ``stop`` steps, achievements at that end; later episodes ignored."""
-  from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import counters
 
   n, steps, stop = 3, 9, 7
   lengths = np.array([2, 4, 9])  # env 2 never ends within stop
@@ -962,12 +961,12 @@ def test_first_episode_record_matches_a_numpy_transcription():
     info["achievements"] = jnp.stack([done, t % 2 == 0], 1).astype(jnp.float32)
     return jnp.zeros((n, 1)), vstate, reward, done, info
 
-  env = loop_lib.counted(vec.VecEnv("toy", n, (1,), 2, 0, ("a", "b"), 1.0, reset, step), 1, 0, stop)
+  env = counters.counted(vec.VecEnv("toy", n, (1,), 2, 0, ("a", "b"), 1.0, reset, step), 1, 0, stop)
   _, s = env.reset(jax.random.key(0))
   actions = np.arange(steps * n).reshape(steps, n) % 2
   for i in range(steps):
     _, s, _, _, _ = env.step(s, jnp.asarray(actions[i]), jax.random.key(i))
-  got = loop_lib.first_episodes(s)
+  got = counters.first_episodes(s)
   ret, length, done = np.zeros(n), np.zeros(n, int), np.zeros(n, bool)
   ach = np.zeros((n, 2))
   for e in range(n):
@@ -1036,11 +1035,12 @@ def _restored_params(workdir, config):
   """The agent a run committed after its last session, restored as a resume restores it."""
   from jaxlab.core import checkpoint
   from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import training
 
   plan = curriculum_lib.SessionPlan("base", ["original"], np.ones(1))
   env = any_plan_toy_env(plan, config.ppo.num_envs, config, 0.0)
-  policy = loop_lib.make_policy(env.num_actions, config)
-  state = loop_lib.init_state(env, policy, loop_lib.ppo_config(config), jax.random.key(0))
+  policy = training.make_policy(env.num_actions, config)
+  state = training.init_state(env, policy, training.ppo_config(config), jax.random.key(0))
   like = {"train": state.train, "stats": state.stats}
   restored, _ = checkpoint.restore(workdir / loop_lib.AGENT_DIR, like, step=config.sessions)
   return jax.device_get(restored["train"].params)

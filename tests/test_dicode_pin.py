@@ -63,11 +63,12 @@ def _restored_params(workdir, config):
   from jaxlab.core import checkpoint
   from jaxlab.rl.dicode import curriculum as curriculum_lib
   from jaxlab.rl.dicode import loop as loop_lib
+  from jaxlab.rl.dicode import training
 
   plan = curriculum_lib.SessionPlan("base", ["original"], np.ones(1))
   env = any_plan_toy_env(plan, config.ppo.num_envs, config, 0.0)
-  policy = loop_lib.make_policy(env.num_actions, config)
-  state = loop_lib.init_state(env, policy, loop_lib.ppo_config(config), jax.random.key(0))
+  policy = training.make_policy(env.num_actions, config)
+  state = training.init_state(env, policy, training.ppo_config(config), jax.random.key(0))
   like = {"train": state.train, "stats": state.stats}
   restored, _ = checkpoint.restore(workdir / loop_lib.AGENT_DIR, like, step=config.sessions)
   return restored["train"].params

@@ -166,7 +166,7 @@ def test_dasbs_exact_out_being_written_refuses_a_second_run(tmp_path):
 
 def test_dicode_compare_is_locked_and_another_comparison_refused(tmp_path):
   from jaxlab.core.errors import ConfigError
-  from jaxlab.rl.dicode import loop
+  from jaxlab.rl.dicode import reporting
 
   runs = []
   for name, ret in (("a", 10.0), ("b", 20.0)):
@@ -175,15 +175,15 @@ def test_dicode_compare_is_locked_and_another_comparison_refused(tmp_path):
     (tmp_path / name / "summary.json").write_text(json.dumps(summary))
     runs.append(tmp_path / name)
   out = tmp_path / "cmp"
-  loop.compare(runs, out)
+  reporting.compare(runs, out)
   before = _files(out)
   assert {"comparison.json", "comparison.png", "config.json"} <= set(before)
-  loop.compare(runs, out)  # the same comparison again: the same bytes
+  reporting.compare(runs, out)  # the same comparison again: the same bytes
   assert _files(out) == before
   with pytest.raises(ConfigError, match="another config"):
-    loop.compare(runs[:1], out)
+    reporting.compare(runs[:1], out)
   with workdir.session(out), pytest.raises(ConfigError, match="in use"):
-    loop.compare(runs, out)
+    reporting.compare(runs, out)
   assert _files(out) == before
 
 

@@ -3,7 +3,7 @@
 ``run(workdir, config, curriculum, proposer=proposer_settings("offline"), seed=0)`` builds the
 seed tasks, the proposer, the archive and the curriculum, runs (or resumes) the session loop
 (:class:`jaxlab.rl.dicode.loop.Loop`), evaluates on held-out worlds and writes summary.json;
-``loop.compare(dirs, out)`` charts finished runs side by side (:func:`check_run_dirs` first).
+``reporting.compare(dirs, out)`` charts finished runs side by side (:func:`check_run_dirs` first).
 ``run_seeds(workdir, config, curriculum, proposer, seeds=(0, 1, 2))`` trains several seeds
 together (one vmapped PPO program), each in ``<workdir>/seed<k>`` as ``run`` would.
 """
@@ -17,7 +17,9 @@ import pathlib
 
 from jaxlab.core.errors import ConfigError, check_choice, require
 from jaxlab.rl.dicode import curriculum as curriculum_lib
+from jaxlab.rl.dicode import evolution, reporting
 from jaxlab.rl.dicode import loop as loop_lib
+from jaxlab.rl.dicode.config import validate_config
 
 KEY_ENV = ("DICODE_API_KEY", "OPENAI_API_KEY")  # where an unset API key is looked up, in order
 
@@ -39,11 +41,11 @@ def proposer_settings(
   return {"kind": "llm", "url": url, "model": model, "api_key": api_key}
 
 
-COMPARED = ("eval/return", "eval/return_pct")  # what loop.compare reads of each summary.json
+COMPARED = ("eval/return", "eval/return_pct")  # what reporting.compare reads of each summary.json
 
 
 def check_run_dirs(dirs) -> list[pathlib.Path]:
-  """Finished run directories for :func:`loop.compare` (a dir of seed*/ runs counts); every
+  """Finished run directories for :func:`reporting.compare` (a dir of seed*/ runs counts); every
   summary.json is read and checked here, before anything is written."""
   dirs = [pathlib.Path(d) for d in dirs]
   require(bool(dirs), "compare", "give at least one run directory")
@@ -220,7 +222,7 @@ def run_seeds(workdir, config, curriculum: str, proposer: dict, seeds, hooks=Non
     extra = {} if hooks is None else {"hooks": hooks}
     return {seeds[0]: run(dirs[seeds[0]], config, curriculum, proposer, seeds[0], **extra)}
   check_choice("curriculum", curriculum, curriculum_lib.CURRICULA)
-  loop_lib.validate_config(config, curriculum)
+  validate_config(config, curriculum)
   require(len(set(seeds)) == len(seeds), "seeds", f"repeats a seed: {seeds}")
   if curriculum != "dicode":
     proposer = {"kind": None}
@@ -248,14 +250,14 @@ def run_seeds(workdir, config, curriculum: str, proposer: dict, seeds, hooks=Non
   for s in todo:
     archive = None
     if curriculum == "dicode":
-      archive = loop_lib.open_archive(dirs[s] / "archive", sources, config.num_slots)
+      archive = evolution.open_archive(dirs[s] / "archive", sources, config.num_slots)
     cur = make_curriculum(config, curriculum, sources, archive)
     lp = loop_lib.Loop(dirs[s], config, cur, seed=s, archive=archive, proposer=made, hooks=hooks)
     if curriculum == "sfl":
       cur.score_levels = lp.score_levels
     loops.append(lp)
   states = loop_lib.run_together(loops)
-  for s, summary in zip(todo, loop_lib.finish_together(loops, states, curriculum)):
+  for s, summary in zip(todo, reporting.finish_together(loops, states, curriculum)):
     out[s] = summary
   return {s: out[s] for s in seeds}
 
@@ -270,7 +272,7 @@ def run(workdir, config, curriculum: str, proposer: dict, seed: int = 0, hooks=N
   from jaxlab.rl.dicode import seeds
 
   check_choice("curriculum", curriculum, curriculum_lib.CURRICULA)
-  loop_lib.validate_config(config, curriculum)
+  validate_config(config, curriculum)
   if curriculum != "dicode":
     proposer = {"kind": None}
   workdir = pathlib.Path(workdir)
@@ -290,12 +292,13 @@ def run(workdir, config, curriculum: str, proposer: dict, seed: int = 0, hooks=N
   sources = seeds.load_seed_tasks()
   archive = None
   if curriculum == "dicode":
-    archive = loop_lib.open_archive(workdir / "archive", sources, config.num_slots)
+    archive = evolution.open_archive(workdir / "archive", sources, config.num_slots)
   cur = make_curriculum(config, curriculum, sources, archive)
   session_loop = loop_lib.Loop(
     workdir, config, cur, seed=seed, archive=archive, proposer=made, hooks=hooks
   )
   if curriculum == "sfl":
     cur.score_levels = session_loop.score_levels
-  state = session_loop.run()
-  return loop_lib.finish(session_loop, state, curriculum)
+  # the 2nd of the 10 calls from `python -m experiments.dicode` to ppo_loss (docs/dicode.md)
+  state = loop_lib.run_together([session_loop])[0]
+  return reporting.finish(session_loop, state, curriculum)

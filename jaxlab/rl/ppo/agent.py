@@ -133,7 +133,8 @@ class PPOState:
 
 
 def is_recurrent(policy) -> bool:
-  return jax.tree.leaves(policy.initial_carry(1)) != []
+  # from the carry's shapes: built eagerly, a carry is a few small XLA programs
+  return jax.tree.leaves(jax.eval_shape(lambda: policy.initial_carry(1))) != []
 
 
 def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
@@ -315,28 +316,6 @@ def scan(f, carry, xs, unroll: bool):
   return carry, jax.tree.map(lambda *y: jnp.stack(y), *ys)
 
 
-def _learn(train: TrainState, data, carry0, config, recurrent, mesh, key):
-  """``epochs`` x ``minibatches`` gradient steps; returns (train, mean loss parts)."""
-
-  def epoch(train, k):
-    mbs, carries = _minibatches(data, carry0, config, recurrent, k)
-    mbs, carries = _constrain(mbs, 2, mesh), _constrain(carries, 1, mesh)
-
-    def minibatch(train, xs):
-      mb, carry = xs
-      train, parts = train.apply_loss(_loss_fn, {**mb, "carry": carry}, train, config)
-      # one stacked vector, not one stacked scalar per part: each is an update per minibatch
-      return train, jnp.stack([parts[k] for k in LOSS_PARTS])
-
-    if not recurrent:  # an MLP's carry is () and the same for every minibatch
-      return scan(lambda tr, mb: minibatch(tr, (mb, carries)), train, mbs, config.unroll)
-    return scan(minibatch, train, (mbs, carries), config.unroll)
-
-  train, parts = scan(epoch, train, jax.random.split(key, config.epochs), config.unroll)
-  means = jnp.mean(parts, axis=(0, 1))
-  return train, {k: means[i] for i, k in enumerate(LOSS_PARTS)}
-
-
 def _episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:
   """Means over the episodes that finished in this rollout (previous values if none did)."""
   done = info["returned_episode"].astype(jnp.float32)
@@ -399,7 +378,24 @@ def learn(
   )
   keep = ("obs", "reset", "action", "log_prob", "value")
   data = {**{k: traj[k] for k in keep}, "advantage": adv, "target": target}
-  return _learn(train, data, carry0, config, recurrent, mesh, key)
+
+  def epoch(train, k):
+    mbs, carries = _minibatches(data, carry0, config, recurrent, k)
+    mbs, carries = _constrain(mbs, 2, mesh), _constrain(carries, 1, mesh)
+
+    def minibatch(train, xs):
+      mb, carry = xs
+      train, parts = train.apply_loss(_loss_fn, {**mb, "carry": carry}, train, config)
+      # one stacked vector, not one stacked scalar per part: each is an update per minibatch
+      return train, jnp.stack([parts[k] for k in LOSS_PARTS])
+
+    if not recurrent:  # an MLP's carry is () and the same for every minibatch
+      return scan(lambda tr, mb: minibatch(tr, (mb, carries)), train, mbs, config.unroll)
+    return scan(minibatch, train, (mbs, carries), config.unroll)
+
+  train, parts = scan(epoch, train, jax.random.split(key, config.epochs), config.unroll)
+  means = jnp.mean(parts, axis=(0, 1))
+  return train, {k: means[i] for i, k in enumerate(LOSS_PARTS)}
 
 
 def episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:
@@ -407,27 +403,45 @@ def episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:
   return _episode_stats(stats, info, env)
 
 
-def make_update(env, policy, config: PPOConfig, mesh=None) -> Callable:
+def make_update(env, policy, config: PPOConfig, mesh=None, *, gated: bool = False) -> Callable:
   """The PPO iteration as ``update(state, batch, key) -> (state, metrics)`` (``batch`` unused).
 
   Metrics: loss parts (means over the epochs' minibatches), ``episode_return`` and
   ``episode_length`` of the episodes finished in this rollout, their count ``episodes``,
   ``env_steps`` so far, and for Craftax ``score`` / ``return_pct``.
+
+  ``gated``: ``batch`` is a bool scalar and the learning step runs under ``lax.cond`` only when it
+  is True (the same keys and numbers as the ungated update); when False the iteration is a
+  rollout that leaves the network and optimizer as they were (loss parts 0). Training and every
+  rollout without learning (DiCode's held-out evaluation and level scoring) then run ONE
+  compiled program, with the flag as data.
   """
   recurrent = is_recurrent(policy)
   validate(config, recurrent)
   env_steps_per_update = config.num_envs * config.num_steps
 
+  # jitted, with everything it reads as arguments, so that the gated update's shape probe and
+  # its cond branch share ONE trace of the learning step; XLA inlines the call
+  @jax.jit
+  def fit(train, traj, carry0, last_value, key):
+    return learn(train, traj, carry0, last_value, config, key, mesh=mesh, recurrent=recurrent)
+
   def update(state: PPOState, batch, key):
-    del batch
     k_roll, k_learn = jax.random.split(key)
     carry0 = state.carry
     state, traj = _rollout(state, env, config, k_roll)
     traj = _constrain(traj, 1, mesh)
     _, _, last_value = state.train(state.carry, state.obs[None], state.reset[None])
-    train, parts = learn(
-      state.train, traj, carry0, last_value[0], config, k_learn, mesh=mesh, recurrent=recurrent
-    )
+    if not gated:
+      train, parts = learn(
+        state.train, traj, carry0, last_value[0], config, k_learn, mesh=mesh, recurrent=recurrent
+      )
+    else:
+      used = {k: traj[k] for k in ("obs", "reset", "action", "log_prob", "value", "reward", "done")}
+      args = (state.train, used, carry0, last_value[0], k_learn)
+      shapes = jax.eval_shape(fit, *args)[1]
+      skip = lambda train, *_: (train, jax.tree.map(lambda p: jnp.zeros(p.shape, p.dtype), shapes))
+      train, parts = jax.lax.cond(batch, fit, skip, *args)
     stats, episode = _episode_stats(state.stats, traj["info"], env)
     iteration = train.step // (config.epochs * config.minibatches)
     env_steps = iteration.astype(jnp.float32) * env_steps_per_update

@@ -94,11 +94,13 @@ def _model_line(spec, state, key, how):
   return raw * ess
 
 
+UNUSED_FLAGS = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "profile")
+
+
 def main(argv):
   del argv
   spec = dasbs.make_spec(dasbs_experiment.CONFIG.value)
-  unused = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "profile")
-  run = experiment.common("dasbs_benchmark", unused=unused)
+  run = experiment.common("dasbs_benchmark", unused=UNUSED_FLAGS)
   experiment.check_positive("timed_steps", FLAGS.timed_steps)
   experiment.check_positive("num_samples", FLAGS.num_samples)
   ev = dasbs_experiment.eval_settings()

@@ -47,11 +47,11 @@ flags.DEFINE_integer("block", 512, "Memory: query/key block of the blockwise att
 FLAGS = flags.FLAGS
 
 DEFAULT_STEPS = 10  # timed steps of the throughput part (--steps overrides)
-UNUSED = ("workdir", "mesh", "log_every", "ckpt_every", "keep", "profile", "seed")
+UNUSED_FLAGS = ("workdir", "mesh", "log_every", "ckpt_every", "keep", "profile", "seed")
 
 
 def validate() -> int:
-  for name in UNUSED:
+  for name in UNUSED_FLAGS:
     if FLAGS[name].present:
       raise ConfigError(name, "is not used by benchmarks.lm; remove it")
   steps = DEFAULT_STEPS if FLAGS.steps is None else FLAGS.steps

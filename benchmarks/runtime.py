@@ -75,6 +75,9 @@ def runtime_loop(state, batch, key, loop: runtime.Loop, workdir: str | None, rep
   return (loop.num_steps - loop.log_every) / max(t_full - t_short, 1e-9)
 
 
+UNUSED_FLAGS = ("workdir", "mesh", "keep", "ckpt_every", "profile")
+
+
 def main(argv):
   del argv
   steps = flags.FLAGS.steps
@@ -83,7 +86,7 @@ def main(argv):
     "runtime_benchmark",
     default_steps=2000,
     default_log_every=100,
-    unused=("workdir", "mesh", "keep", "ckpt_every", "profile"),
+    unused=UNUSED_FLAGS,
   )
   require(_DIM.value >= 1, "dim", f"must be >= 1, got {_DIM.value}")
   dim = _DIM.value

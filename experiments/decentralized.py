@@ -5,11 +5,13 @@ Commands (CPU):
   python -m experiments.decentralized --topology=erdos_renyi --lam=degree --problem=least_squares
       # ~15 s: gap.png, consensus.png, diagnostic.md, metrics.csv, summary.json in
       # runs/decentralized/erdos_renyi/least_squares
-  python -m experiments.decentralized --sweep            # topologies × λ table (sweep.md), ~2 min
+  python -m experiments.decentralized --sweep  # constant-step bias, topologies × λ (sweep.md)
   python -m experiments.decentralized --sweep --config.lr_policy=own  # each at its own step
   python -m experiments.decentralized --problem=logistic --lam=data  # non-IID digits, λ ∝ data
   python -m experiments.decentralized --mesh=nodes:8 --config.n=8     # one node per device
   python -m experiments.decentralized --seeds=5   # seeds 0-4 vmapped: mean curves, per_seed
+  python -m experiments.study decentralized/speed  # the speed study (docs/decentralized.md)
+  python -m experiments.decentralized --study_conditions  # its verdict per condition class
 
 --seeds (one device): every seed is its own problem instance and SGD key, all run in one vmapped
 scan per strategy (seed k equals --seed=k alone); the plots, verdicts, rates and sweep rows are
@@ -57,6 +59,12 @@ _SWEEP = flags.DEFINE_bool(
   "Run config.sweep_topologies × config.sweep_lams and "
   "write one table (sweep.md) saying where Strategy II wins.",
 )
+_STUDY_CONDITIONS = flags.DEFINE_bool(
+  "study_conditions",
+  False,
+  "Only rebuild docs/results/decentralized/speed/conditions.md (the speed study's verdict per "
+  "condition class) from its raw files and table.csv, then exit.",
+)
 # Shared flags this experiment has no use for (each strategy is one in-memory jitted scan).
 UNUSED_FLAGS = ("ckpt_every", "keep", "profile")
 _CONFIG = experiment.define_config(dec.get_config())
@@ -64,6 +72,11 @@ _CONFIG = experiment.define_config(dec.get_config())
 
 def main(argv):
   del argv
+  if _STUDY_CONDITIONS.value:
+    from jaxlab.studies import decentralized as studies_dec
+
+    print(studies_dec.write_conditions())
+    return
   config, problem = _CONFIG.value, _PROBLEM.value
   topology = experiment.check_choice("topology", _TOPOLOGY.value, dec.TOPOLOGIES)
   lam = dec.parse_lambda(_LAM.value, config.lam_alpha, "lam")

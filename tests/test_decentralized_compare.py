@@ -141,7 +141,9 @@ def test_sweep_row_stats_and_summary():
   summary = compare.sweep_summary(rows)
   assert summary["II_wins_gap"] == 2 and summary["predict_agreement"] == [1, 3]
   md = compare.sweep_markdown([row, na], "title", tail=0.1, tie_tol=0.05)
-  assert md.startswith("# title\n") and "| ring | dirichlet:1 |" in md and "within 5%" in md
+  assert md.startswith("# Constant-step bias: title\n") and "| ring | dirichlet:1 |" in md
+  assert "within 5%" in md and "| bias_I | bias_II |" in md and "| lower_bias |" in md
+  assert "gap_I |" not in md and "II has the lower bias in 0/2" in md
   assert compare.lambda_label("dirichlet", 0.5) == "dirichlet:0.5"
   assert compare.lambda_label("degree", 0.5) == "degree"
 

@@ -125,11 +125,10 @@ def diagnose(
 
   Returns a flat dict: n·max λ (the factor that scales Strategy I's step-size limit), Euclidean
   gap of W, ρ_λ of W and A, ‖W − W*‖_λ (non-self-adjointness penalty), gap_λ(A), and the
-  Loewner/Rayleigh comparison. ``predict_II`` is True when gap_λ(A) > gap(W): on least squares
-  with the substitute λ-MH matrix this called the decided winner in 19/20 cells of the
-  experiment's sweep, while the one-step L²(λ) factor comparison ρ_λ(A) < ρ_λ(W) called only 4/20
-  (W's non-normal transient makes one-step norms pessimistic). The paper's sharper condition (II
-  can win with a smaller gap) is not public.
+  Loewner/Rayleigh comparison. ``predict_II`` is True when gap_λ(A) > gap(W), a gap-only
+  heuristic for the lower constant-step bias of the sweep; the speed study's reconstructed
+  condition is `speed.condition_II` (docs/decentralized.md). The paper's condition (II can win
+  with a smaller gap) is not public.
   """
   lam = np.asarray(lam, dtype=np.float64)
   w = graphs.metropolis(graph) if w is None else w

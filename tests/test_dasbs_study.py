@@ -79,3 +79,18 @@ def test_study_spec_validates_and_matches_the_cpu_preset():
   assert {k for k in paper if paper[k] != oracle[k]} == set(study_lib.ORACLE)
   steps = oracle.num_stages * (oracle.ctrl_steps + oracle.corr_steps)
   assert study.budget["dasbs_steps"] == steps
+
+
+def test_checkerboard_metropolis_leaves_a_zero_energy_cycle():
+  """A 4 x 4 state in which every flip costs 0: with every site of a colour flipped at once the
+  checkerboard move is deterministic and the chain cycles through energy-0 states forever."""
+  tgt = energies.Lattice("ising", 4, 0.4407)
+  x = np.array([[1, 1, 0, 1], [0, 0, 0, 1], [0, 1, 1, 1], [0, 1, 0, 0]]).reshape(1, 16)
+  x = np.repeat(x, 8, 0).astype(np.int32)
+  assert np.all(np.asarray(tgt.energy(x)) == 0)
+  sweep = jax.jit(lambda k, x: mcmc.metropolis_sweep(k, tgt, x))
+  energies_seen = []
+  for i in range(20):
+    x = sweep(jax.random.key(i), x)
+    energies_seen.append(np.asarray(tgt.energy(x)))
+  assert np.any(np.asarray(energies_seen) != 0)

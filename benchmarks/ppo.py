@@ -54,11 +54,17 @@ UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile",
 
 def define_flags() -> None:
   """The flags, defined only when run as a program (the tests import this module)."""
-  global _ENV, _NUM_ENVS, _ROLLOUT, _ENV_ONLY
+  global _ENV, _NUM_ENVS, _ROLLOUT, _ENV_ONLY, _PEER, _PROGRAM
   _ENV = flags.DEFINE_string("env", "cartpole", "cartpole or a Craftax name (jaxlab.envs).")
   _NUM_ENVS = flags.DEFINE_list("num_envs", ["4", "64", "256"], "Sizes N (environments) to time.")
   _ROLLOUT = flags.DEFINE_integer("rollout", 0, "Steps per rollout (0: 128 CartPole, 64 Craftax).")
   _ENV_ONLY = flags.DEFINE_bool("env_only", False, "Craftax: also time the environment alone.")
+  _PEER = flags.DEFINE_enum(
+    "peer", "reference", ["reference", "rejax"], "The PPO timed against jaxlab's (rejax: gymnax)."
+  )
+  _PROGRAM = flags.DEFINE_bool(
+    "program", True, "--peer=rejax: also time the program path (ppo.train_run with a workdir)."
+  )
 
 
 def _steps() -> int:
@@ -399,6 +405,237 @@ def env_only(name: str, n: int, steps: int) -> None:
   )
 
 
+# --- rejax (github.com/keraJLi/rejax) as the peer: one compiled call each ---
+
+# What rejax's PPO config cannot express of jaxlab's (bench_config), printed with every result.
+REJAX_DIFFERENCES = (
+  "learning rate: rejax constant, jaxlab annealed linearly to 0 (rejax takes no schedule)",
+  "gradient clipping: rejax element-wise at max_grad_norm (optax.clip), jaxlab global norm",
+  "optimizer: rejax one Adam per network (actor, critic), eps 1e-8; jaxlab one Adam, eps 1e-5",
+  "init: rejax flax defaults (LeCun normal, zero bias); jaxlab orthogonal (sqrt 2, 0.01, 1)",
+  "minibatches: rejax a global shuffle of the T x N samples; jaxlab per-environment shuffles",
+)
+EVAL_EPISODES = 128  # rejax's evaluation size; jaxlab's side evaluates as many
+
+
+def rejax_available() -> bool:
+  try:
+    import rejax  # noqa: F401
+  except ImportError:
+    return False
+  return True
+
+
+class _DoneEnv:
+  """A gymnax >= 1.0 environment (``step`` returns ``terminated, truncated``) with the one
+  ``done`` that rejax 0.1 unpacks; done = terminated | truncated, as jaxlab's and PureJaxRL's."""
+
+  def __init__(self, env):
+    self.env = env
+
+  def __getattr__(self, name):
+    if name == "env":  # during copy.deepcopy (rejax copies its config), before __init__
+      raise AttributeError(name)
+    return getattr(self.env, name)
+
+  def reset(self, key, params):
+    return self.env.reset(key, params)
+
+  def step(self, key, state, action, params):
+    obs, state, reward, term, trunc, info = self.env.step(key, state, action, params)
+    return obs, state, reward, term | trunc, info
+
+
+def rejax_algo(c, env_name: str):
+  """rejax's ``PPO`` with ``c``'s hyperparameters, one evaluation at the end (none at the start)."""
+  from rejax import PPO
+
+  updates = max(1, c.total_timesteps // (c.num_envs * c.num_steps))
+  total = updates * c.num_envs * c.num_steps
+  env, params = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(env_name))
+  return PPO.create(
+    env=_DoneEnv(env),
+    env_params=params,
+    num_envs=c.num_envs,
+    num_steps=c.num_steps,
+    num_epochs=c.epochs,
+    num_minibatches=c.minibatches,
+    learning_rate=c.lr,
+    max_grad_norm=c.max_grad_norm,
+    total_timesteps=total,
+    eval_freq=total,
+    skip_initial_evaluation=True,
+    gamma=c.gamma,
+    gae_lambda=c.gae_lambda,
+    clip_eps=c.clip_eps,
+    vf_coef=c.vf_coef,
+    ent_coef=c.ent_coef,
+    normalize_observations=False,
+    agent_kwargs={"activation": c.mlp.activation, "hidden_layer_sizes": tuple(c.mlp.hidden)},
+  )
+
+
+def rejax_run(c, env_name: str, seed: int, compiled=None):
+  """``(env steps/s, compile s, eval return, compiled)`` of rejax's ``train``: the timed call
+  trains only (its evaluation callback is a no-op); the final policy then plays
+  ``EVAL_EPISODES`` episodes through rejax's own evaluation."""
+  algo = rejax_algo(c, env_name)
+  timed_algo = algo.replace(eval_callback=lambda a, ts, rng: jnp.zeros(()))
+  key = jax.random.PRNGKey(seed)  # rejax splits raw uint32 keys
+  compile_s = 0.0
+  if compiled is None:
+    t0 = time.perf_counter()
+    compiled = jax.jit(timed_algo.train).lower(key).compile()
+    compile_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  ts, _ = jax.block_until_ready(compiled(key))
+  wall = time.perf_counter() - t0
+  _, returns = algo.eval_callback(algo, ts, jax.random.PRNGKey(10_000 + seed))
+  return algo.total_timesteps / wall, compile_s, float(np.mean(returns)), compiled
+
+
+def _jaxlab_eval(c, env_name: str, policy, params, seed: int) -> float:
+  """Mean return of ``EVAL_EPISODES`` held-out episodes, sampled actions (as rejax evaluates)."""
+  from jaxlab.rl.ppo import evaluation as ppo_eval
+
+  spec = ("eval", env_name, id(policy))
+  if spec not in _JAXLAB:
+    env = ppo.make_env(env_name, EVAL_EPISODES, c)
+    _JAXLAB[spec] = ppo_eval.make_evaluate(env, policy, c.eval_steps)
+  out = _JAXLAB[spec](params, jax.random.key(10_000 + seed))
+  return float(np.mean(out["return"]))
+
+
+def jaxlab_single_run(c, env_name: str, seed: int):
+  """``(env steps/s, compile s, eval return)`` of jaxlab's PPO as ONE compiled call of every
+  iteration (the runtime's chunk program, ``runtime.make_chunk_fn``, with one chunk)."""
+  spec = ("single", env_name, c.num_envs, c.num_steps, c.total_timesteps)
+  compile_s = 0.0
+  if spec not in _JAXLAB:
+    env = ppo.make_env(env_name, c.num_envs, c)
+    policy = ppo.make_policy("mlp", env, c)
+    config = ppo.PPOConfig.from_config(c, num_updates=ppo.num_updates(c))
+    chunk = runtime.make_chunk_fn(ppo.make_update(env, policy, config))
+    init = jax.jit(lambda k: ppo.init(env, policy, config, k))
+    t0 = time.perf_counter()
+    state = init(jax.random.key(0))
+    chunk.compile(state, None, jax.random.key(1), config.num_updates)
+    compile_s = time.perf_counter() - t0
+    _JAXLAB[spec] = policy, config, chunk, init
+  policy, config, chunk, init = _JAXLAB[spec]
+  steps = config.num_updates
+  key = jax.random.key(seed)
+  state = jax.block_until_ready(init(jax.random.fold_in(key, 0)))
+  t0 = time.perf_counter()
+  state, _ = chunk(state, None, jax.random.fold_in(key, 1), 0, steps, steps)  # metrics on host
+  wall = time.perf_counter() - t0
+  ret = _jaxlab_eval(c, env_name, policy, state.train.params, seed)
+  return steps * c.num_envs * c.num_steps / wall, compile_s, ret
+
+
+class _CompileClock:
+  """Seconds jax spent tracing, lowering and compiling while active (``jax.monitoring``)."""
+
+  events = ("/jax/core/compile/backend_compile_duration", "/jax/core/compile/jaxpr_trace_duration")
+  events += ("/jax/core/compile/jaxpr_to_mlir_module_duration",)
+  seconds, active, registered = 0.0, False, False
+
+  @classmethod
+  def on_duration(cls, event, seconds, **_):
+    if cls.active and event in cls.events:
+      cls.seconds += seconds
+
+  def __enter__(self):
+    if not _CompileClock.registered:
+      jax.monitoring.register_event_duration_secs_listener(_CompileClock.on_duration)
+      _CompileClock.registered = True
+    _CompileClock.seconds, _CompileClock.active = 0.0, True
+    return self
+
+  def __exit__(self, *exc):
+    _CompileClock.active = False
+
+
+def program_run(c, env_name: str, seed: int, workdir) -> dict:
+  """``python -m experiments.ppo``'s path at its defaults (``ppo.train_run`` with a workdir: the
+  schedule's log, evaluation and checkpoint intervals, metrics.csv, TensorBoard, progress bar,
+  report): ``{"sps": env steps / (wall - compile), "steady": the runtime's steady rate, "wall",
+  "compile", "eval": final eval/return}``."""
+  steps = ppo.num_updates(c)
+  log_every, _, ckpt_every = ppo.schedule(steps, c.eval_every)
+  loop = runtime.Loop(
+    steps,
+    log_every=log_every,
+    ckpt_every=ckpt_every,
+    **ppo.loop_options(c, env_name, steps),
+  )
+  with _CompileClock() as clock:
+    t0 = time.perf_counter()
+    out = ppo.train_run(c, env_name, "mlp", loop, seed=seed, workdir=workdir)
+    wall = time.perf_counter() - t0
+  units = steps * c.num_envs * c.num_steps
+  s = out.result.summary
+  return dict(
+    sps=units / max(wall - clock.seconds, 1e-9),
+    steady=s["env_steps_per_sec"],
+    wall=wall,
+    compile=clock.seconds,
+    eval=s.get("eval/return", float("nan")),
+  )
+
+
+def bench_rejax(env_name: str, n: int, t_len: int, total: int, seeds: int, program: bool) -> dict:
+  """rejax and jaxlab alternately per seed (rejax, jaxlab one call[, jaxlab program])."""
+  import tempfile
+
+  c = bench_config(env_name, n, t_len, total)
+  c.eval_envs, c.eval_steps = EVAL_EPISODES, 500
+  load0 = os.getloadavg()[0]
+  rows, compiled = [], None
+  for seed in range(seeds):
+    r_sps, r_comp, r_ret, compiled = rejax_run(c, env_name, seed, compiled)
+    j_sps, j_comp, j_ret = jaxlab_single_run(c, env_name, seed)
+    row = dict(rej=r_sps, jax=j_sps, rej_c=r_comp, jax_c=j_comp, rej_ret=r_ret, jax_ret=j_ret)
+    if program:
+      with tempfile.TemporaryDirectory(prefix="bench_ppo_") as wd:
+        p = program_run(c, env_name, seed, os.path.join(wd, "run"))
+      row.update(prog=p["sps"], prog_steady=p["steady"], prog_c=p["compile"], prog_ret=p["eval"])
+    rows.append(row)
+    extra = f", program {row['prog']:,.0f} ({row['prog'] / r_sps:.2f}x)" if program else ""
+    print(
+      f"    seed {seed}: rejax {r_sps:,.0f} env steps/s, jaxlab {j_sps:,.0f} "
+      f"({j_sps / r_sps:.2f}x){extra}; eval returns {r_ret:.1f} / {j_ret:.1f}",
+      flush=True,
+    )
+  load1 = os.getloadavg()[0]
+  col = lambda k: [r[k] for r in rows]
+  ratios = [r["jax"] / r["rej"] for r in rows]
+  lines = [
+    f"{env_name} N={n} T={t_len} steps={total:,} vs rejax ({seeds} seeds, load "
+    f"{load0:.1f}->{load1:.1f}, {jax.default_backend()})",
+    f"  steady env steps/s, one compiled call: jaxlab {np.median(col('jax')):,.0f}  rejax "
+    f"{np.median(col('rej')):,.0f}  per-seed ratios jaxlab/rejax "
+    f"{', '.join(f'{x:.2f}' for x in ratios)} (median {np.median(ratios):.2f})",
+    f"  compile s: jaxlab {col('jax_c')[0]:.1f} (init + chunk)  rejax {col('rej_c')[0]:.1f}",
+    f"  eval return ({EVAL_EPISODES} episodes, sampled actions), mean [95% CI]: jaxlab "
+    f"{_fmt(col('jax_ret'))}  rejax {_fmt(col('rej_ret'))}",
+  ]
+  out = dict(rows=rows, ratio=float(np.median(ratios)), load=(load0, load1))
+  if program:
+    p_ratios = [r["prog"] / r["rej"] for r in rows]
+    s_ratios = [r["prog"] / r["jax"] for r in rows]
+    lines.append(
+      f"  program path (ppo.train_run, workdir, defaults): {np.median(col('prog')):,.0f} env "
+      f"steps/s (wall - compile; runtime's steady {np.median(col('prog_steady')):,.0f}), "
+      f"compile {col('prog_c')[0]:.1f} s; ratios program/rejax "
+      f"{', '.join(f'{x:.2f}' for x in p_ratios)} (median {np.median(p_ratios):.2f}), "
+      f"program/one call {np.median(s_ratios):.2f}; eval return {_fmt(col('prog_ret'))}"
+    )
+    out.update(program_ratio=float(np.median(p_ratios)), program_vs_single=np.median(s_ratios))
+  print("\n".join(lines), flush=True)
+  return out
+
+
 # --- flags ---
 
 
@@ -413,6 +650,9 @@ def check_flags() -> tuple[str, list[int], int, int]:
     experiment.require(not flags.FLAGS[name].present, name, "is not used by benchmarks.ppo")
   env_name = ppo.check_env(_ENV.value)
   craftax = ppo.is_craftax(env_name)
+  if _PEER.value == "rejax":
+    experiment.require(not craftax, "peer", "rejax runs gymnax environments only, not Craftax")
+    experiment.require(rejax_available(), "peer", "rejax is not installed (pip install rejax)")
   sizes = []
   for v in _NUM_ENVS.value:
     ok = v.strip().isdigit() and int(v) >= 1
@@ -420,7 +660,7 @@ def check_flags() -> tuple[str, list[int], int, int]:
     sizes.append(int(v))
   experiment.require(bool(sizes), "num_envs", "names no size")
   t_len = _ROLLOUT.value or (64 if craftax else 128)
-  total = _steps() or (32_768 if craftax else 500_000)
+  total = _steps() or (32_768 if craftax else 1_500_000 if _PEER.value == "rejax" else 500_000)
   experiment.require(_ROLLOUT.value >= 0, "rollout", f"must be >= 0, got {_ROLLOUT.value}")
   experiment.require(
     flags.FLAGS.steps is None or flags.FLAGS.steps >= 1, "steps", f"must be >= 1, got {_steps()}"
@@ -447,7 +687,12 @@ def main(argv):
   if not flags.FLAGS["compile_cache"].present:  # compile times are measured: compile every time
     jax.config.update("jax_enable_compilation_cache", False)
   print(f"# benchmarks.ppo on {jax.default_backend()} ({jax.devices()[0].device_kind})", flush=True)
+  if _PEER.value == "rejax":
+    print("# hyperparameters rejax's config cannot match:\n#   " + "\n#   ".join(REJAX_DIFFERENCES))
   for n in sizes:
+    if _PEER.value == "rejax":
+      bench_rejax(env_name, n, t_len, total, num_seeds(), _PROGRAM.value)
+      continue
     bench(env_name, n, t_len, total, num_seeds())
     if _ENV_ONLY.value and ppo.is_craftax(env_name):
       env_only(env_name, n, t_len)

@@ -106,11 +106,6 @@ def main(argv):
   run.check_batch("config.batch_size", cfg.batch_size)
   devices = 1 if run.mesh is None else run.mesh.size
   episodes = run.video_episodes(1 if videos.mujoco_by_default() else 0)
-  if run.videos is None and not episodes:
-    videos.say_once(
-      "no GPU or OSMesa for MuJoCo's off-screen renderer: no evaluation videos "
-      "(--videos=1 renders on the CPU, about 0.2 s a frame)"
-    )
   if episodes:
     videos.mujoco_gl()  # picks MuJoCo's off-screen backend before MuJoCo is imported
   uhm.check_memory(cfg, num_seeds=len(run.seeds), devices=devices)  # before any data is read
@@ -131,6 +126,11 @@ def main(argv):
     f"workdir={run.workdir}",
     flush=True,
   )
+  if run.videos is None and not episodes:
+    videos.say_once(
+      "no GPU or OSMesa for MuJoCo's off-screen renderer: no evaluation videos "
+      "(--videos=1 renders on the CPU, about 0.2 s a frame)"
+    )
   loop = run.loop(
     eval_every=eval_every, progress_keys=("critic_loss", "q_mean", "bc_mse", "flow_loss")
   )

@@ -205,3 +205,26 @@ def test_uhm_mujoco_video_or_one_line_skip(tmp_path):
   assert frames.std() > 5  # a scene, not a blank buffer
   path = videos.write_gif(tmp_path / "u.gif", videos.grid(frames))
   assert len(_gif(path)) == 3
+
+
+@pytest.mark.slow
+def test_uhm_program_writes_a_mujoco_video(tmp_path):
+  """experiments.uhm at tiny size with --videos=1 (its default where a GPU or OSMesa renders)."""
+  if not videos.mujoco_renders():
+    pytest.skip(f"MuJoCo cannot render off-screen here (MUJOCO_GL={videos.mujoco_gl()})")
+  small = ["--config.actor_hidden_dims=(32,32)", "--config.value_hidden_dims=(32,32)"]
+  small += ["--config.model_hidden_dims=(32,32)", "--config.reward_hidden_dims=(32,)"]
+  small += ["--config.batch_size=32", "--config.flow_steps=2", "--config.k_max=4"]
+  args = ["--steps=2", "--log_every=1", "--eval_episodes=1", "--eval_every=0", "--videos=1"]
+  wd = tmp_path / "wd"
+  r = run_program(
+    "experiments.uhm",
+    [*args, *small, f"--workdir={wd}"],
+    tmp_path,
+    env={"MUJOCO_GL": videos.mujoco_gl()},
+    drop=("XLA_FLAGS",),
+    timeout=600,
+  )
+  assert r.returncode == 0, r.stderr[-3000:]
+  frames = _gif(wd / "videos" / "eval_2.gif")
+  assert 2 <= len(frames) <= 51 and frames[0].shape == (100, 100, 3)

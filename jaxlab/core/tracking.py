@@ -1,7 +1,7 @@
 """Experiment trackers beside a run's CSV files: TensorBoard (the default) or Weights & Biases.
 
 ``metrics.csv`` and ``eval.csv`` are always written (:mod:`jaxlab.core.metrics`); the tracker
-adds a viewer. ``tensorboard``: scalars under ``<workdir>/tb`` (one run per seed) and evaluation
+adds one viewer (with ``wandb`` no TensorBoard files are written). ``tensorboard``: scalars under ``<workdir>/tb`` (one run per seed) and evaluation
 videos as animated image summaries. ``wandb`` (``pip install 'jaxlab[wandb]'``): one W&B run per
 workdir whose id is derived from the workdir's resolved path and the run's identity (its seeds),
 opened with ``resume="allow"``, so a killed run that resumes from its checkpoint appends to the

@@ -416,6 +416,9 @@ REJAX_DIFFERENCES = (
   "minibatches: rejax a global shuffle of the T x N samples; jaxlab per-environment shuffles",
 )
 EVAL_EPISODES = 128  # rejax's evaluation size; jaxlab's side evaluates as many
+# env steps per CPU second (all the process's threads) of the last timed call of each side: on a
+# machine shared with other jobs, CPU time moves less with the load than wall time does
+_LAST_CPU: dict = {}
 
 
 def rejax_available() -> bool:
@@ -487,10 +490,11 @@ def rejax_run(c, env_name: str, seed: int, compiled=None):
     t0 = time.perf_counter()
     compiled = jax.jit(timed_algo.train).lower(key).compile()
     compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), time.process_time()
   ts, _ = jax.block_until_ready(compiled(key))
-  wall = time.perf_counter() - t0
+  wall, cpu = time.perf_counter() - t0, time.process_time() - c0
   _, returns = algo.eval_callback(algo, ts, jax.random.PRNGKey(10_000 + seed))
+  _LAST_CPU["rejax"] = algo.total_timesteps / cpu
   return algo.total_timesteps / wall, compile_s, float(np.mean(returns)), compiled
 
 
@@ -526,10 +530,11 @@ def jaxlab_single_run(c, env_name: str, seed: int):
   steps = config.num_updates
   key = jax.random.key(seed)
   state = jax.block_until_ready(init(jax.random.fold_in(key, 0)))
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), time.process_time()
   state, _ = chunk(state, None, jax.random.fold_in(key, 1), 0, steps, steps)  # metrics on host
-  wall = time.perf_counter() - t0
+  wall, cpu = time.perf_counter() - t0, time.process_time() - c0
   ret = _jaxlab_eval(c, env_name, policy, state.train.params, seed)
+  _LAST_CPU["jaxlab"] = steps * c.num_envs * c.num_steps / cpu
   return steps * c.num_envs * c.num_steps / wall, compile_s, ret
 
 
@@ -593,9 +598,15 @@ def bench_rejax(env_name: str, n: int, t_len: int, total: int, seeds: int, progr
   load0 = os.getloadavg()[0]
   rows, compiled = [], None
   for seed in range(seeds):
-    r_sps, r_comp, r_ret, compiled = rejax_run(c, env_name, seed, compiled)
-    j_sps, j_comp, j_ret = jaxlab_single_run(c, env_name, seed)
+    # A B, then B A: a load that drifts within a pair favours neither side over the seeds
+    if seed % 2 == 0 or compiled is None:
+      r_sps, r_comp, r_ret, compiled = rejax_run(c, env_name, seed, compiled)
+      j_sps, j_comp, j_ret = jaxlab_single_run(c, env_name, seed)
+    else:
+      j_sps, j_comp, j_ret = jaxlab_single_run(c, env_name, seed)
+      r_sps, r_comp, r_ret, compiled = rejax_run(c, env_name, seed, compiled)
     row = dict(rej=r_sps, jax=j_sps, rej_c=r_comp, jax_c=j_comp, rej_ret=r_ret, jax_ret=j_ret)
+    row.update(rej_cpu=_LAST_CPU["rejax"], jax_cpu=_LAST_CPU["jaxlab"])
     if program:
       with tempfile.TemporaryDirectory(prefix="bench_ppo_") as wd:
         p = program_run(c, env_name, seed, os.path.join(wd, "run"))
@@ -610,17 +621,22 @@ def bench_rejax(env_name: str, n: int, t_len: int, total: int, seeds: int, progr
   load1 = os.getloadavg()[0]
   col = lambda k: [r[k] for r in rows]
   ratios = [r["jax"] / r["rej"] for r in rows]
+  cpu_ratios = [r["jax_cpu"] / r["rej_cpu"] for r in rows]
   lines = [
     f"{env_name} N={n} T={t_len} steps={total:,} vs rejax ({seeds} seeds, load "
     f"{load0:.1f}->{load1:.1f}, {jax.default_backend()})",
     f"  steady env steps/s, one compiled call: jaxlab {np.median(col('jax')):,.0f}  rejax "
     f"{np.median(col('rej')):,.0f}  per-seed ratios jaxlab/rejax "
     f"{', '.join(f'{x:.2f}' for x in ratios)} (median {np.median(ratios):.2f})",
+    f"  env steps per CPU second: jaxlab {np.median(col('jax_cpu')):,.0f}  rejax "
+    f"{np.median(col('rej_cpu')):,.0f}  per-seed ratios "
+    f"{', '.join(f'{x:.2f}' for x in cpu_ratios)} (median {np.median(cpu_ratios):.2f})",
     f"  compile s: jaxlab {col('jax_c')[0]:.1f} (init + chunk)  rejax {col('rej_c')[0]:.1f}",
     f"  eval return ({EVAL_EPISODES} episodes, sampled actions), mean [95% CI]: jaxlab "
     f"{_fmt(col('jax_ret'))}  rejax {_fmt(col('rej_ret'))}",
   ]
   out = dict(rows=rows, ratio=float(np.median(ratios)), load=(load0, load1))
+  out.update(cpu_ratio=float(np.median(cpu_ratios)))
   if program:
     p_ratios = [r["prog"] / r["rej"] for r in rows]
     s_ratios = [r["prog"] / r["jax"] for r in rows]

@@ -12,9 +12,9 @@ docs/goma.md.
       popov_anchored_1step (single decaying step size), apv; ~30 s.
   python -m experiments.goma --problem=quadratic | --problem=rotation
   python -m experiments.goma --seeds=0,3,7   # these instances (default: 5 seeds from --seed)
-  python -m experiments.goma --study_figure=docs/results/goma/unbounded
-      figure.png of the study goma/unbounded (run by `python -m experiments.study goma/unbounded`)
-      from its raw per-seed files.
+  python -m experiments.goma --study_figure=docs/results/goma/unbounded_tuned
+      figure.png of the study goma/unbounded_tuned (or goma/unbounded), run by
+      `python -m experiments.study goma/unbounded_tuned`, from its raw per-seed files.
 
 --seeds picks the instances: a count N (seeds --seed ... --seed+N-1) or a list; without it, 5
 seeds from --seed. Seed k is one problem instance, start and noise stream, the same in any set of
@@ -66,8 +66,8 @@ _NOISE = flags.DEFINE_string(
 _FIGURE = flags.DEFINE_string(
   "study_figure",
   None,
-  "Only draw figure.png of the study goma/unbounded from the raw results in this folder "
-  "(docs/results/goma/unbounded) and exit.",
+  "Only draw figure.png of the study goma/<folder name> from the raw results in this folder "
+  "(docs/results/goma/unbounded or docs/results/goma/unbounded_tuned) and exit.",
 )
 _CONFIG = experiment.define_config(goma.get_config())
 
@@ -78,9 +78,11 @@ def main(argv):
     from jaxlab.studies import goma as goma_study
 
     results = pathlib.Path(_FIGURE.value)
-    if not (results / "raw").is_dir():
-      experiment.fail("study_figure", f"{results} holds no raw/ folder of goma/unbounded results")
-    print(f"wrote {goma_study.figure(results)}")
+    names = [n for n in goma_study.NAMES if n == f"goma/{results.name}"]
+    if not names or not (results / "raw").is_dir():
+      allowed = ", ".join(f"docs/results/{n}" for n in goma_study.NAMES)
+      experiment.fail("study_figure", f"{results} holds no raw/ results of {allowed}")
+    print(f"wrote {goma_study.figure(results, name=f'goma/{results.name}')}")
     return
   cfg = goma.validate_config(_CONFIG.value)
   goma.compare.check_problem(_PROBLEM.value, _NOISE.value, _METHODS.value)

@@ -160,17 +160,38 @@ def test_every_arm_spends_the_same_oracle_calls():
     assert iters == (500 if arm == "dseg" else 999), arm
 
 
+def test_per_setting_steps_run_each_setting_with_its_own_constant():
+  """noise_grid vmaps a per-setting constant with its setting: row i equals the run of setting i
+  alone with constant i (goma/unbounded_tuned's arms)."""
+  settings = [(0.1, 0.5, 1.0), (0.5, 0.0, 10.0)]
+  both, calls = compare.noise_grid(
+    "goma_stochastic", {"eta": [0.2, 0.6], "gamma": 0.4}, settings, (0,), 40, 6
+  )
+  for i, c in enumerate((0.2, 0.6)):
+    alone, _ = compare.noise_grid(
+      "goma_stochastic", {"eta": c, "gamma": 0.4}, settings[i : i + 1], (0,), 40, 6
+    )
+    np.testing.assert_allclose(both[i], alone[0], rtol=1e-6)
+  assert not np.allclose(both[0], both[1]) and int(calls[-1]) == 40
+  method, hp = goma_study.arm_method("dseg", {"dseg": dict.fromkeys(goma_study.SETTINGS, 0.1)})
+  assert method == "dseg" and hp["eta"] == [0.1] * len(goma_study.SETTINGS)
+
+
 # ------------------------------------------------------------------ the spec and the cell -----
 
 
-def test_the_spec_validates_and_declares_its_comparisons():
-  s = studies.get("goma/unbounded")
+@pytest.mark.parametrize("name", ["goma/unbounded", "goma/unbounded_tuned"])
+def test_the_spec_validates_and_declares_its_comparisons(name):
+  s = studies.get(name)
   assert s.comparisons() == (("goma", "no_anchor"), ("goma", "dseg"))
   assert len(s.tests) * len(s.comparisons()) == 16
   assert all(not t.higher_is_better and t.kind == "superiority" for t in s.tests)
   assert not set(s.seeds) & set(s.tuning_seeds) and len(s.seeds) == 10
   assert s.budget == {"oracle_calls": goma_study.CALLS}
   assert all(v is not None for v in goma_study.STEP.values()), "declared before it runs"
+  for arm, per in goma_study.STEP_PER_SETTING.items():
+    assert set(per) == set(goma_study.SETTINGS), arm
+    assert set(per.values()) <= set(goma_study.STEP_GRID_PER_SETTING), arm
   with pytest.raises(ConfigError):
     dataclasses.replace(s, tuning_seeds=(0,))
 
@@ -187,3 +208,16 @@ def test_a_tiny_cell_reports_every_metric_per_seed():
     assert set(rec["curve"]) == {"calls", *goma_study.SETTINGS}
   dseg = goma_study.summaries("dseg", (0,), calls=300, step=STEP)[0]
   assert dseg["oracle_calls"] == 300 and dseg["config"]["iterations"] == 150
+
+
+def test_the_figure_is_drawn_from_raw_files(tmp_path):
+  """figure.png comes from the raw per-seed records alone (arms without records are left out)."""
+  from jaxlab.studies import runner
+
+  s = studies.get("goma/unbounded")
+  out = goma_study.summaries("goma", (0, 1), calls=200, step=STEP)
+  runner.write_raw(
+    dataclasses.replace(s, budget={"oracle_calls": 200}), tmp_path, "goma", (0, 1), out
+  )
+  path = goma_study.figure(tmp_path)
+  assert path == tmp_path / "figure.png" and path.stat().st_size > 10_000

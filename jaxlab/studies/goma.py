@@ -65,13 +65,52 @@ SETTINGS = {
 # tuning seeds of log10 ||F(z_K)||² (a non-finite one counts as 39).
 STEP_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8)
 TUNE_CALLS = 20_000
+# goma/unbounded_tuned: the same tuning, one c per arm and setting, on a grid reaching EG's 1/L
+STEP_GRID_PER_SETTING = (0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0)
 # What tune() chose (docs/results/goma/unbounded/tuning.json); fixed before the held-out seeds ran.
 STEP = {"goma": 0.4, "dseg": 0.05, "popov_1scale": 0.2}
+# What tune(grid=STEP_GRID_PER_SETTING) chose per setting (docs/results/goma/unbounded_tuned/
+# tuning.json); fixed before its held-out seeds ran.
+STEP_PER_SETTING = {
+  "goma": {
+    "add": 0.4,
+    "add_far": 1,
+    "mult01": 1,
+    "mult01_far": 1,
+    "mult05": 0.8,
+    "mult05_far": 0.8,
+    "mult1": 0.4,
+    "mult1_far": 0.4,
+  },
+  "dseg": {
+    "add": 1,
+    "add_far": 1,
+    "mult01": 1,
+    "mult01_far": 1,
+    "mult05": 0.05,
+    "mult05_far": 0.05,
+    "mult1": 0.05,
+    "mult1_far": 0.05,
+  },
+  "popov_1scale": {
+    "add": 0.1,
+    "add_far": 0.3,
+    "mult01": 0.2,
+    "mult01_far": 0.6,
+    "mult05": 0.2,
+    "mult05_far": 0.4,
+    "mult1": 0.2,
+    "mult1_far": 0.2,
+  },
+}
 
 
 def arm_method(arm: str, step: dict | None = None) -> tuple[str, dict]:
-  """``(vi method, hparams)`` of ``arm`` with its step constant (``step``: default :data:`STEP`)."""
+  """``(vi method, hparams)`` of ``arm`` with its step constant (``step``: default :data:`STEP`;
+  a constant may be ``{setting: c}``, which gives one c per setting in :data:`SETTINGS` order)."""
   c = (STEP if step is None else step)["goma" if arm == "no_anchor" else arm]
+  if isinstance(c, dict):
+    c = [c[name] for name in SETTINGS]
   if arm == "goma":
     return "goma_stochastic", {"eta": c, "gamma": c}
   if arm == "no_anchor":
@@ -136,29 +175,45 @@ def cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, d
   return summaries(arm, seeds)
 
 
+def cell_per_setting(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, dict]:
+  """The cell of ``goma/unbounded_tuned``: as :func:`cell` with :data:`STEP_PER_SETTING`."""
+  del workdir
+  return summaries(arm, seeds, step=STEP_PER_SETTING)
+
+
 def tune(seeds=TUNING_SEEDS, calls: int = TUNE_CALLS, grid=STEP_GRID, log=print) -> dict:
-  """The step constant of ``goma``, ``dseg`` and ``popov_1scale`` on the tuning seeds: per arm and c
-  the score (mean over settings of the median over seeds of log10 ||F(z_K)||²), and the choice."""
-  out = {"seeds": list(seeds), "oracle_calls": calls, "grid": list(grid), "scores": {}, "step": {}}
+  """The step constant of ``goma``, ``dseg`` and ``popov_1scale`` on the tuning seeds. Per arm, c
+  and setting the score is the median over seeds of log10 ||F(z_K)||²; ``step`` is the c with the
+  lowest mean score over the settings (goma/unbounded), ``step_per_setting`` the c with the lowest
+  score in each setting (goma/unbounded_tuned)."""
+  out = {"seeds": list(seeds), "oracle_calls": calls, "grid": list(grid)}
+  out.update(scores={}, step={}, scores_per_setting={}, step_per_setting={})
   for arm in ("goma", "dseg", "popov_1scale"):
-    scores = {}
+    per = {}
     for c in grid:
       _, _, res, _ = _grid(arm, tuple(seeds), calls, {arm: c})
       last = np.asarray(res[..., -1], np.float64)
       final = np.where(np.isfinite(last), last, 1e39)
-      scores[c] = float(np.mean(np.median(np.log10(np.maximum(final, 1e-45)), axis=1)))
-      log(f"tune {arm} c={c:g}: {scores[c]:+.3f}")
-    out["scores"][arm] = {f"{c:g}": s for c, s in scores.items()}
-    out["step"][arm] = min(scores, key=scores.get)
+      per[c] = np.median(np.log10(np.maximum(final, 1e-45)), axis=1)  # (settings,)
+      log(f"tune {arm} c={c:g}: {float(np.mean(per[c])):+.3f}")
+    out["scores"][arm] = {f"{c:g}": float(np.mean(v)) for c, v in per.items()}
+    out["step"][arm] = min(grid, key=lambda c: float(np.mean(per[c])))
+    out["scores_per_setting"][arm] = {
+      name: {f"{c:g}": float(per[c][i]) for c in grid} for i, name in enumerate(SETTINGS)
+    }
+    out["step_per_setting"][arm] = {
+      name: min(grid, key=lambda c, i=i: float(per[c][i])) for i, name in enumerate(SETTINGS)
+    }
   return out
 
 
-def figure(results=None, path=None) -> pathlib.Path:
-  """figure.png in ``results`` (default: the study's folder) from the raw files: per setting the
-  median over seeds of ||F(z_k)||² against oracle calls for every arm, the band its 25-75 %."""
+def figure(results=None, path=None, name: str = "goma/unbounded") -> pathlib.Path:
+  """figure.png in ``results`` (default: the study ``name``'s folder) from the raw files: per
+  setting the median over seeds of ||F(z_k)||² against oracle calls for every arm, the band its
+  25-75 %."""
   from jaxlab.core import plots
 
-  study = STUDIES[0]
+  study = next(s for s in STUDIES if s.name == name)
   results = pathlib.Path(results) if results is not None else study.results
   records = runner.read_raw(study, results)
   plt = plots._pyplot()
@@ -193,19 +248,46 @@ def figure(results=None, path=None) -> pathlib.Path:
   return out
 
 
+_COMMON = dict(
+  claim=CLAIM,
+  arms=ARMS,
+  control="no_anchor",
+  pairs=(("goma", "no_anchor"), ("goma", "dseg")),
+  seeds=SEEDS,
+  tuning_seeds=TUNING_SEEDS,
+  budget={"oracle_calls": CALLS},
+  tests=tuple(stats.Test("superiority", f"slope/{s}", higher_is_better=False) for s in SETTINGS),
+  metrics=tuple(f"{m}/{s}" for m in ("slope", "log10_final", "diverged") for s in SETTINGS),
+)
+_SETUP = (
+  "Problem T2 of docs/goma.md (bilinear, d = 50 per player, s ~ U[1, 2]); settings <s>: add "
+  "(sigma = 0.5, sigma_C = 0), mult01 / mult05 / mult1 (sigma = 0.1, sigma_C = 0.1 / 0.5 / 1), "
+  "suffix _far: start 10 x DSEG's e_1 start. 10^5 oracle calls per arm (DSEG's EG form: 5 x 10^4 "
+  "iterations of two calls). slope: least-squares slope of log ||F(z_k)||^2 on log(oracle calls) "
+  "over [sqrt(10^5), 10^5]; log10_final: log10 ||F(z_K)||^2; diverged: 1 when ||F(z_K)||^2 is not "
+  "finite or above 100 x ||F(z_0)||^2 (the arm's mean x 10 is the count over the 10 seeds)."
+)
+
 STUDIES = (
   Study(
     name="goma/unbounded",
-    claim=CLAIM,
-    arms=ARMS,
-    control="no_anchor",
-    pairs=(("goma", "no_anchor"), ("goma", "dseg")),
-    seeds=SEEDS,
-    tuning_seeds=TUNING_SEEDS,
-    budget={"oracle_calls": CALLS},
-    tests=tuple(stats.Test("superiority", f"slope/{s}", higher_is_better=False) for s in SETTINGS),
-    metrics=tuple(f"{m}/{s}" for m in ("slope", "log10_final", "diverged") for s in SETTINGS),
     cell=cell,
-    note="not run",
+    note=(
+      f"{_SETUP} Step constants chosen on the tuning seeds at 2 x 10^4 calls, one per arm for all "
+      "settings (tuning.json): goma and no_anchor 0.4/L, dseg 0.05/L (the grid's smallest: larger "
+      "ones blow up under sigma_C = 1), popov_1scale 0.2/L."
+    ),
+    **_COMMON,
+  ),
+  Study(
+    name="goma/unbounded_tuned",
+    cell=cell_per_setting,
+    note=(
+      f"{_SETUP} Step constants chosen on the tuning seeds at 2 x 10^4 calls, one per arm and "
+      "setting from 0.05/L..1/L (tuning.json; no_anchor takes goma's). Declared after "
+      "goma/unbounded, whose one constant per arm leaves dseg at 0.05/L, where it barely moves."
+    ),
+    **_COMMON,
   ),
 )
+NAMES = tuple(s.name for s in STUDIES)

@@ -408,26 +408,35 @@ def noise_grid(
   ``(sigma, sigma_mult, start_scale)`` and seed, in one compiled program (settings x seeds vmapped,
   iterations scanned). Seed k is the instance and the noise stream (``jax.random.key(k)``), the same
   for every method and setting; the start is ``start_scale`` times DSEG's (e_1 for both players).
-  ``hparams``: step constants ``eta``/``gamma`` in units of 1/L, the rest as `vi.run` takes them.
+  ``hparams``: step constants ``eta``/``gamma`` in units of 1/L, the rest as `vi.run` takes them;
+  a number may also be a sequence with one value per setting (vmapped with the settings).
 
   Returns (residual_sq of shape (settings, seeds, iters + 1), oracle_calls (iters + 1,)), iters
   from :func:`oracle_budget_iters` so every method spends ``calls`` oracle calls."""
   iters = oracle_budget_iters(method, calls)
   keys = seeds_lib.seed_keys(seeds)
   grid = jnp.asarray(settings, jnp.float32)
+  static = {k: v for k, v in hparams.items() if isinstance(v, str)}
+  numbers = {
+    k: jnp.broadcast_to(jnp.asarray(v, jnp.float32), (len(settings),))
+    for k, v in hparams.items()
+    if k not in static
+  }
 
-  def one(setting, key):
+  def one(setting, numbers, key):
     sigma, sigma_mult, scale = setting
     k_game, k_noise = jax.random.split(key)
     game = problems.dseg_bilinear(k_game, d)
     oracle = problems.StochasticOracle(game, sigma, sigma_mult, multiplicative=True)
     z0 = scale * jnp.zeros(2 * d).at[0].set(1.0).at[d].set(1.0)
     L = game.lipschitz
-    hp = {k: (v / L if k in ("eta", "gamma") else v) for k, v in hparams.items()}
-    tr = vi.run(method, oracle, z0, iters, key=k_noise, L=L, **hp)
+    hp = {k: (v / L if k in ("eta", "gamma") else v) for k, v in numbers.items()}
+    tr = vi.run(method, oracle, z0, iters, key=k_noise, L=L, **hp, **static)
     return tr.residual_sq, tr.oracle_calls
 
-  res, calls_out = jax.jit(jax.vmap(lambda s: jax.vmap(lambda k: one(s, k))(keys)))(grid)
+  out = jax.jit(jax.vmap(lambda s, h: jax.vmap(lambda k: one(s, h, k))(keys)))(grid, numbers)
+  # wait inside jax, where jaxlab.core.watchdog recognises (and restarts) the rare jaxlib CPU stall
+  res, calls_out = jax.block_until_ready(out)
   return np.asarray(res), np.asarray(calls_out)[0, 0]
 
 

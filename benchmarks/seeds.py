@@ -3,6 +3,7 @@
   python -m benchmarks.seeds                       # PPO CartPole at N = 4 and 64, then UHM; 8 seeds
   python -m benchmarks.seeds --num_envs=4 --nouhm  # PPO at N = 4 only
   python -m benchmarks.seeds --seeds=4 --updates=40 --uhm_updates=20
+  python -m benchmarks.seeds --nouhm --rejax       # and rejax's PPO, vmapped its own way
 
 Each program is the runtime's chunk a run compiles (``runtime.make_chunk_fn``): for the vmapped
 side with the seed axis (``runtime.train(..., seeds=)``, what ``--seeds=S`` runs), for the
@@ -17,7 +18,10 @@ may be shared, so the load is printed). Printed per setting:
     process (one compile + S runs) and S separate processes (S compiles + S runs, no cache).
 PPO is CartPole-v1 with PureJaxRL's setting (``benchmarks.ppo.bench_config``: 128-step rollouts,
 4 x 4 minibatches, a 64-64 MLP); UHM is ``experiments.uhm``'s default agent and networks on the
-embedded cube-single data set (when ogbench is installed).
+embedded cube-single data set (when ogbench is installed). ``--rejax`` also times rejax's PPO at
+the same config (``benchmarks.ppo.rejax_algo``; its differences there) the same two ways,
+``jit(vmap(train))`` over the seeds' keys and ``jit(train)`` per seed, and prints jaxlab's vmapped
+and sequential rates against rejax's.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def define_flags() -> None:
   flags.DEFINE_bool("uhm", True, "Also time UHM (experiments.uhm's default agent and networks).")
   flags.DEFINE_integer("uhm_updates", 50, "UHM updates per timed run.")
   flags.DEFINE_integer("reps", 3, "Timed rounds (each: the vmapped run, then the sequential ones).")
+  flags.DEFINE_bool("rejax", False, "Also time rejax's PPO (vmapped over seeds its own way).")
 
 
 def _load() -> float:
@@ -103,6 +108,34 @@ def ppo_setting(n_envs: int, seeds: tuple[int, ...], updates: int):
   return ppo.make_update(env, policy, cfg), states, seeds_lib.stream(keys, 1), n_envs * 128
 
 
+def rejax_compare(n_envs: int, seeds: tuple[int, ...], updates: int, reps: int) -> dict:
+  """:func:`compare`'s seconds for rejax's PPO at the same config (``benchmarks.ppo.rejax_algo``,
+  its evaluation a no-op): ``jit(vmap(algo.train))`` over the seeds' keys (how rejax trains seeds
+  together) against ``jit(algo.train)`` once per seed."""
+  from benchmarks.ppo import bench_config, rejax_algo
+
+  c = bench_config("cartpole", n_envs, 128, n_envs * 128 * updates)
+  algo = rejax_algo(c, "cartpole").replace(eval_callback=lambda a, ts, rng: jax.numpy.zeros(()))
+  keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in seeds])
+  out = {}
+  t0 = time.perf_counter()
+  train_v = jax.jit(jax.vmap(algo.train)).lower(keys).compile()
+  out["compile_v"] = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  train_1 = jax.jit(algo.train).lower(keys[0]).compile()
+  out["compile_1"] = time.perf_counter() - t0
+  out["run_v"] = out["run_seq"] = float("inf")
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    jax.block_until_ready(train_v(keys))
+    out["run_v"] = min(out["run_v"], time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    for k in keys:
+      jax.block_until_ready(train_1(k))
+    out["run_seq"] = min(out["run_seq"], time.perf_counter() - t0)
+  return out
+
+
 def uhm_setting(seeds: tuple[int, ...]):
   """(update, stacked states, keys, data, sample_fn) of experiments.uhm's default run."""
   from jaxlab.rl import uhm
@@ -134,6 +167,10 @@ def check_flags() -> tuple[list[int], tuple[int, ...]]:
   require(1 <= f.reps <= 100, "reps", f"must be in [1, 100], got {f.reps}")
   seeds = seeds_lib.parse_seeds(f.seeds or "8", f.seed)
   require(len(seeds) >= 2, "seeds", "needs at least 2 seeds to compare")
+  if f.rejax:
+    from benchmarks.ppo import rejax_available
+
+    require(rejax_available(), "rejax", "rejax is not installed (pip install -e '.[bench]')")
   return sizes, seeds
 
 
@@ -152,6 +189,16 @@ def main(argv):
     t = compare(update, states, keys, updates, f.reps)
     name = f"PPO CartPole N={n_envs}, {updates} updates (load {load:.1f}->{_load():.1f})"
     print(report(name, t, n, per_update * updates, "env steps/s"), flush=True)
+    if f.rejax:
+      load = _load()
+      r = rejax_compare(n_envs, seeds, updates, f.reps)
+      name = f"rejax PPO CartPole N={n_envs}, {updates} updates (load {load:.1f}->{_load():.1f})"
+      print(report(name, r, n, per_update * updates, "env steps/s"), flush=True)
+      print(
+        f"  vmapped {n} seeds, jaxlab/rejax: {r['run_v'] / t['run_v']:.2f}x (wall of the same "
+        f"updates; > 1: jaxlab faster); sequential: {r['run_seq'] / t['run_seq']:.2f}x",
+        flush=True,
+      )
   if f.uhm:
     from jaxlab.rl import uhm
 

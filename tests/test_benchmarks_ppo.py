@@ -42,3 +42,11 @@ def test_done_env_merges_termination_and_truncation():
   out = wrapped.step(jax.random.key(1), state, 0, params)
   assert len(out) == 5 and out[3].dtype == bool
   assert wrapped.num_actions == env.num_actions  # everything else passes through
+
+
+def test_seeds_rejax_compare_times_vmapped_and_sequential_seeds():
+  from benchmarks import seeds as bench_seeds
+
+  t = bench_seeds.rejax_compare(2, (0, 1), updates=1, reps=1)
+  assert set(t) == {"compile_v", "compile_1", "run_v", "run_seq"}
+  assert all(0 < v < 300 for v in t.values())

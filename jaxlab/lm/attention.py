@@ -66,6 +66,35 @@ def zigzag_permutation(length: int, num_shards: int) -> np.ndarray:
   return np.concatenate(order)
 
 
+def unzigzag(x_BxLxF, mesh: Mesh, rules: Sequence | None = None):
+  """Zigzag order (`zigzag_permutation`) back to natural order, sequence-sharded throughout.
+
+  Device i holds chunks i and 2P-1-i and must end with chunks 2i and 2i+1: four partial
+  ``ppermute``s of one chunk each. A gather by the inverse permutation instead makes XLA
+  all-gather the whole sequence on every device (for the logits: ``L x vocab`` floats per device,
+  and as much again for their gradient).
+  """
+  names = ("batch", "seq") + (None,) * (x_BxLxF.ndim - 2)
+  spec = shd.logical_to_spec(names, rules, mesh)
+  if spec[1] != CONTEXT_AXIS:
+    raise ValueError(f"unzigzag needs 'seq' mapped to '{CONTEXT_AXIS}'")
+  fn = jax.shard_map(_unzigzag_body, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+  return fn(x_BxLxF)
+
+
+def _unzigzag_body(x):
+  n = lax.axis_size(CONTEXT_AXIS)
+  c = x.shape[1] // 2
+  halves = (x[:, :c], x[:, c:])  # chunks i and 2n-1-i
+  out = [jnp.zeros_like(halves[0]), jnp.zeros_like(halves[0])]
+  for src in (0, 1):
+    chunk = [i if src == 0 else 2 * n - 1 - i for i in range(n)]
+    for dst in (0, 1):  # chunk m goes to device m // 2, slot m % 2; each device gets one per slot
+      perm = [(i, m // 2) for i, m in enumerate(chunk) if m % 2 == dst]
+      out[dst] = out[dst] + lax.ppermute(halves[src], CONTEXT_AXIS, perm)
+  return jnp.concatenate(out, axis=1)
+
+
 def repeat_kv(x_BxLxKxD, times: int):
   """Each KV head repeated ``times`` in place (head j -> j*times..): GQA grouping is unchanged."""
   return x_BxLxKxD if times == 1 else jnp.repeat(x_BxLxKxD, times, axis=2)

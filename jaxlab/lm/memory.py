@@ -143,7 +143,9 @@ def check_capacity(cc, widths, seeds: int = 1) -> None:
 # Compiled memory of a training step (XLA's own figures; nothing is allocated or executed).
 
 
-def step_memory(cfg, seq_len: int, batch: int = 1, mesh=None, donate: bool = True) -> dict:
+def step_memory(
+  cfg, seq_len: int, batch: int = 1, mesh=None, donate: bool = True, state_rules=None
+) -> dict:
   """XLA's compiled memory analysis of one full training step (forward, backward, AdamW update).
 
   The step is `jaxlab.lm.train.update` jitted over the state's shardings on ``mesh`` and lowered
@@ -151,6 +153,8 @@ def step_memory(cfg, seq_len: int, batch: int = 1, mesh=None, donate: bool = Tru
   Returns per-device bytes: ``argument``, ``output``, ``alias`` (outputs written into donated
   inputs), ``temp`` (XLA's scratch: activations kept for the backward pass, gradients, collective
   buffers) and ``peak = argument + output - alias + temp``, the live set a device must hold.
+  ``state_rules`` (logical-axis rules, `jaxlab.core.sharding`) shard the state differently from
+  the model's activations, e.g. the parameters and Adam moments over the context axis (ZeRO-3).
   """
   import jax
 
@@ -167,7 +171,10 @@ def step_memory(cfg, seq_len: int, batch: int = 1, mesh=None, donate: bool = Tru
     step = jax.jit(train.update, donate_argnums=(0,) if donate else ())
   else:
     cfg.check_mesh(mesh, seq_len)
-    in_sh = (train.state_shardings(model, tx, seq_len), {"tokens": shd.replicated(mesh)})
+    in_sh = (
+      train.state_shardings(model, tx, seq_len, state_rules),
+      {"tokens": shd.replicated(mesh)},
+    )
     step = jax.jit(train.update, in_shardings=in_sh, donate_argnums=(0,) if donate else ())
   stats = step.lower(state, {"tokens": tokens}).compile().memory_analysis()
   out = {
@@ -178,3 +185,66 @@ def step_memory(cfg, seq_len: int, batch: int = 1, mesh=None, donate: bool = Tru
   }
   out["peak"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
   return out
+
+
+def fit_line(lengths, values) -> tuple[float, float]:
+  """Least-squares ``values ~ slope * lengths + intercept`` -> ``(slope, intercept)``."""
+  import numpy as np
+
+  x, y = np.asarray(lengths, np.float64), np.asarray(values, np.float64)
+  if x.shape != y.shape or x.size < 2 or np.ptp(x) == 0:
+    raise ValueError("fit_line needs >= 2 points at >= 2 distinct lengths")
+  slope, intercept = np.polyfit(x, y, 1)
+  return float(slope), float(intercept)
+
+
+def longest_under(cap: float, slope: float, intercept: float, multiple: int = 1) -> int:
+  """The longest length (a multiple of ``multiple``) whose fitted value stays within ``cap``;
+  0 when not even the intercept fits. A non-positive slope never reaches the cap: refused."""
+  if slope <= 0:
+    raise ValueError(f"slope must be > 0 to reach a cap, got {slope}")
+  if cap < intercept:
+    return 0
+  return int((cap - intercept) / slope) // multiple * multiple
+
+
+def attention_layer_memory(
+  impl: str,
+  mesh,
+  seq_len: int,
+  heads: int,
+  kv_heads: int,
+  head_dim: int,
+  d_model: int,
+  chunks: int = 0,
+  block: int = 512,
+) -> int:
+  """XLA's per-device temp bytes of one attention layer's forward and backward (gradient w.r.t.
+  its input ``x``, float32, batch 1): ``x -> Q/K/V -> attention -> output projection``.
+
+  The projections are inside the measured function, so UPipe's per-chunk projections and
+  Ulysses' all-heads Q/K/V/O (the tensors UPipe's saving is about) are both counted; weight
+  gradients, the same in every variant, are left out.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from jaxlab.lm import attention
+
+  f32 = jnp.float32
+  x = jax.ShapeDtypeStruct((1, seq_len, d_model), f32)
+  wq, wk = (jax.ShapeDtypeStruct((d_model, n, head_dim), f32) for n in (heads, kv_heads))
+  wo = jax.ShapeDtypeStruct((heads, head_dim, d_model), f32)
+  pos = jnp.broadcast_to(jnp.arange(seq_len, dtype=jnp.int32), (1, seq_len))
+  ident = lambda t, p: t  # RoPE is elementwise: it does not change the peak
+
+  def layer(x, wq, wk, wv, wo):
+    if impl == "upipe":
+      kw = dict(mesh=mesh, rope=ident, upipe_chunks=chunks, block=block)
+      return attention.upipe_attention(x, wq, wk, wv, wo, pos, **kw)
+    q, k, v = (jnp.einsum("ble,ehd->blhd", x, w) for w in (wq, wk, wv))
+    o = attention.attention(q, k, v, impl=impl, mesh=mesh, block=block)
+    return jnp.einsum("blhd,hde->ble", o, wo)
+
+  grad = jax.jit(jax.grad(lambda *a: jnp.sum(layer(*a)), argnums=0))
+  return int(grad.lower(x, wq, wk, wk, wo).compile().memory_analysis().temp_size_in_bytes)

@@ -397,7 +397,7 @@ class Transformer(nn.Module):
     perm = None
     if _uses_zigzag(c, self.mesh):
       # Causal load balancing: every layer runs in the zigzag token order (explicit positions),
-      # undone once on the logits.
+      # undone once on the final hidden state (`attention.unzigzag`).
       perm = attn_lib.zigzag_permutation(l, self.mesh.shape["context"])
       tokens_BxL, pos = tokens_BxL[:, perm], pos[:, perm]
       if embeds_BxLxD is not None:
@@ -409,6 +409,8 @@ class Transformer(nn.Module):
     x = x.astype(jnp.dtype(c.dtype))
     x = shd.constrain(x, ("batch", "seq", None), self.mesh)
     x = blocks(c, self.mesh, x, pos)
+    if perm is not None:  # natural order again before the per-token head, still sharded
+      x = attn_lib.unzigzag(x, self.mesh)
     x = RMSNorm(name="ln_f")(x)
     if c.tie_embeddings:
       w = embed.T
@@ -416,8 +418,5 @@ class Transformer(nn.Module):
       w = self.param("unembed", _init(("embed", "vocab")), (c.d_model, c.vocab_size))
     # float32 logits from the matmul itself (not a bf16 result cast up).
     logits = jnp.einsum("bld,dv->blv", x, w.astype(x.dtype), preferred_element_type=jnp.float32)
-    if perm is not None:
-      inv = np.argsort(perm)
-      logits, x = logits[:, inv], x[:, inv]
     logits = shd.constrain(logits, ("batch", "seq", None), self.mesh)
     return (logits, x) if return_hidden else logits

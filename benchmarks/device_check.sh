@@ -4,8 +4,8 @@
 # With network access, once:  bash benchmarks/device_check.sh --prepare
 #   downloads into .wheels/ the pure-Python packages that a GPU image with JAX alone lacks (one
 #   with jax 0.11, flax, optax, orbax, chex, absl, tqdm, matplotlib; not ml_collections,
-#   tensorboardX, gymnax, gymnasium, craftax, ott-jax, jaxopt), for Python 3.12, without their
-#   dependencies.
+#   tensorboardX, gymnax, gymnasium, craftax, ott-jax, jaxopt, and rejax with distrax and
+#   tfp-nightly for the PPO peer), for Python 3.12, without their dependencies.
 # Then on the GPU machine (no network needed), with .wheels copied beside the repository (<= 590 s):
 #                             bash benchmarks/device_check.sh
 # CPU dry run of the same commands at small shapes (no install; the current python):
@@ -16,10 +16,12 @@
 # gets its own timeout, cut to what is left of the budget, and a check that no longer fits is
 # skipped and says so. Each check writes its own file under $OUT as it runs, and summary.txt gets
 # its last lines when it ends, so a run cut short still returns every figure measured so far.
-# Files (8 at most): summary.txt (GPU, versions, each check's command, exit status, seconds and
-# last lines), lm1b.txt, uhm.txt, ppo.txt, attention.txt, dasbs.txt, itc.txt, and xla.tgz: the
-# persistent compilation cache of the run so far. A second run starts warm (no
-# compilation, Craftax's included) with it copied to .wheels/xla.tgz.
+# Files (10 at most): summary.txt (GPU, versions, each check's command, exit status, seconds and
+# last lines), lm1b.txt, uhm.txt, ppo.txt, ppo_seeds.txt, ppo_seeds_craftax.txt, attention.txt,
+# dasbs.txt, itc.txt, and xla.tgz: the persistent compilation cache of the run so far. A second
+# run starts warm (no compilation, Craftax's included) with it copied to .wheels/xla.tgz. The
+# per-check limits add up to more than the budget: when the first checks use all of theirs, the
+# last ones are skipped (summary.txt says so) and ONLY= runs them in a second call.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -33,7 +35,9 @@ case "${1:-}" in
     # Pinned to the versions this repository is tested with; --no-deps: each missing one is named.
     python3 -m pip download -q --no-deps --python-version 3.12 --only-binary=:all: -d .wheels \
       ml-collections==1.1.0 tensorboardX==2.6.5 gymnax==1.0.1 gymnasium==1.3.0 \
-      farama-notifications==0.0.6 craftax==1.6.1 ott-jax==0.6.0 jaxopt==0.8.5 || exit 1
+      farama-notifications==0.0.6 craftax==1.6.1 ott-jax==0.6.0 jaxopt==0.8.5 \
+      rejax==0.1.3 distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 dm-tree==0.1.10 \
+      decorator==5.3.2 gast==0.7.0 || exit 1
     ls -l .wheels
     exit 0
     ;;
@@ -117,8 +121,18 @@ check lm1b $(pick 140 900) benchmarks.lm --part=throughput \
 check uhm $(pick 80 900) benchmarks.uhm --config=experiments/configs/uhm.py:paper \
   --agents=rebrac,uhm --noflops $(pick "--steps=200" "--steps=3 --config.batch_size=16")
 # 3. PPO on Craftax-Classic-Symbolic: jaxlab's PPO vs the PureJaxRL-style reference, same process.
-check ppo $(pick 200 1500) benchmarks.ppo --env=craftax-classic-symbolic --seeds=1 \
+check ppo $(pick 150 1500) benchmarks.ppo --env=craftax-classic-symbolic --seeds=1 \
   $(pick "--num_envs=1024 --rollout=64 --steps=524288" "--num_envs=8 --rollout=8 --steps=128")
+# 3b. Seeds as a vmapped axis: 8-64 PPO seeds in one compiled program against one seed at a time,
+#    and rejax's PPO at the same settings the same two ways (needs rejax: pip install -e '.[bench]';
+#    without it the check exits 2 naming --rejax). CartPole at 64 and 256 environments per seed.
+check ppo_seeds $(pick 90 1200) benchmarks.seeds --nouhm --rejax \
+  $(pick "--num_envs=64,256 --seeds=64 --updates=16 --reps=2" "--num_envs=4 --seeds=2 --updates=2 --reps=1")
+# 3c. The same on Craftax-Classic-Symbolic (Craftax_Baselines' 3x512 MLP, 64-step rollouts); rejax
+#    steps Craftax through its own adapter (craftax's builtin auto-reset, a new world every step).
+check ppo_seeds_craftax $(pick 120 1500) benchmarks.seeds --nouhm --rejax \
+  --env=craftax-classic-symbolic \
+  $(pick "--num_envs=256 --seeds=8 --updates=4 --reps=1" "--num_envs=4 --seeds=2 --updates=1 --reps=1")
 # 4. Attention memory per variant (compile only). One GPU: context 1, so the figures are the head
 #    chunking of UPipe against Ulysses on the GPU compiler; the CPU run simulates 2 devices.
 check attention $(pick 50 600) benchmarks.lm --part=memory \

@@ -455,9 +455,15 @@ def rejax_algo(c, env_name: str):
 
   updates = max(1, c.total_timesteps // (c.num_envs * c.num_steps))
   total = updates * c.num_envs * c.num_steps
-  env, params = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(env_name))
+  if ppo.is_craftax(env_name):  # rejax's own Craftax adapter: craftax's builtin auto-reset
+    from rejax.compat.craftax2gymnax import create_craftax
+
+    env, params = create_craftax(craftax_envs.resolve(env_name)[0])
+  else:
+    env, params = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(env_name))
+    env = _DoneEnv(env)
   return PPO.create(
-    env=_DoneEnv(env),
+    env=env,
     env_params=params,
     num_envs=c.num_envs,
     num_steps=c.num_steps,
@@ -667,7 +673,6 @@ def check_flags() -> tuple[str, list[int], int, int]:
   env_name = ppo.check_env(_ENV.value)
   craftax = ppo.is_craftax(env_name)
   if _PEER.value == "rejax":
-    experiment.require(not craftax, "peer", "rejax runs gymnax environments only, not Craftax")
     experiment.require(rejax_available(), "peer", "rejax is not installed (pip install rejax)")
   sizes = []
   for v in _NUM_ENVS.value:

@@ -43,6 +43,7 @@ UNUSED_FLAGS = ("workdir", "ckpt_every", "keep", "mesh", "log_every", "profile",
 def define_flags() -> None:
   """The flags, defined only when run as a program (the tests import this module)."""
   flags.DEFINE_list("num_envs", ["4", "64"], "PPO sizes N (environments per seed) to time.")
+  flags.DEFINE_string("env", "cartpole", "PPO's environment: cartpole or a Craftax name.")
   flags.DEFINE_integer("updates", 0, "PPO iterations per timed run (0: 64 at N <= 16, else 16).")
   flags.DEFINE_bool("uhm", True, "Also time UHM (experiments.uhm's default agent and networks).")
   flags.DEFINE_integer("uhm_updates", 50, "UHM updates per timed run.")
@@ -95,27 +96,37 @@ def report(name: str, t: dict, n: int, units: float, unit: str) -> str:
   )
 
 
-def ppo_setting(n_envs: int, seeds: tuple[int, ...], updates: int):
-  """(update, stacked states, keys, env steps per update) of PPO CartPole at ``n_envs``."""
+def rollout_len(env_name: str) -> int:
+  """``benchmarks.ppo``'s rollout: 128 steps (CartPole, PureJaxRL), 64 (Craftax_Baselines)."""
+  return 64 if ppo.is_craftax(env_name) else 128
+
+
+def ppo_setting(n_envs: int, seeds: tuple[int, ...], updates: int, env_name: str = "cartpole"):
+  """(update, stacked states, keys, env steps per update) of PPO on ``env_name`` at ``n_envs``
+  (``benchmarks.ppo.bench_config``: PureJaxRL's CartPole setting or Craftax_Baselines')."""
   from benchmarks.ppo import bench_config
 
-  c = bench_config("cartpole", n_envs, 128, n_envs * 128 * updates)
+  t_len = rollout_len(env_name)
+  c = bench_config(env_name, n_envs, t_len, n_envs * t_len * updates)
   cfg = ppo.PPOConfig.from_config(c, num_updates=updates)
-  env = ppo.make_env("cartpole", n_envs, c)
+  env = ppo.make_env(env_name, n_envs, c)
   policy = ppo.make_policy("mlp", env, c)
   keys = seeds_lib.seed_keys(seeds)
   states = ppo.init_seeds(env, policy, cfg, seeds_lib.stream(keys, 0))
-  return ppo.make_update(env, policy, cfg), states, seeds_lib.stream(keys, 1), n_envs * 128
+  return ppo.make_update(env, policy, cfg), states, seeds_lib.stream(keys, 1), n_envs * t_len
 
 
-def rejax_compare(n_envs: int, seeds: tuple[int, ...], updates: int, reps: int) -> dict:
+def rejax_compare(
+  n_envs: int, seeds: tuple[int, ...], updates: int, reps: int, env_name: str = "cartpole"
+) -> dict:
   """:func:`compare`'s seconds for rejax's PPO at the same config (``benchmarks.ppo.rejax_algo``,
   its evaluation a no-op): ``jit(vmap(algo.train))`` over the seeds' keys (how rejax trains seeds
   together) against ``jit(algo.train)`` once per seed."""
   from benchmarks.ppo import bench_config, rejax_algo
 
-  c = bench_config("cartpole", n_envs, 128, n_envs * 128 * updates)
-  algo = rejax_algo(c, "cartpole").replace(eval_callback=lambda a, ts, rng: jax.numpy.zeros(()))
+  t_len = rollout_len(env_name)
+  c = bench_config(env_name, n_envs, t_len, n_envs * t_len * updates)
+  algo = rejax_algo(c, env_name).replace(eval_callback=lambda a, ts, rng: jax.numpy.zeros(()))
   keys = jax.numpy.stack([jax.random.PRNGKey(s) for s in seeds])
   out = {}
   t0 = time.perf_counter()
@@ -162,6 +173,7 @@ def check_flags() -> tuple[list[int], tuple[int, ...]]:
     require(v.strip().isdigit() and int(v) >= 1, "num_envs", f"sizes must be >= 1, got {v!r}")
     sizes.append(int(v))
   require(bool(sizes) or f.uhm, "num_envs", "names no size (and --nouhm)")
+  ppo.check_env(f.env)
   require(0 <= f.updates <= 100_000, "updates", f"must be in [0, 100000], got {f.updates}")
   require(1 <= f.uhm_updates <= 100_000, "uhm_updates", f"must be in [1, 100000], got {f.updates}")
   require(1 <= f.reps <= 100, "reps", f"must be in [1, 100], got {f.reps}")
@@ -180,19 +192,19 @@ def main(argv):
   f = flags.FLAGS
   if not f["compile_cache"].present:  # compile times are measured: compile every time
     jax.config.update("jax_enable_compilation_cache", False)
-  n = len(seeds)
+  n, env_name = len(seeds), ppo.check_env(f.env)
   print(f"# benchmarks.seeds on {jax.default_backend()} ({os.cpu_count()} CPUs), seeds {seeds}")
   for n_envs in sizes:
     updates = f.updates or (64 if n_envs <= 16 else 16)
     load = _load()
-    update, states, keys, per_update = ppo_setting(n_envs, seeds, updates)
+    update, states, keys, per_update = ppo_setting(n_envs, seeds, updates, env_name)
     t = compare(update, states, keys, updates, f.reps)
-    name = f"PPO CartPole N={n_envs}, {updates} updates (load {load:.1f}->{_load():.1f})"
+    name = f"PPO {env_name} N={n_envs}, {updates} updates (load {load:.1f}->{_load():.1f})"
     print(report(name, t, n, per_update * updates, "env steps/s"), flush=True)
     if f.rejax:
       load = _load()
-      r = rejax_compare(n_envs, seeds, updates, f.reps)
-      name = f"rejax PPO CartPole N={n_envs}, {updates} updates (load {load:.1f}->{_load():.1f})"
+      r = rejax_compare(n_envs, seeds, updates, f.reps, env_name)
+      name = f"rejax PPO {env_name} N={n_envs}, {updates} updates (load {load:.1f}->{_load():.1f})"
       print(report(name, r, n, per_update * updates, "env steps/s"), flush=True)
       print(
         f"  vmapped {n} seeds, jaxlab/rejax: {r['run_v'] / t['run_v']:.2f}x (wall of the same "

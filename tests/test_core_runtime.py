@@ -122,7 +122,7 @@ def test_a_fresh_run_logs_its_first_step_without_changing_its_rows(tmp_path, dat
       lengths.append(length)
       return chunk(state, data, key, start, length, max_len)
 
-    run.memory, run._cache_size = chunk.memory, chunk._cache_size
+    run.memory, run.cache_size = chunk.memory, chunk.cache_size
     return run
 
   monkeypatch.setattr(runtime, "make_chunk_fn", recording)
@@ -148,11 +148,11 @@ def test_chunks_of_different_lengths_share_one_compiled_program(tmp_path, data):
 
   _train(tmp_path / "mixed", data, 38, update=update, ckpt_every=35)
   chunk = runtime.make_chunk_fn(update, _sample)
-  assert chunk._cache_size() == 1
+  assert chunk.cache_size() == 1
   cols = runtime.read_csv(tmp_path / "mixed" / "metrics.csv")
   assert list(cols["step"]) == [10, 20, 30, 38]  # rows at log_every and the last step
   _, per_step = chunk(_init(), data, jax.random.key_data(jax.random.key(3)), 0, 3, 10)
-  assert per_step["loss"].shape == (3,) and chunk._cache_size() == 1
+  assert per_step["loss"].shape == (3,) and chunk.cache_size() == 1
   twos, _ = _train(tmp_path / "twos", data, 38, log_every=2, ckpt_every=38)
   mixed, _ = _train(tmp_path / "mixed", data, 38, ckpt_every=35)  # finished: restored
   jax.tree.map(
@@ -198,9 +198,9 @@ def test_a_chunk_that_fits_runs_the_executable_the_check_compiled(tmp_path, data
   key = jax.random.key_data(jax.random.key(3))
   state, _ = _train(tmp_path / "run", data, 30, update=update)
   chunk = runtime.make_chunk_fn(update, _sample)
-  assert chunk._cache_size() == 1 and chunk.jitted._cache_size() == 0
+  assert chunk.cache_size() == 1 and chunk.jitted._cache_size() == 0
   nbytes = chunk.memory(_init(), data, key, 10)
-  assert chunk._cache_size() == 1
+  assert chunk.cache_size() == 1
   state_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(_init()))
   assert state_bytes < nbytes < 2**30  # arguments included, a sane size
   ref = _init()

@@ -196,7 +196,7 @@ def make_chunk_fn(
   state_sharding: PyTree | None = None,
   seed_vmap: Callable | None = None,
   seed_data: bool = False,
-) -> Callable:
+) -> ChunkProgram:
   """Returns ``chunk(state, data, key, start, length, max_len=None) -> (state, per_step)``, the
   metrics ``per_step`` as host (NumPy) arrays ``[length, ...]``.
 
@@ -218,38 +218,49 @@ def make_chunk_fn(
   try:
     return _CHUNK_FNS[cache_key]
   except TypeError:  # an unhashable function object: build without caching
-    return _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
+    return ChunkProgram(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
   except KeyError:
     while len(_CHUNK_FNS) >= _CHUNK_FNS_KEPT:
       _CHUNK_FNS.pop(next(iter(_CHUNK_FNS)))
-    fn = _build_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
+    fn = ChunkProgram(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
     _CHUNK_FNS[cache_key] = fn
     return fn
 
 
-def _build_chunk_fn(
-  update_fn, sample_fn, state_sharding, seed_vmap=None, seed_data=False
-) -> Callable:
-  def one(state, data, key, step):
+class ChunkProgram:
+  """``program(state, data, key, start, length, max_len=None) -> (state, per_step)``: the chunk
+  of :func:`make_chunk_fn`, compiled ahead of time per argument types and ``max_len``.
+
+  ``compile`` gives that executable (``train`` reads its memory analysis before it runs or writes
+  anything), ``memory`` its :func:`chunk_bytes`, ``jitted`` the jitted chunk (for lowering and
+  inspection) and ``cache_size`` how many executables exist so far.
+  """
+
+  def __init__(self, update_fn, sample_fn, state_sharding, seed_vmap=None, seed_data=False):
+    self._update_fn, self._sample_fn = update_fn, sample_fn
+    self._state_sharding, self._seed_vmap, self._seed_data = state_sharding, seed_vmap, seed_data
+    # jitted so that the shape probe and the loop share one trace of update_fn (jax caches the
+    # trace by argument types); XLA inlines the nested call
+    self._body = jax.jit(self._one if seed_vmap is None else self._seeds)
+    donate = (0,) if jax.default_backend() != "cpu" else ()
+    self.jitted = jax.jit(self._chunk, static_argnums=(5,), donate_argnums=donate)
+    self._executables: dict = {}
+    self._sizes: dict = {}
+
+  def _one(self, state, data, key, step):
     k_sample, k_update = jax.random.split(jax.random.fold_in(key, step))
-    batch = data if sample_fn is None else sample_fn(data, k_sample)
-    state, metrics = update_fn(state, batch, k_update)
+    batch = data if self._sample_fn is None else self._sample_fn(data, k_sample)
+    state, metrics = self._update_fn(state, batch, k_update)
     return state, jax.tree.map(lambda m: jnp.asarray(m).astype(jnp.float32), metrics)
 
-  if seed_vmap is None:
-    body = one
-  else:
+  def _seeds(self, states, data, keys, step):
     # every seed folds the same step into its own key: seed k draws what its solo run draws
-    def body(states, data, keys, step):
-      if seed_data:
-        return seed_vmap(lambda state, key, d: one(state, d, key, step))(states, keys, data)
-      return seed_vmap(lambda state, key: one(state, data, key, step))(states, keys)
+    if self._seed_data:
+      return self._seed_vmap(lambda s, k, d: self._one(s, d, k, step))(states, keys, data)
+    return self._seed_vmap(lambda s, k: self._one(s, data, k, step))(states, keys)
 
-  # jitted so that the shape probe below and the loop share one trace of update_fn (jax caches
-  # the trace by argument types); XLA inlines the nested call
-  body = jax.jit(body)
-
-  def chunk(state, data, key, start, length, max_len):
+  def _chunk(self, state, data, key, start, length, max_len):
+    body = self._body
     if max_len == 1:  # no loop: XLA:CPU runs convolutions inside loops slowly (jax-ml/jax#12868)
       state, metrics = body(state, data, key, start)
       per_step = jax.tree.map(lambda m: m[None], metrics)
@@ -264,41 +275,38 @@ def _build_chunk_fn(
 
       # a traced trip count: every chunk length <= max_len is this one program
       state, per_step = jax.lax.fori_loop(0, length, step, (state, buf))
-    if state_sharding is not None:
-      state = jax.lax.with_sharding_constraint(state, state_sharding)
+    if self._state_sharding is not None:
+      state = jax.lax.with_sharding_constraint(state, self._state_sharding)
     return state, per_step
 
-  donate = (0,) if jax.default_backend() != "cpu" else ()
-  jitted = jax.jit(chunk, static_argnums=(5,), donate_argnums=donate)
-  executables, sizes = {}, {}
-  i32 = jax.ShapeDtypeStruct((), jnp.int32)
-
-  def compile_chunk(state, data, key, max_len: int):
-    """The compiled chunk for these arguments' types and ``max_len``, compiled on first use.
-
-    Compiled ahead of time (not by calling ``jitted``) so that ``train`` can read its memory
-    analysis before it runs or writes anything; every chunk then runs this same executable.
-    """
+  def compile(self, state, data, key, max_len: int):
+    """The compiled chunk for these arguments' types and ``max_len``, compiled on first use
+    (ahead of time, not by calling ``jitted``); every chunk then runs this same executable."""
     cache_key = (max_len, _arg_types((state, data, key)))
-    exe = executables.get(cache_key)
+    exe = self._executables.get(cache_key)
     if exe is None:
-      exe = executables[cache_key] = jitted.lower(state, data, key, i32, i32, max_len).compile()
+      i32 = jax.ShapeDtypeStruct((), jnp.int32)
+      exe = self.jitted.lower(state, data, key, i32, i32, max_len).compile()
+      self._executables[cache_key] = exe
     return exe
 
-  def memory(state, data, key, max_len: int, arguments: bool = True) -> int | None:
+  def memory(self, state, data, key, max_len: int, arguments: bool = True) -> int | None:
     """:func:`chunk_bytes` of that compiled chunk, read once: XLA's analysis serialises the
     whole buffer assignment (0.15 s for a DASBS chunk), too slow to repeat on every train call."""
-    exe = compile_chunk(state, data, key, max_len)
+    exe = self.compile(state, data, key, max_len)
     at = (id(exe), arguments)  # the executables are kept, so their ids are not reused
-    if at not in sizes:  # only the figure asked for: each analysis takes up to 0.6 s
-      sizes[at] = chunk_bytes(exe, arguments)
-    return sizes[at]
+    if at not in self._sizes:  # only the figure asked for: each analysis takes up to 0.6 s
+      self._sizes[at] = chunk_bytes(exe, arguments)
+    return self._sizes[at]
 
-  def run(state, data, key, start, length: int, max_len: int | None = None):
+  def cache_size(self) -> int:
+    return len(self._executables)
+
+  def __call__(self, state, data, key, start, length: int, max_len: int | None = None):
     max_len = length if max_len is None else max_len
     if not 1 <= length <= max_len:
       raise ValueError(f"chunk length {length} must be in [1, max_len={max_len}]")
-    exe = compile_chunk(state, data, key, max_len)
+    exe = self.compile(state, data, key, max_len)
     state, per_step = exe(state, data, key, np.int32(start), np.int32(length))
     # the metrics go to the host (they are logged there), cut there: an eager slice per metric
     # on the device cost ~0.1 ms each, about 1 ms per chunk call for PPO's ten metrics
@@ -306,12 +314,6 @@ def _build_chunk_fn(
     if length < max_len:
       per_step = jax.tree.map(lambda m: m[:length], per_step)
     return state, per_step
-
-  run._cache_size = lambda: len(executables)
-  run.compile = compile_chunk
-  run.memory = memory
-  run.jitted = jitted  # for lowering / inspection (benchmarks)
-  return run
 
 
 def _arg_types(args) -> tuple:
@@ -438,22 +440,20 @@ def _seed_groups(n: int, size: int) -> list[slice]:
   return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _call_chunk(chunk_fn, state, ctx: dict, step: int, length: int, max_len: int):
+def _call_chunk(chunk_fn, state, run: _Run, step: int, length: int, max_len: int):
   """One chunk over every seed at once, or group by group (the seeds' results concatenated)."""
-  groups = ctx.get("groups")
-  if not groups:
-    return chunk_fn(state, ctx["data"], ctx["key"], step, length, max_len)
-  per_seed_data = ctx.get("seed_data", False)
+  if not run.groups:
+    return chunk_fn(state, run.data, run.key, step, length, max_len)
   parts = [
     chunk_fn(
       jax.tree.map(lambda x: x[g], state),
-      jax.tree.map(lambda x: x[g], ctx["data"]) if per_seed_data else ctx["data"],
-      ctx["key"][g],
+      jax.tree.map(lambda x: x[g], run.data) if run.seed_data else run.data,
+      run.key[g],
       step,
       length,
       max_len,
     )
-    for g in groups
+    for g in run.groups
   ]
   state = jax.tree.map(lambda *xs: jnp.concatenate(xs), *[p[0] for p in parts])
   per_step = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *[p[1] for p in parts])
@@ -556,82 +556,108 @@ def _profiled(loop: Loop, workdir, index: int):
   return contextlib.nullcontext()
 
 
-def _run_chunks(state, chunk_fn, loop: Loop, ctx: dict, start: int):
-  """The loop proper. Returns ``(state, step, last_mean, evals, history_chunks, rates)``.
+@dataclasses.dataclass
+class _Run:
+  """One ``train`` call: what its chunks share and what they accumulate for the summary."""
 
-  ``rates``: ``steady`` = steps per second over the chunks that did not compile (evaluation and
-  checkpoints excluded), NaN when every chunk compiled; ``average`` is computed by the caller
-  from the whole run's wall time.
+  loop: Loop
+  eval_fn: Callable | None
+  workdir: pathlib.Path | None
+  data: PyTree
+  key: jax.Array
+  seeds: tuple[int, ...] | None
+  seed_data: bool
+  video_fn: Callable | None
+  host: _Host | None = None
+  mngr: Any = None  # the checkpoint manager (None without a workdir)
+  compiled_before: int | None = None  # the chunk program's executables when train began
+  groups: list[slice] | None = None  # sequential seed groups (None: all seeds in one chunk)
+  groups_checked: bool = False
+  step: int = 0
+  mean: dict = dataclasses.field(default_factory=dict)
+  rows: dict | None = None  # the last logged metrics, per seed
+  evals: dict = dataclasses.field(default_factory=dict)
+  evals_per_seed: dict = dataclasses.field(default_factory=dict)
+  history: list = dataclasses.field(default_factory=list)
+  steady: float = float("nan")  # steps/s over the chunks that did not compile
+
+
+def _run_chunks(state, chunk_fn, run: _Run, start: int):
+  """The loop proper: runs every chunk from ``start``, accumulating into ``run``; -> state.
+
+  ``run.steady`` = steps per second over the chunks that did not compile (evaluation and
+  checkpoints excluded), NaN when every chunk compiled; the average over the whole wall time is
+  the caller's.
   """
-  host, mngr, eval_fn, seeds = ctx["host"], ctx["mngr"], ctx["eval_fn"], ctx["seeds"]
-  step, mean, evals, hist, sps = start, {}, {}, [], float("nan")
-  rows, evals_per_seed = None, {}
-  steady_steps, steady_s = 0, 0.0
+  loop = run.loop
+  run.step, steady_steps, steady_s = start, 0, 0.0
   first = None  # (per-step metrics, steps, seconds) of a one-step first chunk not yet logged
   ends = _chunk_ends(start, loop)
   max_len = _max_len(start, ends)
-  if "groups" not in ctx:
+  if not run.groups_checked:
     # a resumed run's chunk is compiled (and its memory checked) here; a fresh run's already was
-    ctx["groups"] = check_chunk_memory(
-      chunk_fn, loop, state, ctx["data"], ctx["key"], start, seeds, ctx["seed_data"]
+    run.groups = check_chunk_memory(
+      chunk_fn, loop, state, run.data, run.key, start, run.seeds, run.seed_data
     )
   with checkpoint.sigterm_flag() as sigterm:
     for i, end in enumerate(ends):
       # the first chunk's program is compiled before it runs (check_chunk_memory), by this call
       # when the count went up since train() began: that chunk still counts as one that compiled
-      compiled = ctx["compiled_before"] if i == 0 else _cache_size(chunk_fn)
+      compiled = run.compiled_before if i == 0 else _cache_size(chunk_fn)
       t0 = time.perf_counter()
-      with _profiled(loop, ctx["workdir"], i):
+      with _profiled(loop, run.workdir, i):
         # returns host metrics, so it blocks until the chunk is done
-        state, per_step = _call_chunk(chunk_fn, state, ctx, step, end - step, max_len)
+        state, per_step = _call_chunk(chunk_fn, state, run, run.step, end - run.step, max_len)
       _note_first_step()
       seconds = time.perf_counter() - t0
       if compiled is not None and _cache_size(chunk_fn) == compiled:  # no compilation inside
-        steady_steps, steady_s = steady_steps + end - step, steady_s + seconds
+        steady_steps, steady_s = steady_steps + end - run.step, steady_s + seconds
       if loop.history:
-        hist.append(per_step)
-      n, logged = end - step, per_step
+        run.history.append(per_step)
+      n, logged = end - run.step, per_step
       if first is not None:  # the row after the one-step first chunk covers it too, as without it
         n, seconds = n + first[1], seconds + first[2]
         logged = {k: np.concatenate([first[0][k], v]) for k, v in per_step.items()}
         first = None
       elif loop.log_first_step and i == 0 and start == 0 and end == 1 and loop.log_every > 1:
         first = (per_step, 1, seconds)
-      sps, step = n / seconds, end
-      mean = {k: float(np.mean(v)) for k, v in logged.items()}
-      if seeds is not None:
-        rows = dict(zip(seeds, seeds_lib.per_seed_rows(logged, seeds)))
-      if loop.stop_on_nonfinite:
-        # the first chunk after a restore tests the checkpoint it started from
-        resumed = (
-          (start, str(mngr.directory)) if i == 0 and start > 0 and mngr is not None else None
-        )
-        _check_finite(step, mean, rows, resumed)
-      if loop.units_per_step > 0:
-        # every seed's environment steps count: the throughput of the whole program
-        mean[loop.units_name] = sps * loop.units_per_step * (len(seeds) if seeds else 1)
-      host.log(step, mean, sps, rows)
-      if eval_fn is not None and (
-        (loop.eval_every and step % loop.eval_every == 0) or step == loop.num_steps
+      run.step = end
+      _after_chunk(state, run, logged, n, n / seconds, resumed=start if i == 0 else 0)
+      if run.mngr is not None and (
+        (loop.ckpt_every and end % loop.ckpt_every == 0) or end == loop.num_steps or sigterm["set"]
       ):
-        evals[step], per_seed = _evaluate(eval_fn, state, step, seeds)
-        if per_seed is not None:
-          evals_per_seed[step] = per_seed
-        host.log_eval(step, evals[step], per_seed)
-      video_fn = ctx.get("video_fn")
-      if video_fn is not None and host.writer is not None and _video_due(loop, end - n, step):
-        host.video(step, video_fn(state, step))
-      if mngr is not None and (
-        (loop.ckpt_every and step % loop.ckpt_every == 0)
-        or step == loop.num_steps
-        or sigterm["set"]
-      ):
-        checkpoint.save(mngr, step, state)
-      if sigterm["set"] and step < loop.num_steps:
-        raise Preempted(step)
-  steady = steady_steps / steady_s if steady_s > 0 else float("nan")
-  ctx.update(rows=rows, evals_per_seed=evals_per_seed)
-  return state, step, mean, evals, hist, steady
+        checkpoint.save(run.mngr, end, state)
+      if sigterm["set"] and end < loop.num_steps:
+        raise Preempted(end)
+  run.steady = steady_steps / steady_s if steady_s > 0 else float("nan")
+  return state
+
+
+def _after_chunk(state, run: _Run, logged: dict, n: int, sps: float, resumed: int) -> None:
+  """Between chunks: the finiteness check, metrics, evaluation and video at ``run.step``, the
+  last ``n`` steps' metrics ``logged``."""
+  loop, step, seeds = run.loop, run.step, run.seeds
+  mean = {k: float(np.mean(v)) for k, v in logged.items()}
+  if seeds is not None:
+    run.rows = dict(zip(seeds, seeds_lib.per_seed_rows(logged, seeds)))
+  if loop.stop_on_nonfinite:
+    # the first chunk after a restore tests the checkpoint it started from
+    suspect = (resumed, str(run.mngr.directory)) if resumed and run.mngr is not None else None
+    _check_finite(step, mean, run.rows, suspect)
+  if loop.units_per_step > 0:
+    # every seed's environment steps count: the throughput of the whole program
+    mean[loop.units_name] = sps * loop.units_per_step * (len(seeds) if seeds else 1)
+  run.mean = mean
+  run.host.log(step, mean, sps, run.rows)
+  if run.eval_fn is not None and (
+    (loop.eval_every and step % loop.eval_every == 0) or step == loop.num_steps
+  ):
+    run.evals[step], per_seed = _evaluate(run.eval_fn, state, step, seeds)
+    if per_seed is not None:
+      run.evals_per_seed[step] = per_seed
+    run.host.log_eval(step, run.evals[step], per_seed)
+  if run.video_fn is not None and run.host.writer is not None and _video_due(loop, step - n, step):
+    run.host.video(step, run.video_fn(state, step))
 
 
 def _video_due(loop: Loop, before: int, step: int) -> bool:
@@ -652,11 +678,9 @@ def _evaluate(eval_fn, state, step: int, seeds):
 
 
 def _cache_size(fn) -> int | None:
-  """Compiled variants of a jitted function so far (None if jax does not say)."""
-  try:
-    return fn._cache_size()
-  except AttributeError:
-    return None
+  """Compiled variants of a chunk program so far (None for a callable that does not say)."""
+  size = getattr(fn, "cache_size", None)
+  return None if size is None else size()
 
 
 def _stack(hist: list[dict], seeds=None) -> dict[str, np.ndarray]:
@@ -685,12 +709,12 @@ def _recorded_summary(workdir: pathlib.Path) -> dict:
   return summary
 
 
-def _summary(workdir, start, step, loop, mean, evals, steady, wall, ctx=None) -> dict:
+def _summary(run: _Run, start: int, wall: float) -> dict:
+  loop, step, workdir, seeds = run.loop, run.step, run.workdir, run.seeds
   if step == start and workdir is not None and start > 0:  # nothing ran: report the record
     return _recorded_summary(workdir)
-  last_eval = evals[max(evals)] if evals else {}
+  last_eval = run.evals[max(run.evals)] if run.evals else {}
   average = (step - start) / wall if wall > 0 else float("nan")
-  seeds = (ctx or {}).get("seeds")
   units = loop.units_per_step * (len(seeds) if seeds else 1)
   summary = {
     "step": step,
@@ -698,18 +722,18 @@ def _summary(workdir, start, step, loop, mean, evals, steady, wall, ctx=None) ->
     "wall_s": wall,
     # steady: chunks that did not compile, evaluation and checkpoints excluded (NaN if every chunk
     # compiled); average: the steps of this process over its whole wall time, all included.
-    "steps_per_sec": steady,
+    "steps_per_sec": run.steady,
     "steps_per_sec_average": average,
     "resumed_from": start,
   }
   if loop.units_per_step > 0:
-    summary[loop.units_name] = steady * units
+    summary[loop.units_name] = run.steady * units
     summary[f"{loop.units_name}_average"] = average * units
-  summary.update({f"train/{k}": v for k, v in mean.items()})
+  summary.update({f"train/{k}": v for k, v in run.mean.items()})
   summary.update({f"eval/{k}": v for k, v in last_eval.items()})
   if seeds:
     # the top-level train/ and eval/ figures are means over seeds; each seed's own are here
-    rows, per_eval = ctx.get("rows") or {}, ctx.get("evals_per_seed") or {}
+    rows, per_eval = run.rows or {}, run.evals_per_seed
     last = per_eval[max(per_eval)] if per_eval else {}
     summary["seeds"] = list(seeds)
     summary["per_seed"] = {
@@ -766,77 +790,76 @@ def train(
   seed_data: bool = False,
   video_fn: Callable[[PyTree, int], Any] | None = None,
 ) -> tuple[PyTree, Result]:
-  """Runs ``loop.num_steps`` updates in jitted chunks; see the module docstring.
-
-  ``seeds``: the run trains these seeds together, vmapped in one compiled chunk
-  (:mod:`jaxlab.core.seeds`): ``state`` and ``key`` carry a leading axis of ``len(seeds)``
-  (``seeds.stream(seeds.seed_keys(seeds), i)`` gives each seed its solo run's key), the data is
-  shared, ``eval_fn`` returns arrays ``[seeds]``, metrics.csv and eval.csv hold one row per seed
-  (a ``seed`` column), TensorBoard one run per seed (``tb/seed<k>``), and one checkpoint holds
-  every seed. ``seed_vmap`` replaces :func:`jaxlab.core.seeds.vmap` as the transform over seeds.
-  ``seed_data``: every seed has its own data set (``data`` stacked on a leading seed axis, e.g. a
-  problem drawn from each seed's key); ``sample_fn`` then sees one seed's data, as in its solo run.
-  When the seeds' chunk does not fit in memory, they train in sequential groups (one line says so).
-  ``video_fn(state, step) -> [T, H, W, 3]`` frames (or None) renders evaluation videos at the steps
-  ``loop.video_every`` selects (:mod:`jaxlab.core.videos`; with a seed axis, one grid of seeds).
+  """Runs ``loop.num_steps`` updates in jitted chunks (module docstring) -> ``(state, Result)``.
 
   ``update_fn(state, batch, key) -> (state, metrics)``; ``sample_fn(data, key) -> batch`` runs
-  inside jit (``None`` passes ``data`` as the batch); ``eval_fn(state, step) -> dict`` runs on the
-  host between chunks. ``config`` is recorded in ``config.json``; resuming a workdir whose
-  ``config.json`` differs raises :class:`ConfigError` naming the fields. The workdir is locked for
-  the duration (a second process on it gets a ``ConfigError``). The chunk is compiled before the
-  workdir is created; when XLA's memory analysis of it exceeds a device's memory the run is refused
-  (:class:`ConfigError` naming ``loop.memory_field``) with nothing written.
-  """
+  inside jit (``None``: ``data`` is the batch); ``eval_fn(state, step) -> dict`` and
+  ``video_fn(state, step) -> frames`` (:mod:`jaxlab.core.videos`) run on the host between chunks.
+  ``config`` goes to ``config.json`` (a differing record or a locked workdir: ConfigError). The
+  chunk is compiled before the workdir exists; one whose XLA memory analysis exceeds a device is
+  refused (ConfigError naming ``loop.memory_field``) with nothing written.
+
+  ``seeds`` (docs/seeds.md): state and key carry a leading seed axis, vmapped in one chunk by
+  ``seed_vmap`` (default ``seeds.vmap``); data shared, or per seed with ``seed_data``; ``eval_fn``
+  returns ``[seeds]`` arrays; one CSV row and TensorBoard run per seed, one checkpoint for all.
+  Seeds that do not fit together train in sequential groups (one line says so)."""
   wd = None if workdir is None else pathlib.Path(workdir).absolute()
   t0 = time.perf_counter()
-  seeds = _check_seeds(seeds, state, key)
-  if seed_data and seeds is None:
-    raise ValueError("seed_data=True needs seeds= (the data's leading axis is the seed axis)")
-  if seeds is not None:
-    seed_vmap = seed_vmap or seeds_lib.vmap
+  seeds, seed_vmap = _check_seeds(seeds, state, key, seed_vmap, seed_data)
   state, data, state_sharding = _place(state, data, mesh, state_sharding, data_sharding)
   in_mesh = lambda: jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
   if loop.progress:
     provenance.announce(mesh)
-  fit: dict = {}
+  run = _Run(loop, eval_fn, wd, data, key, seeds, seed_data, video_fn)
   with in_mesh():
     chunk_fn = make_chunk_fn(update_fn, sample_fn, state_sharding, seed_vmap, seed_data)
-    compiled_before = _cache_size(chunk_fn)
+    run.compiled_before = _cache_size(chunk_fn)
     if wd is None or not (wd / CKPT_DIR).exists():
       # A run without checkpoints starts at step 0: its chunk is compiled and its memory checked
       # before the workdir is created, so one that cannot fit leaves nothing behind.
-      fit["groups"] = check_chunk_memory(chunk_fn, loop, state, data, key, 0, seeds, seed_data)
+      run.groups = check_chunk_memory(chunk_fn, loop, state, data, key, 0, seeds, seed_data)
+      run.groups_checked = True
   with workdir_lib.session(wd, config) as wd:
-    mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
-    host, failed = None, True
-    try:
-      state, start = _resume(state, mngr, wd, loop)
-      # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
-      host = _Host(loop, wd if start < loop.num_steps else None, start, config)
-      ctx = dict(host=host, mngr=mngr, eval_fn=eval_fn, workdir=wd, data=data, key=key)
-      ctx.update(compiled_before=compiled_before, seeds=seeds, seed_data=seed_data)
-      ctx.update(fit if start == 0 else {}, video_fn=video_fn)
+    run.workdir = wd
+    with _side_effects(run, state, config) as (state, start):
+      run.groups_checked = run.groups_checked and start == 0
       with in_mesh():
-        state, step, mean, evals, hist, steady = _run_chunks(state, chunk_fn, loop, ctx, start)
-      failed = False
-    finally:
-      if host is not None:
-        host.close(failed)
-      if mngr is not None:
-        mngr.close()
-    summary = _summary(wd, start, step, loop, mean, evals, steady, time.perf_counter() - t0, ctx)
-    if step > start or start == 0:  # a finished run re-run keeps its record untouched
+        state = _run_chunks(state, chunk_fn, run, start)
+    summary = _summary(run, start, time.perf_counter() - t0)
+    if run.step > start or start == 0:  # a finished run re-run keeps its record untouched
       _finish(wd, loop, summary)
-  history = _stack(hist, seeds) if loop.history else None
+  history = _stack(run.history, seeds) if loop.history else None
   per_seed = {int(k): v for k, v in summary.get("per_seed", {}).items()}
-  return state, Result(summary, evals, history, per_seed, ctx.get("evals_per_seed") or {})
+  return state, Result(summary, run.evals, history, per_seed, run.evals_per_seed)
 
 
-def _check_seeds(seeds, state, key) -> tuple[int, ...] | None:
-  """The seed axis a run was given, checked against its state and keys (a caller's error)."""
+@contextlib.contextmanager
+def _side_effects(run: _Run, state, config):
+  """The run's checkpoint manager and host writers, closed however it ends -> ``(state, start)``
+  (restored from the newest checkpoint, or as given at step 0)."""
+  loop, wd = run.loop, run.workdir
+  run.mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
+  failed = True
+  try:
+    state, start = _resume(state, run.mngr, wd, loop)
+    # A finished run re-run writes nothing (no new TensorBoard file): its record is reported.
+    run.host = _Host(loop, wd if start < loop.num_steps else None, start, config)
+    yield state, start
+    failed = False
+  finally:
+    if run.host is not None:
+      run.host.close(failed)
+    if run.mngr is not None:
+      run.mngr.close()
+
+
+def _check_seeds(seeds, state, key, seed_vmap, seed_data) -> tuple[tuple[int, ...] | None, Any]:
+  """The seed axis a run was given, checked against its state and keys (a caller's error), and
+  the transform over it -> ``(seeds, seed_vmap)``."""
   if seeds is None:
-    return None
+    if seed_data:
+      raise ValueError("seed_data=True needs seeds= (the data's leading axis is the seed axis)")
+    return None, seed_vmap
   seeds = tuple(int(s) for s in seeds)
   lead = {int(np.shape(x)[0]) if np.ndim(x) else None for x in jax.tree.leaves((state, key))}
   if lead != {len(seeds)}:
@@ -844,7 +867,7 @@ def _check_seeds(seeds, state, key) -> tuple[int, ...] | None:
       f"a run over {len(seeds)} seeds needs a leading axis of {len(seeds)} on every leaf of its "
       f"state and key (seeds.stream / seeds.init); got leading sizes {sorted(map(str, lead))}"
     )
-  return seeds
+  return seeds, seed_vmap or seeds_lib.vmap
 
 
 def write_summary(workdir: str | os.PathLike, summary: Mapping[str, Any]) -> pathlib.Path:

@@ -1,7 +1,8 @@
 """goma's studies (docs/goma.md): each a claim of its paper, declared before it runs.
 
-``goma/unbounded``: the single-call stochastic GOMA template (a reconstruction, docs/goma.md) on
-problem T2 (DSEG's bilinear game, d = 50 per player, s ~ U[1, 2]) under eight noise settings:
+``goma/unbounded`` and ``goma/unbounded_tuned``: the single-call stochastic GOMA template (a
+reconstruction, docs/goma.md) on problem T2 (DSEG's bilinear game, d = 50 per player,
+s ~ U[1, 2]) under eight noise settings:
 additive noise alone, and multiplicative matrix noise sigma_C in {0.1, 0.5, 1} (oracle variance
 growing with ||z - z*||², the unbounded-variance regime), each from DSEG's start (e_1 for both
 players) and from a start 10 times farther. Arms, at an equal budget of 10⁵ oracle calls:
@@ -16,8 +17,10 @@ players) and from a start 10 times farther. Arms, at an equal budget of 10⁵ or
   gamma_k = (1 - b_k) eta_k: optimistic, a single time scale.
 
 The step constant c of each arm is chosen on the tuning seeds by :func:`tune` (recorded in
-``docs/results/goma/unbounded/tuning.json``); ``no_anchor`` takes GOMA's, as its control must.
-Every arm's settings x seeds run in one compiled program (`compare.noise_grid`).
+``docs/results/goma/<study>/tuning.json``): ``goma/unbounded`` takes one c per arm for every
+setting (:data:`STEP`), ``goma/unbounded_tuned`` one c per arm and setting
+(:data:`STEP_PER_SETTING`); ``no_anchor`` takes GOMA's, as its control must. Every arm's settings x
+seeds run in one compiled program (`compare.noise_grid`).
 
 Per seed and setting ``<s>``: ``slope/<s>``, the least-squares slope of log ||F(z_k)||² against log
 (oracle calls) over calls in [sqrt(C), C] (`compare.late_slope`); ``log10_final/<s>``, log10

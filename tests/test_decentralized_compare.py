@@ -10,6 +10,7 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.optim import decentralized as dec
 from jaxlab.optim import report
 from jaxlab.optim.decentralized import compare
+from jaxlab.optim.decentralized import config as dec_config
 
 W = np.array([[0.5, 0.5], [0.5, 0.5]])
 A = np.array([[0.6, 0.4], [0.4, 0.6]])
@@ -190,11 +191,11 @@ def test_parse_lambda():
 
 def test_row_kind_error():
   ring, star = dec.ring(6), dec.star(6)
-  assert compare.row_kind_error("auto", star, "dirichlet") is None
-  assert compare.row_kind_error("degree_average", star, "degree") is None
-  assert compare.row_kind_error("degree_average", ring, "uniform") is None  # regular graph
-  assert "degree_average" in compare.row_kind_error("degree_average", star, "uniform")
-  assert compare.row_kind_error("degree_average", ring, "dirichlet") is not None
+  assert dec_config.row_kind_error("auto", star, "dirichlet") is None
+  assert dec_config.row_kind_error("degree_average", star, "degree") is None
+  assert dec_config.row_kind_error("degree_average", ring, "uniform") is None  # regular graph
+  assert "degree_average" in dec_config.row_kind_error("degree_average", star, "uniform")
+  assert dec_config.row_kind_error("degree_average", ring, "dirichlet") is not None
 
 
 # ---------------------------------------------------------------------------------------------

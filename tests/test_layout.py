@@ -139,3 +139,21 @@ def test_validate_config_returns_the_checked_config_frozen(module):
 
   out = _VALIDATORS[module](importlib.import_module(module))
   assert isinstance(out, ml_collections.FrozenConfigDict)
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("jaxlab/**/*.py")), ids=str)
+def test_no_module_imports_its_own_package_facade_or_imports_late(path):
+  """A module reaches its siblings directly (no cycle through the facade), and no import sits
+  below code to break a cycle (``noqa: E402``)."""
+  source = path.read_text()
+  assert "noqa: E402" not in source
+  if path.name == "__init__.py":
+    return
+  package = str(path.parent.relative_to(ROOT)).replace("/", ".")
+  parent, _, name = package.rpartition(".")
+  tree = ast.parse(source)
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == parent:
+      assert name not in {a.name for a in node.names}, f"imports its own facade {package}"
+    if isinstance(node, ast.Import):
+      assert package not in {a.name for a in node.names}, f"imports its own facade {package}"

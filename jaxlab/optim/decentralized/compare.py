@@ -3,14 +3,14 @@ docs/decentralized.md, "Experiment").
 
 The runs of ``python -m experiments.decentralized`` are `run_single` (one (graph, λ): plots,
 metrics.csv, diagnostic.md, rates.md, summary.json) and `run_sweep` (topologies × λ: sweep.md);
-``dec.validate_config`` checks the config and returns the cells. Below them, pure functions on
+``validate_config`` checks the config and returns the cells. Below them, pure functions on
 `RunResult`s and arrays, so a notebook reaches the same verdicts::
 
     from jaxlab.optim import decentralized as dec
     from jaxlab.optim.decentralized import compare
-    g = dec.make_graph("ring", 8)
-    prob = dec.make_problem("least_squares", 8)
-    c = compare.compare(g, dec.make_lambda("degree", g), prob, 500, key=jax.random.key(0))
+    g = graphs.make_graph("ring", 8)
+    prob = problems.make_problem("least_squares", 8)
+    c = compare.compare(g, problems.make_lambda("degree", g), prob, 500, key=jax.random.key(0))
     compare.winner(c.results, "gap", tie_tol=0.05, tail=0.1)   # "I", "II", "tie", ...
 
 Rules: numbers are means over the last ``tail`` fraction of steps; a relative difference within
@@ -19,7 +19,7 @@ Rules: numbers are means over the last ``tail`` fraction of steps; a relative di
 such cells instead of comparing them.
 
 Step policies (``lr_policy``): "same" runs both strategies at one γ (by default
-`dec.default_lr`, inside (I)'s stability limit: that measures constant-step bias, not speed);
+`driver.default_lr`, inside (I)'s stability limit: that measures constant-step bias, not speed);
 "own" runs each at ``own_fraction`` × its own largest stable step (`stability.largest_stable_lr`,
 exact for full-gradient least squares). Rates are reported as the gap after `RATE_STEPS` steps and
 the linear rate ρ of the full-gradient iteration at the step used.
@@ -39,12 +39,12 @@ import numpy as np
 from jaxlab.core import metrics, plots, runtime
 from jaxlab.core import seeds as seeds_lib
 from jaxlab.core.errors import check_choice
-from jaxlab.optim import decentralized as dec
-from jaxlab.optim.decentralized import stability
+from jaxlab.optim.decentralized import algorithms, driver, geometry, graphs, problems, stability
+from jaxlab.optim.decentralized import config as config_lib
+from jaxlab.optim.decentralized.config import LR_POLICIES
 from jaxlab.optim.report import fmt, md_table, tail_mean
 
 METRICS = ("gap", "consensus", "gap_tracked")
-LR_POLICIES = ("same", "own")
 RATE_STEPS = (10, 100, 1000)
 IDENTICAL = "identical (A = W)"
 DIAG_COLS = (
@@ -87,11 +87,11 @@ SWEEP_COLS = (
 @dataclasses.dataclass
 class Comparison:
   """Both strategies on one (graph, λ): results by strategy ("II" absent on a directed graph),
-  the `dec.diagnose` dict, the common step γ (NaN under lr_policy "own"), λ, and per strategy the
+  the `diagnose` dict, the common step γ (NaN under lr_policy "own"), λ, and per strategy the
   step used (``lrs``) and, for least squares, its largest stable step and the full-gradient linear
   rate ρ at the step used (``limits``: {strategy: {"lr_max", "rho"}})."""
 
-  results: dict[str, dec.RunResult]
+  results: dict[str, driver.RunResult]
   diagnostic: dict[str, Any]
   lr: float
   lam: np.ndarray
@@ -103,20 +103,10 @@ class Comparison:
   problems: dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
-def row_kind_error(row_kind: str, graph: dec.Graph, lam_name: str) -> str | None:
-  """degree_average is λ-reversible only for λ ∝ degree+1 (or uniform λ on a regular graph)."""
-  if row_kind != "degree_average":
-    return None
-  regular = bool(np.all(graph.degrees == graph.degrees[0]))
-  if lam_name == "degree" or (lam_name == "uniform" and regular):
-    return None
-  return f"degree_average needs λ ∝ degree+1; --lam={lam_name} on {graph.name} is not (use auto)"
-
-
 def compare(
-  graph: dec.Graph,
+  graph: graphs.Graph,
   lam,
-  problem: dec.Problem,
+  problem: problems.Problem,
   steps: int,
   *,
   key,
@@ -129,13 +119,13 @@ def compare(
   lr_policy: str | None = None,
   own_fraction: float | None = None,
 ) -> Comparison:
-  """Runs (I) and (II) with the same key and f*: at one γ (``lr``, or `dec.default_lr` when
+  """Runs (I) and (II) with the same key and f*: at one γ (``lr``, or `driver.default_lr` when
   None/0) under ``lr_policy="same"``, at ``own_fraction`` × each one's largest stable step under
-  "own" (least squares only). An option left None is the `dec.get_config()` field of that name."""
+  "own" (least squares only). An option left None is the `get_config()` field of that name."""
   opts = _options(lr_factor, order, row_kind, comm, lr_policy, own_fraction)
   plan = _plan(graph, lam, problem, lr, opts)
   results = {
-    s: dec.run(
+    s: driver.run(
       s,
       graph,
       plan["lam"],
@@ -155,9 +145,9 @@ def compare(
 
 
 def compare_seeds(
-  graph: dec.Graph,
+  graph: graphs.Graph,
   lams: Sequence,
-  problems: Sequence[dec.Problem],
+  problems: Sequence[problems.Problem],
   steps: int,
   *,
   keys,
@@ -170,12 +160,12 @@ def compare_seeds(
 ) -> list[Comparison]:
   """`compare` for several seeds at once (one device): seed i has its own λ ``lams[i]``, problem
   ``problems[i]`` and key ``keys[i]`` (a key array), so its own steps and optimum; each strategy
-  runs every seed in ONE vmapped scan (`dec.run_seeds`). Returns each seed's `Comparison`, equal
+  runs every seed in ONE vmapped scan (`driver.run_seeds`). Returns each seed's `Comparison`, equal
   to `compare` of that seed alone up to the floating-point order of batched kernels."""
   opts = _options(lr_factor, order, row_kind, None, lr_policy, own_fraction)
   plans = [_plan(graph, lam, prob, lr, opts) for lam, prob in zip(lams, problems, strict=True)]
   runs = {
-    s: dec.run_seeds(
+    s: driver.run_seeds(
       s,
       graph,
       [p["lam"] for p in plans],
@@ -197,7 +187,7 @@ def compare_seeds(
   ]
 
 
-def combine(comps: Sequence[Comparison], graph: dec.Graph, row_kind: str = "auto") -> Comparison:
+def combine(comps: Sequence[Comparison], graph: graphs.Graph, row_kind: str = "auto") -> Comparison:
   """The comparison of several seeds' runs as one: per-step means over seeds of every curve (a
   strategy counts as diverged from the first step any seed diverged, where its mean turns NaN),
   the mean steps, limits and λ. The diagnostic is the seeds' when they share λ, else that of
@@ -209,7 +199,7 @@ def combine(comps: Sequence[Comparison], graph: dec.Graph, row_kind: str = "auto
   def run(s):
     rs = [c.results[s] for c in comps]
     gone = [r.diverged_at for r in rs if r.diverged_at is not None]
-    return dec.RunResult(
+    return driver.RunResult(
       **{m: np.mean([getattr(r, m) for r in rs], axis=0) for m in METRICS},
       x=None,
       mixing=np.mean([r.mixing for r in rs], axis=0),
@@ -221,7 +211,7 @@ def combine(comps: Sequence[Comparison], graph: dec.Graph, row_kind: str = "auto
   same_lam = all(np.array_equal(c.lam, first.lam) for c in comps)
   lam = first.lam if same_lam else np.mean([c.lam for c in comps], axis=0)
   lam = lam / lam.sum()
-  diag = first.diagnostic if same_lam else dec.diagnose(graph, lam, row_kind=row_kind)
+  diag = first.diagnostic if same_lam else geometry.diagnose(graph, lam, row_kind=row_kind)
   limits = {
     s: {k: mean([c.limits[s][k] for c in comps]) for k in first.limits[s]} for s in first.limits
   }
@@ -236,8 +226,8 @@ def combine(comps: Sequence[Comparison], graph: dec.Graph, row_kind: str = "auto
 
 
 def _options(lr_factor, order, row_kind, comm, lr_policy, own_fraction) -> dict:
-  """`compare`'s options, each None replaced by the `dec.get_config()` field of that name."""
-  defaults = dec.get_config()
+  """`compare`'s options, each None replaced by the `config_lib.get_config()` field of that name."""
+  defaults = config_lib.get_config()
   given = dict(lr_factor=lr_factor, order=order, row_kind=row_kind, comm=comm)
   given.update(lr_policy=lr_policy, own_fraction=own_fraction)
   opts = {k: defaults[k] if v is None else v for k, v in given.items()}
@@ -250,19 +240,19 @@ def _plan(graph, lam, problem, lr, opts) -> dict:
   least squares, stability limit and linear rate), the diagnostic and f*."""
   order, row_kind = opts["order"], opts["row_kind"]
   lam = np.asarray(lam, np.float64)
-  strategies = [s for s in dec.STRATEGIES if not (s == "II" and graph.directed)]
+  strategies = [s for s in algorithms.STRATEGIES if not (s == "II" and graph.directed)]
   limits = stability_limits(graph, lam, problem, strategies, order, row_kind)
   if opts["lr_policy"] == "own":
     lrs = {s: opts["own_fraction"] * limits[s]["lr_max"] for s in strategies}
     common = float("nan")
   else:
-    common = float(lr or dec.default_lr(problem, lam, opts["lr_factor"]))
+    common = float(lr or driver.default_lr(problem, lam, opts["lr_factor"]))
     lrs = dict.fromkeys(strategies, common)
   for s in limits:
     limits[s]["rho"] = stability.spectral_radius(
       s, graph, lam, problem, lrs[s], order=order, row_kind=row_kind
     )
-  diag = dec.diagnose(graph, lam, row_kind=row_kind)
+  diag = geometry.diagnose(graph, lam, row_kind=row_kind)
   plan = dict(lam=lam, strategies=strategies, limits=limits, lrs=lrs, common=common, diag=diag)
   return plan | {"f_star": problem.f_star(lam)}
 
@@ -279,7 +269,7 @@ def stability_limits(graph, lam, problem, strategies, order, row_kind) -> dict[s
   }
 
 
-def gap_at(result: dec.RunResult, step: int) -> float | str:
+def gap_at(result: driver.RunResult, step: int) -> float | str:
   """f(x̄_λ) − f* after ``step`` steps ("diverged" once non-finite, "n/a" past the run)."""
   if step > len(result.gap):
     return "n/a"
@@ -306,7 +296,7 @@ RATE_COLS = ("run", "strategy", "lr", "lr_max", "rho") + tuple(f"gap@{k}" for k 
 RATE_COLS += ("gap_tail",)
 
 
-def identical(results: Mapping[str, dec.RunResult], lam) -> bool:
+def identical(results: Mapping[str, driver.RunResult], lam) -> bool:
   """Uniform λ (n λ_i = 1) and A = W: the two strategies are the same algorithm."""
   if "II" not in results:
     return False
@@ -314,27 +304,27 @@ def identical(results: Mapping[str, dec.RunResult], lam) -> bool:
   return bool(same and np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0))
 
 
-def identical_cell(graph: dec.Graph, lam, row_kind: str = "auto") -> bool:
+def identical_cell(graph: graphs.Graph, lam, row_kind: str = "auto") -> bool:
   """Whether (graph, λ) makes the strategies the same algorithm before running them: uniform λ
   (then n λ_i = 1) and A = W (uniform λ-MH is Metropolis; degree λ on a regular graph is
   uniform)."""
   lam = np.asarray(lam, np.float64)
   if graph.directed or not np.allclose(lam, 1.0 / len(lam), rtol=1e-12, atol=0):
     return False
-  a = dec.row_stochastic(graph, lam, row_kind)
-  return bool(np.allclose(a, dec.metropolis(graph), rtol=0, atol=1e-12))
+  a = graphs.row_stochastic(graph, lam, row_kind)
+  return bool(np.allclose(a, graphs.metropolis(graph), rtol=0, atol=1e-12))
 
 
-def diverged(results: Mapping[str, dec.RunResult]) -> dict[str, bool]:
+def diverged(results: Mapping[str, driver.RunResult]) -> dict[str, bool]:
   return {s: r.diverged_at is not None for s, r in results.items()}
 
 
-def all_diverged(results: Mapping[str, dec.RunResult]) -> bool:
+def all_diverged(results: Mapping[str, driver.RunResult]) -> bool:
   return all(diverged(results).values())
 
 
 def winner(
-  results: Mapping[str, dec.RunResult],
+  results: Mapping[str, driver.RunResult],
   metric: str,
   *,
   tie_tol: float,
@@ -369,7 +359,7 @@ def winners(comp: Comparison, *, tie_tol: float, tail: float) -> dict[str, str]:
 
 
 def verdicts(
-  comp: Comparison, problem: dec.Problem, *, tie_tol: float, tail: float
+  comp: Comparison, problem: problems.Problem, *, tie_tol: float, tail: float
 ) -> dict[str, Any]:
   """The summary of one comparison: per-strategy `final_metrics`, the diagnostic and the winners
   on the gap and on the consensus error."""
@@ -382,7 +372,7 @@ def verdicts(
   }
 
 
-def final_metrics(comp: Comparison, problem: dec.Problem, tail: float) -> dict[str, dict]:
+def final_metrics(comp: Comparison, problem: problems.Problem, tail: float) -> dict[str, dict]:
   """Per strategy: tail means of `METRICS`, comm, diverged_at and (classification problems that
   stayed finite) the test accuracy of x̄_λ; for a `combine`d comparison, the mean over seeds of
   each seed's accuracy on its own held-out set."""
@@ -401,7 +391,7 @@ def final_metrics(comp: Comparison, problem: dec.Problem, tail: float) -> dict[s
   return final
 
 
-def metric_rows(results: Mapping[str, dec.RunResult], every: int) -> list[dict[str, Any]]:
+def metric_rows(results: Mapping[str, driver.RunResult], every: int) -> list[dict[str, Any]]:
   """Rows of metrics.csv: step (1-based) and ``<metric>_<strategy>`` every ``every`` steps."""
   steps = len(next(iter(results.values())).gap)
   return [
@@ -529,7 +519,7 @@ def sweep_markdown(
   )
 
 
-def diagnostic_markdown(graph: dec.Graph, lam_label: str, diag: Mapping[str, Any]) -> str:
+def diagnostic_markdown(graph: graphs.Graph, lam_label: str, diag: Mapping[str, Any]) -> str:
   return (
     f"Diagnostic for {graph.name} (n={graph.n}), λ={lam_label} "
     "(reconstructed quantities; see jaxlab/optim/decentralized/geometry.py)\n\n"
@@ -564,33 +554,33 @@ def plot_curves(workdir, comp: Comparison, title: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# The runs of `python -m experiments.decentralized` (config: `dec.get_config()`).
+# The runs of `python -m experiments.decentralized` (config: `config_lib.get_config()`).
 
 
-def make_graph(config, topology: str) -> dec.Graph:
+def make_graph(config, topology: str) -> graphs.Graph:
   """The graph of ``topology`` with config.n nodes (config.er_p, config.graph_seed)."""
-  return dec.make_graph(topology, config.n, p=config.er_p, seed=config.graph_seed)
+  return graphs.make_graph(topology, config.n, p=config.er_p, seed=config.graph_seed)
 
 
-def make_problem(config, problem: str, seed: int) -> dec.Problem:
+def make_problem(config, problem: str, seed: int) -> problems.Problem:
   """``problem`` on config.n nodes: least squares of config.dim x config.rows, else the digits
   split with config.split_alpha; config.batch_size per-node minibatch."""
   kw = {"batch_size": config.batch_size, "seed": seed}
   if problem == "least_squares":
-    return dec.make_problem("least_squares", config.n, d=config.dim, m=config.rows, **kw)
-  return dec.make_problem(problem, config.n, alpha=config.split_alpha, **kw)
+    return problems.make_problem("least_squares", config.n, d=config.dim, m=config.rows, **kw)
+  return problems.make_problem(problem, config.n, alpha=config.split_alpha, **kw)
 
 
-def make_problems(config, problem: str, seeds: Sequence[int]) -> list[dec.Problem]:
+def make_problems(config, problem: str, seeds: Sequence[int]) -> list[problems.Problem]:
   """`make_problem` of every seed: each seed its own instance (data, split, initial point)."""
   return [make_problem(config, problem, s) for s in seeds]
 
 
-def cell_lambda(config, graph, lam_spec, problem: dec.Problem) -> np.ndarray:
+def cell_lambda(config, graph, lam_spec, problem: problems.Problem) -> np.ndarray:
   """λ = ``lam_spec`` (kind, α) on ``graph`` (``data``: ``problem``'s local data sizes)."""
   name, alpha = lam_spec
   counts = np.asarray(problem.counts)
-  return dec.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=counts)
+  return problems.make_lambda(name, graph, alpha=alpha, seed=config.graph_seed, counts=counts)
 
 
 def compare_cell(
@@ -603,7 +593,7 @@ def compare_cell(
   is their `combine`d comparison, each seed's own under ``per_seed``."""
   opts = {k: config[k] for k in ("lr_factor", "order", "row_kind", "comm", "own_fraction")}
   opts["lr_policy"] = lr_policy or config.lr_policy
-  lr = config.lr or None  # 0 = auto (dec.default_lr), the same γ for both strategies
+  lr = config.lr or None  # 0 = auto (driver.default_lr), the same γ for both strategies
   if seeds is not None and len(seeds) > 1:
     del opts["comm"]
     lams = [cell_lambda(config, graph, lam_spec, p) for p in problem]
@@ -675,7 +665,7 @@ def run_single(
   seeds (a strategy diverged on any seed counts as diverged), metrics.csv has a ``seed`` column
   and summary.json each seed's own verdicts under ``per_seed``."""
   seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
-  lam_spec = dec.parse_lambda(lam, config.lam_alpha, "lam")
+  lam_spec = problems.parse_lambda(lam, config.lam_alpha, "lam")
   graph = make_graph(config, topology)
   probs = make_problems(config, problem, seeds) if seeds else make_problem(config, problem, seed)
   prob = probs[0] if seeds else probs
@@ -766,7 +756,7 @@ def run_sweep(
   strategy and its row is that of the mean curves over seeds (`run_single`)."""
   seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
   n_seeds = len(seeds) if seeds else 1
-  topos, lams = dec.validate_config(config, problem=problem, mesh=mesh, seeds=n_seeds)
+  topos, lams = config_lib.validate_config(config, problem=problem, mesh=mesh, seeds=n_seeds)
   probs = make_problems(config, problem, seeds) if seeds else make_problem(config, problem, seed)
   prob = probs[0] if seeds else probs
   workdir = pathlib.Path(workdir)

@@ -5,10 +5,23 @@ experiments.decentralized`, `jaxlab.optim.decentralized.compare.run_single` / `r
 from __future__ import annotations
 
 import ml_collections
+import numpy as np
 
 from jaxlab.core import resources
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require
-from jaxlab.optim.decentralized import algorithms, compare, graphs, problems
+from jaxlab.optim.decentralized import algorithms, graphs, problems
+
+LR_POLICIES = ("same", "own")  # one step for both strategies, or each its own
+
+
+def row_kind_error(row_kind: str, graph: graphs.Graph, lam_name: str) -> str | None:
+  """degree_average is λ-reversible only for λ ∝ degree+1 (or uniform λ on a regular graph)."""
+  if row_kind != "degree_average":
+    return None
+  regular = bool(np.all(graph.degrees == graph.degrees[0]))
+  if lam_name == "degree" or (lam_name == "uniform" and regular):
+    return None
+  return f"degree_average needs λ ∝ degree+1; --lam={lam_name} on {graph.name} is not (use auto)"
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -58,7 +71,7 @@ CHECKS = {
   "comm": algorithms.COMMS,
   "tail": lambda v: None if 0 < v <= 1 else f"must be in (0, 1], got {v}",
   "tie_tol": "nonneg",
-  "lr_policy": compare.LR_POLICIES,
+  "lr_policy": LR_POLICIES,
   "own_fraction": lambda v: None if 0 < v < 1 else f"must be in (0, 1), got {v}",
   "sgd_batch": "positive",
 }
@@ -139,7 +152,7 @@ def validate_config(
   for t in topos:
     graph = graphs.make_graph(t, config.n, p=config.er_p, seed=config.graph_seed)
     for name, _ in lams:
-      msg = compare.row_kind_error(config.row_kind, graph, name)
+      msg = row_kind_error(config.row_kind, graph, name)
       require(msg is None, "config.row_kind", msg)
   got = None if mesh is None else dict(mesh.shape)
   msg = f"distributed mode puts one node per device: needs nodes:{config.n} (config.n), got {got}"

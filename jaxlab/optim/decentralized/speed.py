@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxlab.optim.decentralized import algorithms, geometry, graphs, stability
+from jaxlab.optim.decentralized import algorithms, driver, geometry, graphs, stability
 
 # the step grid: fractions of the strategy's own full-gradient stability limit
 FRACTIONS = (0.9 / 81, 0.9 / 27, 0.9 / 9, 0.3, 0.9)
@@ -163,8 +163,6 @@ def run_grid(
   """Gap curves (len(runs), steps) of ``strategy``, one vmapped scan: run r = (seed, fraction,
   k0) uses ``problems[seed]``, key(seed), the step fraction × ``limits[seed]`` and the schedule
   with k₀ = k0 (0: constant)."""
-  from jaxlab.optim import decentralized as dec
-
   lam = np.asarray(lam, np.float64)
   states, probs, keys, k0s = [], [], [], []
   for seed, frac, k0 in runs:
@@ -175,5 +173,5 @@ def run_grid(
     keys.append(jax.random.key(seed))
     k0s.append(float(k0))
   stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
-  out = _gaps(stacked, dec.stack_problems(probs), jnp.stack(keys), jnp.asarray(k0s), steps=steps)
+  out = _gaps(stacked, driver.stack_problems(probs), jnp.stack(keys), jnp.asarray(k0s), steps=steps)
   return np.asarray(jax.device_get(out), np.float64)

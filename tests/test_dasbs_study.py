@@ -94,3 +94,25 @@ def test_checkerboard_metropolis_leaves_a_zero_energy_cycle():
     x = sweep(jax.random.key(i), x)
     energies_seen.append(np.asarray(tgt.energy(x)))
   assert np.any(np.asarray(energies_seen) != 0)
+
+
+def test_committed_raw_files_record_what_the_spec_runs():
+  """A rerun of a cell must run what the committed raw files record (else resuming would mix)."""
+  import json
+
+  from jaxlab import studies
+  from jaxlab.core.metrics import jsonable
+  from jaxlab.studies import dasbs as study_lib
+
+  study = studies.get("dasbs/ising4_time")
+  for arm in study.arms:
+    for seed in study.seeds:
+      path = study.results / "raw" / arm / f"seed{seed}.json"
+      if not path.exists():
+        continue
+      rec = json.loads(path.read_text())
+      if arm.startswith("dasbs"):
+        want = json.loads(json.dumps(jsonable(study_lib.dasbs_config(arm))))
+        assert {k: rec["config"][k] for k in want} == want, arm
+      else:
+        assert rec["config"]["seconds"] == study_lib.MCMC_SECONDS and rec["config"]["method"] == arm

@@ -8,9 +8,10 @@ donated and sharded ZeRO-3 style over the 8 context devices) on ``context:8`` (8
 devices) and reads XLA's compiled memory analysis (`jaxlab.lm.memory.step_memory`: ``argument +
 output - alias + temp``; nothing is executed). Per variant it fits ``peak = slope * L +
 intercept`` by least squares over the lengths, solves the longest ``L`` under ``--cap_gib`` from the
-fit and confirms it by compiling at that length (stepping down 1024 tokens while the compiled peak
-exceeds the cap). Attention layer: the same variants' temp bytes of one attention layer's forward
-and backward alone (`jaxlab.lm.memory.attention_layer_memory`), where UPipe's head chunking acts.
+fit and confirms it by compiling there, stepping 1024 tokens down while the compiled peak exceeds
+the cap, or up while the next length still fits. Attention layer: the same variants' temp bytes of
+one attention layer's forward and backward alone (`jaxlab.lm.memory.attention_layer_memory`),
+where UPipe's head chunking acts.
 Measurements go to ``<out>/measurements.json`` after every compile (a killed run resumes);
 ``table.md`` and ``table.csv`` are generated from that file only.
 """
@@ -129,8 +130,13 @@ def measure(path: pathlib.Path, lengths: list[int], cap: int) -> dict:
     key = _key(impl, chunks)
     slope, icpt = memory.fit_line(lengths, [rec["cells"][f"{key}/{n}"]["peak"] for n in lengths])
     n = memory.longest_under(cap, slope, icpt, STEP)
-    while n > 0 and cell(key, impl, chunks, n)["peak"] > cap:
-      n -= STEP
+    fits = lambda n: cell(key, impl, chunks, n)["peak"] <= cap
+    if n > 0 and fits(n):
+      while fits(n + STEP):
+        n += STEP
+    else:
+      while n > 0 and not fits(n):
+        n -= STEP
     rec["cap"][key] = {"cap": cap, "fit": memory.longest_under(cap, slope, icpt, STEP), "length": n}
     _save(path, rec)
   return rec
@@ -144,7 +150,7 @@ def tables(rec: dict, lengths: list[int]) -> tuple[str, str]:
   header = (
     ["part", "variant"]
     + [f"MiB at L={n}" for n in lengths]
-    + ["slope KiB/token", "intercept MiB", "slope / Ulysses'"]
+    + ["slope KiB/token", "intercept MiB", "max residual MiB", "slope / Ulysses'"]
     + [f"longest L under {cap / 2**30:g} GiB", "peak MiB there", "longest L / Ulysses'"]
   )
   fits = {}
@@ -163,7 +169,9 @@ def tables(rec: dict, lengths: list[int]) -> tuple[str, str]:
       key = _key(impl, chunks)
       ys, slope, icpt = fits[part, key]
       row = [part, label] + [f"{y / MIB:.0f}" for y in ys]
-      row += [f"{slope / 1024:.2f}", f"{icpt / MIB:.0f}", f"{slope / ref_slope:.2f}"]
+      resid = max(abs(y - (slope * n + icpt)) for y, n in zip(ys, lengths, strict=True))
+      row += [f"{slope / 1024:.2f}", f"{icpt / MIB:.0f}", f"{resid / MIB:.0f}"]
+      row += [f"{slope / ref_slope:.2f}"]
       if part == "full step":
         best, ref = rec["cap"][key]["length"], rec["cap"]["ulysses"]["length"]
         there = rec["cells"][f"{key}/{best}"]["peak"] / MIB if best else float("nan")

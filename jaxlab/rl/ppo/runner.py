@@ -80,8 +80,10 @@ def schedule(steps: int, eval_every: int) -> tuple[int, int, int]:
   """Default ``(log_every, eval_every, ckpt_every)``: about 20 log rows, and evaluations and
   checkpoints on multiples of ``log_every``, so that they fall on log rows."""
   log_every = max(1, min(100, steps // 20))
-  eval_every = eval_every or log_every * max(1, steps // (10 * log_every))
-  ckpt_every = eval_every * max(1, steps // (4 * eval_every))
+  # rounded, not floored: about ten evaluations (2929 iterations: 10, not 15), each a pause of the
+  # training on the host's clock
+  eval_every = eval_every or log_every * max(1, round(steps / (10 * log_every)))
+  ckpt_every = eval_every * max(1, round(steps / (4 * eval_every)))
   return log_every, eval_every, ckpt_every
 
 

@@ -16,8 +16,9 @@ Context-parallel variants (``jax.shard_map`` over ``context``; batch/heads stay 
 
 * ``allgather``: only Q stays sequence-sharded; K/V (and positions) are all-gathered (MaxText CP).
 * ``ring``: K/V blocks travel round the ring with ``ppermute``; each step's blockwise output is
-  merged with the running one by log-sum-exp; with the zigzag layout (`zigzag_permutation`) every
-  device skips the same number of masked blocks (causal load balancing).
+  merged with the running one by log-sum-exp; its backward pass runs the ring again (`_ring_bwd`),
+  keeping only this device's q/k/v/o; with the zigzag layout (`zigzag_permutation`, undone by
+  `unzigzag`) every device skips the same number of masked blocks (causal load balancing).
 * ``ulysses``: ``all_to_all`` heads <-> sequence, full-sequence blockwise attention on H/P heads.
 * ``upipe``: Ulysses one head chunk at a time, with the QKV projections and the output projection
   inside the chunk loop (`upipe_attention`; UPipe, arXiv 2602.21196, section 3): a ``lax.scan``

@@ -7,6 +7,11 @@ backward pass, and the synthetic corpus's ``vocab x vocab`` transition matrix. T
 lower bounds (XLA needs more), so a size refused here could never have run; each check names the
 field to change (`jaxlab.core.resources.check_fits`). Counts that overflow int32 are refused too
 (`jaxlab.core.resources.check_int32`).
+
+Measured, not estimated: `step_memory` (XLA's compiled memory analysis of a full training step)
+and `attention_layer_memory` (one attention layer's forward and backward), compiled on abstract
+shapes; `fit_line` and `longest_under` turn a curve of them into the longest length under a cap
+(`benchmarks/lm_memory.py`).
 """
 
 from __future__ import annotations

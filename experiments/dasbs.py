@@ -54,6 +54,9 @@ def eval_settings():
   return evaluation.validate_config(ev)
 
 
+UNUSED_FLAGS = ("videos",)  # no evaluation video (also out of --help)
+
+
 def main(argv):
   del argv
   config = CONFIG.value
@@ -67,6 +70,7 @@ def main(argv):
     variant=(tgt.kind, f"L{tgt.L}_beta{tgt.beta:g}"),
     mesh_axes=("data",),
     seeds=True,
+    unused=UNUSED_FLAGS,
   )
   many = len(run.seeds) > 1
   experiment.require(

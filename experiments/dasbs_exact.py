@@ -58,7 +58,7 @@ CONFIG_NOTE = (
   "the settings are the flags above (the fields of jaxlab.sampling.exact_check.get_config()); "
   "with --workdir, L, beta, gamma, alpha and --steps come from that run's config.json."
 )
-UNUSED_FLAGS = ("log_every", "ckpt_every", "keep", "mesh", "profile")
+UNUSED_FLAGS = ("log_every", "ckpt_every", "keep", "mesh", "profile", "tracker", "videos")
 _FROM_RUN = ("L", "beta", "gamma", "alpha", "steps")  # with --workdir: from its config.json
 
 

@@ -66,7 +66,7 @@ _STUDY_CONDITIONS = flags.DEFINE_bool(
   "condition class) from its raw files and table.csv, then exit.",
 )
 # Shared flags this experiment has no use for (each strategy is one in-memory jitted scan).
-UNUSED_FLAGS = ("ckpt_every", "keep", "profile")
+UNUSED_FLAGS = ("ckpt_every", "keep", "profile", "tracker", "videos")
 _CONFIG = experiment.define_config(dec.get_config())
 
 

@@ -66,9 +66,12 @@ def update(state: TrainState, batch, key):
   return state.apply_loss(loss_fn)
 
 
+UNUSED_FLAGS = ("videos",)  # no evaluation video (also out of --help)
+
+
 def main(argv):
   del argv
-  run = experiment.common("example", default_steps=500, seeds=True)
+  run = experiment.common("example", default_steps=500, seeds=True, unused=UNUSED_FLAGS)
   config = _CONFIG.value
   experiment.check_config(
     config,

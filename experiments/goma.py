@@ -48,7 +48,7 @@ from jaxlab.core import workdir as workdir_lib
 from jaxlab.optim import goma
 
 # Shared flags this experiment has no use for: one vmapped solve per method, no checkpoints.
-UNUSED_FLAGS = ("ckpt_every", "keep", "mesh", "log_every", "profile")
+UNUSED_FLAGS = ("ckpt_every", "keep", "mesh", "log_every", "profile", "tracker", "videos")
 
 _PROBLEM = flags.DEFINE_string(
   "problem", "bilinear", f"Test problem: {', '.join(goma.compare.PROBLEMS)}."

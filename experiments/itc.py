@@ -51,7 +51,7 @@ def preset() -> str:
   return FLAGS["config"].config_filename.partition(":")[2] or "tiny"
 
 
-UNUSED_FLAGS = ("mesh",)  # also out of --help
+UNUSED_FLAGS = ("mesh", "videos")  # also out of --help
 
 
 def main(argv):

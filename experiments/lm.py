@@ -43,6 +43,9 @@ flags.DEFINE_enum(
 FLAGS = flags.FLAGS
 
 
+UNUSED_FLAGS = ("videos",)  # no evaluation video (also out of --help)
+
+
 def main(argv):
   del argv
   c, mode = _CONFIG.value, FLAGS.mode
@@ -57,6 +60,7 @@ def main(argv):
     variant=("train" if mode == "generate" else mode, c.name),
     mesh_axes=("data", "fsdp", "context", "tensor"),
     seeds=True,
+    unused=UNUSED_FLAGS,
   )
   if len(run.seeds) > 1:  # train and capacity vmap seeds, on one device
     experiment.require(

@@ -45,7 +45,15 @@ flags.DEFINE_integer("set_size", 256, "|U|: uncertainty-set size of the robust M
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config(qrim.get_config())
 
-UNUSED_FLAGS = ("mesh", "keep", "ckpt_every", "profile", "log_every")  # also out of --help
+UNUSED_FLAGS = (
+  "mesh",
+  "keep",
+  "ckpt_every",
+  "profile",
+  "log_every",
+  "tracker",
+  "videos",
+)  # also out of --help
 
 
 def main(argv):

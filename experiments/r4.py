@@ -48,7 +48,15 @@ flags.DEFINE_string("protocol", "offline", "offline | online")
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config(r4.get_config())
 
-UNUSED_FLAGS = ("mesh", "keep", "ckpt_every", "profile", "log_every")  # also out of --help
+UNUSED_FLAGS = (
+  "mesh",
+  "keep",
+  "ckpt_every",
+  "profile",
+  "log_every",
+  "tracker",
+  "videos",
+)  # also out of --help
 
 
 def main(argv):

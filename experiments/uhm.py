@@ -3,11 +3,11 @@
   python -m experiments.uhm --env=ogbench
       UHM on cube-single-play-singletask-task2-v0 with the embedded data set (12 episodes, 12k
       transitions), on a CPU: 2000 updates, 4 evaluations of 10 episodes, progress bar; the last
-      line gives the success rate (0 % is expected at this budget) and names the held-out
-      diagnostic figure that moved: horizon_model.png (n-step model error vs two baselines) and
-      critic.png (Q vs Monte-Carlo return), both on validation episodes never trained on; results
-      in runs/uhm/uhm/cube-single-play-singletask-task2-v0/ (summary.json, learning_curve.png,
-      curves.png, metrics.csv, eval.csv, diagnostics.jsonl, tb/, checkpoints/; docs/uhm.md).
+      line gives the success rate (0 % is expected at this budget) and names a held-out diagnostic
+      figure only where its error ended below its baseline: horizon_model.png (n-step model error
+      vs two baselines), critic.png (Q vs Monte-Carlo return), on unseen validation episodes;
+      results in runs/uhm/uhm/cube-single-play-singletask-task2-v0/ (summary.json,
+      learning_curve.png, curves.png, metrics.csv, eval.csv, diagnostics.jsonl, tb/, checkpoints/).
   python -m experiments.uhm --env=ogbench --agent=rebrac      # ablations, each in its own workdir:
       --agent in {uhm, rebrac, ghm, dtd, mbtd}                # runs/uhm/<agent>/<env_name>
   python -m experiments.uhm --env=ogbench --seeds=3           # training seeds 0, 1, 2 vmapped
@@ -104,11 +104,11 @@ def main(argv):
   eval_every = uhm.resolve_eval_every(FLAGS.eval_every, run.steps, run.log_every)
   cfg, sources = uhm.resolve_task_config(config, FLAGS.env_name)
   run.check_batch("config.batch_size", cfg.batch_size)
-  devices = 1 if run.mesh is None else run.mesh.size
   episodes = run.video_episodes(1 if videos.mujoco_by_default() else 0)
   if episodes:
     videos.mujoco_gl()  # picks MuJoCo's off-screen backend before MuJoCo is imported
-  uhm.check_memory(cfg, num_seeds=len(run.seeds), devices=devices)  # before any data is read
+  devices = 1 if run.mesh is None else run.mesh.size  # memory checked before any data is read
+  uhm.check_memory(cfg, num_seeds=len(run.seeds), devices=devices)
   task = uhm.load_task(
     cfg,
     FLAGS.env_name,
@@ -118,19 +118,15 @@ def main(argv):
     data_seed=FLAGS.data_seed,
     sources=sources,
   )
-  seeds = list(run.seeds)
   print(
     f"[uhm] agent={cfg.agent} env={FLAGS.env_name} data={task.record['data']} "
     f"({task.data.size} transitions, data seed {FLAGS.data_seed}) steps={run.steps} "
-    f"batch={cfg.batch_size} training seeds={seeds} mesh={run.mesh_spec or 'none'} "
+    f"batch={cfg.batch_size} training seeds={list(run.seeds)} mesh={run.mesh_spec or 'none'} "
     f"workdir={run.workdir}",
     flush=True,
   )
   if run.videos is None and not episodes:
-    videos.say_once(
-      "no GPU or OSMesa for MuJoCo's off-screen renderer: no evaluation videos "
-      "(--videos=1 renders on the CPU, about 0.2 s a frame)"
-    )
+    videos.say_once(videos.NO_MUJOCO_RENDERER)
   loop = run.loop(
     eval_every=eval_every, progress_keys=("critic_loss", "q_mean", "bc_mse", "flow_loss")
   )
@@ -144,7 +140,7 @@ def main(argv):
       mesh=run.mesh,
       videos=episodes,  # at the last evaluation only: MuJoCo renders on the host
     )
-  s = uhm.write_report(run.workdir, task, result, seeds)
+  s = uhm.write_report(run.workdir, task, result, list(run.seeds))
   print(uhm.final_line(s, task, FLAGS.eval_episodes, run.workdir), flush=True)
 
 

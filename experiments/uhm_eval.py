@@ -27,7 +27,18 @@ FLAGS = flags.FLAGS
 
 # The agent, task and seeds are the run's (its config.json): --help names this in place of a config.
 CONFIG_NOTE = "the agent, task and seeds are read from the --workdir run's config.json."
-UNUSED_FLAGS = ("seed", "seeds", "steps", "log_every", "ckpt_every", "keep", "mesh", "profile")
+UNUSED_FLAGS = (
+  "seed",
+  "seeds",
+  "steps",
+  "log_every",
+  "ckpt_every",
+  "keep",
+  "mesh",
+  "profile",
+  "tracker",
+  "videos",
+)
 
 
 def main(argv):

@@ -78,7 +78,8 @@ given = [n for n in listed if n not in MULTI_HOST and value(n) is not None]
 positive = call([f"--{n}={value(n)}" for n in given])
 unused = list(getattr(program, "UNUSED_FLAGS", ()))
 stop_args = [f"--workdir={stop}"] if "workdir" in listed else []
-negative = call([f"--{unused[0]}={value(unused[0])}"] + stop_args) if unused else None
+first = value(unused[0]) if unused else None  # a flag without a default: any valid value
+negative = call([f"--{unused[0]}={first or 1}"] + stop_args) if unused else None
 print(json.dumps({"listed": listed, "given": given, "unused": unused, "positive": positive,
                   "negative": negative}))
 """

@@ -149,6 +149,12 @@ def mujoco_renders() -> bool:
   return _MUJOCO_OK[0]
 
 
+NO_MUJOCO_RENDERER = (
+  "no GPU or OSMesa for MuJoCo's off-screen renderer: no evaluation videos "
+  "(--videos=1 renders on the CPU, about 0.2 s a frame)"
+)
+
+
 def mujoco_by_default() -> bool:
   """Whether a program renders MuJoCo videos without being asked (``--videos`` unset): with an
   NVIDIA GPU (EGL) or OSMesa. EGL without a GPU driver renders in software at about 0.2 CPU-s a

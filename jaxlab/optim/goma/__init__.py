@@ -7,8 +7,30 @@ defaults); submodules ``problems`` (monotone test problems) and ``compare`` (the
 seeds-stacked summaries). See docs/goma.md.
 """
 
-from jaxlab.optim.goma import compare as compare
-from jaxlab.optim.goma import problems as problems
-from jaxlab.optim.goma.config import get_config as get_config
-from jaxlab.optim.goma.config import validate_config as validate_config
-from jaxlab.optim.goma.vi import *  # noqa: F403
+from jaxlab.optim.goma import compare, problems
+from jaxlab.optim.goma.config import get_config, validate_config
+from jaxlab.optim.goma.vi import (
+  LIPSCHITZ_SAFETY,
+  METHODS,
+  POWER_ITERS,
+  Trace,
+  default_hparams,
+  estimate_lipschitz,
+  fit_slope,
+  run,
+)
+
+__all__ = [
+  "compare",
+  "get_config",
+  "problems",
+  "validate_config",
+  "LIPSCHITZ_SAFETY",
+  "METHODS",
+  "POWER_ITERS",
+  "Trace",
+  "default_hparams",
+  "estimate_lipschitz",
+  "fit_slope",
+  "run",
+]

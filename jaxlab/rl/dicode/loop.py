@@ -38,6 +38,7 @@ import numpy as np
 
 from jaxlab.core import checkpoint, metrics, provenance, runtime
 from jaxlab.core import workdir as workdir_lib
+from jaxlab.core.train_state import TrainState
 from jaxlab.rl import ppo
 from jaxlab.rl.dicode import curriculum as curriculum_lib
 from jaxlab.rl.dicode import evolution, scoring, training
@@ -287,7 +288,7 @@ class Loop:
     reset = jnp.ones((1, n), bool)
     params = self.policy.init(self.key, self.policy.initial_carry(n), obs[None], reset)["params"]
     if self.state["session"] > 0:  # resuming: the committed agent
-      tmpl = ppo.TrainState.create(self.policy, params, ppo.make_optimizer(self.ppo))
+      tmpl = TrainState.create(self.policy, params, ppo.make_optimizer(self.ppo))
       stats = {"episode_return": jnp.zeros(()), "episode_length": jnp.zeros(())}
       stats["achievements"] = jnp.zeros((len(env.achievement_names),))
       self.carried = self._restore({"train": tmpl, "stats": stats})

@@ -26,6 +26,7 @@ import numpy as np
 from jaxlab.core import runtime
 from jaxlab.core import seeds as seeds_lib
 from jaxlab.core.sharding import to_device as _host
+from jaxlab.core.train_state import TrainState
 from jaxlab.rl import ppo
 from jaxlab.rl.dicode import curriculum as curriculum_lib
 from jaxlab.rl.dicode.counters import counts
@@ -67,7 +68,7 @@ def _agent_init(policy, config: ppo.PPOConfig, num_achievements: int) -> Callabl
     }
     if num_achievements:
       stats["achievements"] = jnp.zeros((num_achievements,), jnp.float32)
-    train = ppo.TrainState.create(policy, params, tx)
+    train = TrainState.create(policy, params, tx)
     return train, carry, jnp.ones((n,), bool), stats
 
   return jax.jit(init)

@@ -8,8 +8,23 @@ submodules: ``loss``, ``policies`` (MLP, GRU, GTrXL), ``rollouts`` (the one poli
 shared with R4 and DiCode), ``evaluation`` (held-out episodes, Crafter score). See docs/ppo.md.
 """
 
-from jaxlab.rl.ppo.agent import *  # noqa: F403
-from jaxlab.rl.ppo.config import (  # noqa: F401
+from jaxlab.rl.ppo.agent import (
+  PPOConfig,
+  PPOState,
+  crafter_score,
+  episode_stats,
+  init,
+  init_seeds,
+  is_recurrent,
+  learn,
+  make_optimizer,
+  make_update,
+  rollout,
+  scan,
+  state_sharding,
+  validate,
+)
+from jaxlab.rl.ppo.config import (
   check_memory,
   estimate_bytes,
   get_config,
@@ -17,7 +32,7 @@ from jaxlab.rl.ppo.config import (  # noqa: F401
   num_updates,
   validate_config,
 )
-from jaxlab.rl.ppo.runner import (  # noqa: F401
+from jaxlab.rl.ppo.runner import (
   RunOutput,
   check,
   check_env,
@@ -31,3 +46,38 @@ from jaxlab.rl.ppo.runner import (  # noqa: F401
   train_run,
   write_report,
 )
+
+__all__ = [
+  "PPOConfig",
+  "PPOState",
+  "RunOutput",
+  "check",
+  "check_env",
+  "check_fits",
+  "check_memory",
+  "crafter_score",
+  "episode_stats",
+  "estimate_bytes",
+  "get_config",
+  "gymnax_config",
+  "init",
+  "init_seeds",
+  "is_craftax",
+  "is_recurrent",
+  "learn",
+  "loop_options",
+  "make_env",
+  "make_optimizer",
+  "make_policy",
+  "make_update",
+  "num_updates",
+  "rollout",
+  "scan",
+  "schedule",
+  "state_sharding",
+  "throughput",
+  "train_run",
+  "validate",
+  "validate_config",
+  "write_report",
+]

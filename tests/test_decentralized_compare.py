@@ -272,9 +272,11 @@ def test_vmapped_seeds_equal_each_seed_alone(tmp_path, problem, lam):
 
 def test_validate_config_returns_the_cells_and_names_the_field():
   config = dec.get_config()
-  topos, lams = dec.validate_config(config, problem="least_squares")
+  checked = dec.validate_config(config, problem="least_squares")
+  topos, lams = dec_config.cells(checked)
   assert topos == config.sweep_topologies.split(",") and lams[0] == ("degree", 1.0)
-  one = dec.validate_config(config, problem="mlp", topology="ring", lam=("uniform", 1.0))
+  dec.validate_config(config, problem="mlp", topology="ring", lam=("uniform", 1.0))
+  one = dec_config.cells(config, "ring", ("uniform", 1.0))
   assert one == (["ring"], [("uniform", 1.0)])
   for overrides, kw, field in [
     ({"lr_policy": "own"}, {"problem": "logistic"}, "config.lr_policy"),

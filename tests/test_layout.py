@@ -122,6 +122,11 @@ _VALIDATORS = {
     m.get_config(), method="r4", ratings="simulated", protocol="offline", updates=8
   ),
   "jaxlab.rl.itc.config": lambda m: m.validate_config(m.get_config()),
+  "jaxlab.rl.dicode.config": lambda m: m.validate_config(m.get_config(), "none"),
+  "jaxlab.optim.goma.config": lambda m: m.validate_config(m.get_config()),
+  "jaxlab.optim.decentralized.config": lambda m: m.validate_config(
+    m.get_config(), problem="least_squares"
+  ),
 }
 
 

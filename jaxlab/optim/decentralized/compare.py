@@ -756,7 +756,8 @@ def run_sweep(
   strategy and its row is that of the mean curves over seeds (`run_single`)."""
   seeds = tuple(seeds) if seeds is not None and len(seeds) > 1 else None
   n_seeds = len(seeds) if seeds else 1
-  topos, lams = config_lib.validate_config(config, problem=problem, mesh=mesh, seeds=n_seeds)
+  config = config_lib.validate_config(config, problem=problem, mesh=mesh, seeds=n_seeds)
+  topos, lams = config_lib.cells(config)
   probs = make_problems(config, problem, seeds) if seeds else make_problem(config, problem, seed)
   prob = probs[0] if seeds else probs
   workdir = pathlib.Path(workdir)

@@ -128,10 +128,10 @@ def validate_config(
   mesh=None,
   steps: int | None = None,
   seeds: int = 1,
-) -> tuple[list[str], list[tuple[str, float]]]:
-  """Every check before anything runs; returns the (topologies, λ specs) to compare: the sweep's
-  (``topology=None``) or the one cell. ConfigError names the field or flag (``config.lr``,
-  ``problem``, ``topology``, ``mesh``, ``seeds``: several run vmapped on one device)."""
+) -> ml_collections.FrozenConfigDict:
+  """Every check before anything runs; returns the checked config, frozen (the cells to compare:
+  :func:`cells`). ConfigError names the field or flag (``config.lr``, ``problem``, ``topology``,
+  ``mesh``, ``seeds``: several run vmapped on one device)."""
   check_choice("problem", problem, problems.PROBLEMS)
   check_config(config, CHECKS)
   msg = "several seeds run vmapped on one device; drop --mesh"
@@ -141,9 +141,9 @@ def validate_config(
     msg = "needs least_squares (its stability limit is exact); use lr_policy=same"
     require(problem == "least_squares", "config.lr_policy", msg)
     require(config.lr == 0, "config.lr", "is set by lr_policy=own; leave it 0")
-  topos, lams = sweep_topologies(config), sweep_lams(config)
   if topology is not None:
-    topos, lams = [check_choice("topology", topology, graphs.TOPOLOGIES)], [lam]
+    check_choice("topology", topology, graphs.TOPOLOGIES)
+  topos, lams = cells(config, topology, lam)
   field = "config.sweep_topologies" if topology is None else "topology"
   for t in topos:  # hypercube needs 2^k nodes, torus a composite n, ER a connected sample
     msg = graphs.topology_error(t, config.n, p=config.er_p, seed=config.graph_seed)
@@ -157,4 +157,11 @@ def validate_config(
   got = None if mesh is None else dict(mesh.shape)
   msg = f"distributed mode puts one node per device: needs nodes:{config.n} (config.n), got {got}"
   require(got is None or got.get("nodes") == config.n, "mesh", msg)
-  return topos, lams
+  return ml_collections.FrozenConfigDict(config)
+
+
+def cells(config, topology: str | None = None, lam: tuple[str, float] | None = None):
+  """The (topologies, λ specs) to compare: the sweep's (``topology=None``) or the one cell."""
+  if topology is not None:
+    return [topology], [lam]
+  return sweep_topologies(config), sweep_lams(config)

@@ -54,8 +54,8 @@ def sweep_factors(spec: str) -> list[float]:
   return out
 
 
-def validate_config(cfg) -> ml_collections.ConfigDict:
-  """Raises `ConfigError("config.<field>", ...)` for a bad field; returns ``cfg``."""
+def validate_config(cfg) -> ml_collections.FrozenConfigDict:
+  """Raises `ConfigError("config.<field>", ...)` for a bad field; returns ``cfg``, frozen."""
   check_config(
     cfg,
     {
@@ -73,4 +73,4 @@ def validate_config(cfg) -> ml_collections.ConfigDict:
     },
   )
   sweep_factors(cfg.step_sweep)
-  return cfg
+  return ml_collections.FrozenConfigDict(cfg)

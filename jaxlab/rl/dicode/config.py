@@ -118,8 +118,9 @@ def check_memory(config, curriculum: str, devices: int = 1) -> None:
   )
 
 
-def validate_config(config, curriculum: str) -> None:
-  """Every field DiCode reads, for ``curriculum``; ConfigError naming the bad field."""
+def validate_config(config, curriculum: str) -> ml_collections.FrozenConfigDict:
+  """Every field DiCode reads, for ``curriculum``; ConfigError naming the bad field; returns the
+  checked config, frozen."""
   pos, prob = "positive", "prob"
   check_config(
     config,
@@ -182,3 +183,4 @@ def validate_config(config, curriculum: str) -> None:
   recurrent = config.policy != "mlp"
   ppo.validate(ppo.PPOConfig.from_config(config.ppo, num_updates=1), recurrent, prefix="config.ppo")
   check_memory(config, curriculum)
+  return ml_collections.FrozenConfigDict(config)

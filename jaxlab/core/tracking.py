@@ -1,16 +1,16 @@
 """Experiment trackers beside a run's CSV files: TensorBoard (the default) or Weights & Biases.
 
-``metrics.csv`` and ``eval.csv`` are always written (:mod:`jaxlab.core.metrics`); the tracker
-adds one viewer (with ``wandb`` no TensorBoard files are written). ``tensorboard``: scalars under ``<workdir>/tb`` (one run per seed) and evaluation
-videos as animated image summaries. ``wandb`` (``pip install 'jaxlab[wandb]'``): one W&B run per
-workdir whose id is derived from the workdir's resolved path and the run's identity (its seeds),
-opened with ``resume="allow"``, so a killed run that resumes from its checkpoint appends to the
-same W&B run instead of starting another; its files live in ``<workdir>/wandb``; its config is the
-run's recorded config plus the provenance record. W&B never blocks or fails a run: without an API
-key (``$WANDB_API_KEY`` or a netrc entry) or without network it runs offline (``wandb sync
-<workdir>/wandb/offline-run-*`` uploads later), and a W&B that cannot start is one warning line.
-``$WANDB_MODE`` (``online``, ``offline``, ``disabled``) overrides the choice.
-"""
+``metrics.csv`` and ``eval.csv`` are always written (:mod:`jaxlab.core.metrics`); the tracker adds
+one viewer (with ``wandb`` no TensorBoard files are written). ``tensorboard``: scalars under
+``<workdir>/tb`` (one run per seed) and evaluation videos as animated image summaries. ``wandb``
+(``pip install 'jaxlab[wandb]'``): one W&B run per workdir whose id is derived from the workdir's
+resolved path and the run's identity (its seeds), opened with ``resume="allow"``, so a killed run
+that resumes from its checkpoint appends to the same W&B run instead of starting another; its files
+live in ``<workdir>/wandb``; its config is the run's recorded config plus the provenance record. W&B
+never blocks or fails a run: without an API key (``$WANDB_API_KEY`` or a netrc entry) or without
+network it runs offline (``wandb sync <workdir>/wandb/offline-run-*`` uploads later), and a W&B that
+cannot start is one warning line. ``$WANDB_MODE`` (``online``, ``offline``, ``disabled``) overrides
+the choice."""
 
 from __future__ import annotations
 

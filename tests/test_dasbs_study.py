@@ -66,7 +66,7 @@ def test_study_spec_validates_and_matches_the_cpu_preset():
   assert set(study.seeds).isdisjoint(study.tuning_seeds) and set(range(10)) <= set(
     study.tuning_seeds
   )
-  assert len(study.seeds) >= 3
+  assert len(study.seeds) >= 5
   assert {t.metric for t in study.tests} <= set(study.metrics)
   preset = presets.get_config("ising_critical_cpu")
   oracle = study_lib.dasbs_config("dasbs_preset_oracle")

@@ -5,6 +5,7 @@
       --steps=65536 --seeds=2                                # Craftax-Classic-Symbolic, CPU-sized
   python -m benchmarks.ppo --env=craftax-classic-symbolic --num_envs=1024 --rollout=64 \
       --steps=2097152 --seeds=1                              # Craftax_Baselines' size (a GPU run)
+  python -m benchmarks.ppo --peer=rejax                      # rejax's PPO instead (the bench extra)
 
 The reference (:func:`make_train`) is PPO written the way PureJaxRL and Craftax_Baselines write it:
 one jitted ``train(key)`` that resets the environments, initialises the network and runs every
@@ -27,6 +28,12 @@ slowly, so pairs see about the same machine). Printed per size:
   - the mean training return of the episodes finished in the last 10 % of iterations, mean and
     95 % t-interval over the seeds, for both (equal returns at equal steps: same algorithm);
   - the load average (``os.getloadavg``) before and after.
+``--peer=rejax`` times rejax's PPO (github.com/keraJLi/rejax; ``pip install -e '.[bench]'``)
+instead: per seed rejax's ``train`` and jaxlab's chunk program, each one compiled call of every
+iteration (A B, then B A), steady env steps/s per wall and per CPU second, and both final policies
+on 128 evaluation episodes; with ``--program`` (default) also ``ppo.train_run`` with a temporary
+workdir at the program's defaults (env steps over wall minus compile seconds). Default 1.5e6
+steps. :data:`REJAX_DIFFERENCES` lists what rejax's config cannot match; it is printed.
 ``--env_only`` adds, for Craftax, the environment alone with random actions (craftax's builtin
 auto-reset vs the optimistic resets) as a secondary line.
 """

@@ -25,7 +25,7 @@ import time
 
 from absl import flags
 
-from jaxlab.core import experiment
+from jaxlab.core import compile_cache, experiment
 
 UNUSED_FLAGS = ("workdir", "mesh", "steps", "log_every", "ckpt_every", "keep", "profile")
 
@@ -83,7 +83,7 @@ HEADER = (
 def main(argv):
   del argv
   experiment.common("cache_read_benchmark", unused=UNUSED_FLAGS)
-  default = experiment.compile_cache_dir()  # where a program's run keeps them
+  default = compile_cache.compile_cache_dir()  # where a program's run keeps them
   experiment.require(
     _CACHE.value is not None or default is not None, "cache", "the cache is off; name a folder"
   )

@@ -188,8 +188,13 @@ def tables(rec: dict, lengths: list[int]) -> tuple[str, str]:
   return "\n".join(md) + "\n", buf.getvalue()
 
 
+UNUSED_FLAGS = experiment.RUN_FLAGS  # a compile-only measurement: no run to shape
+
+
 def main(argv) -> None:
   del argv
+  for name in UNUSED_FLAGS:
+    require(not FLAGS[name].present, name, "is not used by benchmarks.lm_memory; remove it")
   try:
     lengths = sorted({int(v) for v in FLAGS.lengths.split(",") if v.strip()})
   except ValueError:

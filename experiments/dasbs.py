@@ -44,7 +44,7 @@ for _name, _help in _EVAL_FLAGS.items():
   flags.DEFINE_integer(_name, evaluation.get_config()[_name], _help)
 FLAGS = flags.FLAGS
 
-CONFIG = experiment.define_config_file(experiment.config_path("dasbs"))
+CONFIG = experiment.define_config_file(experiment.config_path(__file__))
 
 
 def eval_settings():

@@ -57,7 +57,7 @@ flags.DEFINE_string(
 flags.DEFINE_string("compare", "", "Comma-separated finished run directories to chart together.")
 FLAGS = flags.FLAGS
 
-_CONFIG = experiment.define_config_file(experiment.config_path("dicode"))
+_CONFIG = experiment.define_config_file(experiment.config_path(__file__))
 UNUSED_FLAGS = ("steps", "log_every", "ckpt_every", "keep", "profile", "mesh", "tracker", "videos")
 _LLM_FLAGS = ("llm_url", "llm_model", "llm_api_key")
 

@@ -42,7 +42,7 @@ from jaxlab.rl import itc
 from jaxlab.rl.itc import dyna
 
 flags.DEFINE_string("decode", None, "sample | argmax | itc | itc_hungarian: sets config.decode.")
-_CONFIG = experiment.define_config_file(experiment.config_path("itc"))
+_CONFIG = experiment.define_config_file(experiment.config_path(__file__))
 FLAGS = flags.FLAGS
 
 

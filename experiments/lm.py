@@ -32,7 +32,7 @@ from jaxlab.core.errors import ConfigError
 from jaxlab.lm import config as lm_config
 from jaxlab.lm import modes
 
-_CONFIG = experiment.define_config_file(experiment.config_path("lm"))
+_CONFIG = experiment.define_config_file(experiment.config_path(__file__))
 flags.DEFINE_enum(
   "mode",
   "train",

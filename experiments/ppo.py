@@ -44,7 +44,7 @@ flags.DEFINE_string(
 flags.DEFINE_string("policy", "mlp", "Policy network: mlp, gru or gtrxl.")
 FLAGS = flags.FLAGS
 
-_CONFIG = experiment.define_config_file(experiment.config_path("ppo"))
+_CONFIG = experiment.define_config_file(experiment.config_path(__file__))
 
 
 def main(argv):

@@ -31,18 +31,7 @@ flags.DEFINE_string(
   "results", "", "Folder of the raw results and the table (default: the study's)."
 )
 FLAGS = flags.FLAGS
-_SHARED = (
-  "workdir",
-  "seed",
-  "seeds",
-  "mesh",
-  "steps",
-  "log_every",
-  "ckpt_every",
-  "keep",
-  "profile",
-)
-UNUSED_FLAGS = _SHARED  # out of --help
+UNUSED_FLAGS = experiment.RUN_FLAGS  # out of --help
 _NAMES: list[str] = []  # the positional arguments, taken out of argv before absl parses it
 
 
@@ -70,7 +59,7 @@ def main(argv):
   del argv
   for a in sys.argv[1:]:  # in the order typed: the first one is named
     name = a.lstrip("-").split("=")[0]
-    if name in _SHARED and name in FLAGS and FLAGS[name].present:
+    if name in UNUSED_FLAGS and name in FLAGS and FLAGS[name].present:
       raise ConfigError(name, "is not used by experiments.study (a study sets its own)")
   allowed = ", ".join(studies.names())
   if FLAGS.list:

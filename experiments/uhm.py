@@ -76,7 +76,7 @@ flags.DEFINE_integer(
 )
 FLAGS = flags.FLAGS
 
-_CONFIG = experiment.define_config_file(experiment.config_path("uhm"))
+_CONFIG = experiment.define_config_file(experiment.config_path(__file__))
 
 
 def main(argv):

@@ -136,9 +136,9 @@ def test_validate_config_names_the_field():
   mesh = make_mesh("data:8")
   assert field_of("train", mesh, batch_size=12) == "config.batch_size"
   assert field_of("train", make_mesh("data:2,context:4")) == "config.attention"
-  ok = lm_config.validate_config(lm_config.get_config(), "distill")
+  ok = lm_config.setup(lm_config.get_config(), "distill")
   assert ok["losses"] == ["nll", "hpd", "forward_kl"] and ok["teacher"].d_model == 128
-  assert lm_config.validate_config(lm_config.get_config(), "capacity") == {"widths": [16, 32]}
+  assert lm_config.setup(lm_config.get_config(), "capacity") == {"widths": [16, 32]}
 
 
 def _tiny_synthetic():

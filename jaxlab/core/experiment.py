@@ -31,15 +31,17 @@ import re
 import sys
 import textwrap
 import threading
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from absl import app, flags
 
 from jaxlab.core import mesh as mesh_lib
-from jaxlab.core import resources, runtime, sharding
+from jaxlab.core import resources, sharding
 from jaxlab.core import workdir as workdir_lib
+from jaxlab.core.compile_cache import (
+  enable_compile_cache,
+)
 from jaxlab.core.errors import ConfigError, check_choice, check_config, require  # noqa: F401
 from jaxlab.core.runtime import Loop, NonFiniteError
 
@@ -104,72 +106,20 @@ flags.DEFINE_integer(
   "0 = none; default: the program's).",
 )
 
-_CACHE_OFF = ("off", "none", "false", "0", "")
-_CACHE_MAX_BYTES = 4 << 30
-
-
-def compile_cache_dir(flag_value: str | None = None) -> pathlib.Path | None:
-  """Where compiled programs are kept between runs (``None``: not kept)."""
-  value = flag_value if flag_value is not None else os.environ.get("JAXLAB_COMPILE_CACHE")
-  if value is None:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    value = os.path.join(base, "jaxlab", "xla")
-  if value.strip().lower() in _CACHE_OFF:
-    return None
-  path = pathlib.Path(value).expanduser()
-  require(not path.exists() or path.is_dir(), "compile_cache", f"{path} is not a directory")
-  return path
-
-
-def repair_compile_cache(path: pathlib.Path) -> int:
-  """Makes every entry of the cache folder whole again; returns how many were repaired.
-
-  JAX's size-bounded cache writes an entry as two files, ``<key>-cache`` then ``<key>-atime``,
-  and before every write reads the ``-atime`` of every entry to find the least recently used.
-  A process killed between the two writes (out of memory, SIGKILL) leaves a ``-cache`` without
-  its ``-atime``, after which every later write into the folder fails (silently: a warning we
-  filter) and every run compiles from scratch. An orphaned ``-cache`` gets the oldest access
-  time (it is evicted first); an ``-atime`` without its ``-cache`` is removed.
-  """
-  if not path.is_dir():
-    return 0
-  names = set(os.listdir(path))
-  repaired = 0
-  for name in names:
-    try:
-      if name.endswith("-cache") and name[: -len("-cache")] + "-atime" not in names:
-        (path / (name[: -len("-cache")] + "-atime")).write_bytes((0).to_bytes(8, "little"))
-        repaired += 1
-      elif name.endswith("-atime") and name[: -len("-atime")] + "-cache" not in names:
-        (path / name).unlink()
-        repaired += 1
-    except OSError:  # another process evicted or repaired it meanwhile: nothing to do
-      pass
-  return repaired
-
-
-def enable_compile_cache(flag_value: str | None = None) -> pathlib.Path | None:
-  """Turns on JAX's persistent compilation cache (every program does; a notebook may call it)."""
-  path = compile_cache_dir(flag_value)
-  runtime.watch_compiles()  # only with $JAXLAB_COMPILE_LOG (benchmarks/compile.py)
-  if path is not None:
-    import jax
-
-    repair_compile_cache(path)
-
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    # Cache every compiled program, not only those that took a second (the chunks of short
-    # runs and the evaluation functions add up to most of a CPU run's start-up).
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    # A size bound turns on JAX's LRU eviction and, with it, a file lock around reads and
-    # writes, so two runs started side by side never read each other's half-written entries.
-    jax.config.update("jax_compilation_cache_max_size", _CACHE_MAX_BYTES)
-    # The cache is best effort: an entry another process evicted while this one wrote or read it
-    # only costs a compilation, not a warning on the user's console.
-    for verb in ("writing", "reading"):
-      warnings.filterwarnings("ignore", f"Error {verb} persistent compilation cache entry")
-  return path
-
+# The shared flags that shape a training run; a program without one refuses them all (UNUSED_FLAGS).
+RUN_FLAGS = (
+  "workdir",
+  "seed",
+  "seeds",
+  "mesh",
+  "steps",
+  "log_every",
+  "ckpt_every",
+  "keep",
+  "profile",
+  "tracker",
+  "videos",
+)
 
 ExperimentError = ConfigError  # one typed error for flags, config fields and library arguments
 
@@ -305,40 +255,11 @@ def common(
     seeds: whether the program trains several ``--seeds`` in one program (vmapped); when not,
       ``--seeds`` with more than one seed is refused naming the flag.
   """
-  from jaxlab.core import seeds as seeds_lib
-
   for name_ in unused:
     if FLAGS[name_].present:
       raise ConfigError(name_, f"is not used by {name}; remove it")
-  steps = default_steps if FLAGS.steps is None else FLAGS.steps
-  require(1 <= steps <= INT32_MAX, "steps", f"must be in [1, {INT32_MAX}], got {steps}")
-  log_every = (
-    FLAGS.log_every
-    if FLAGS.log_every is not None
-    else max(default_log_every or max(1, min(100, steps // 20 or 1)), -(-steps // MAX_CHUNKS))
-  )
-  require(1 <= log_every <= INT32_MAX, "log_every", f"must be in [1, {INT32_MAX}], got {log_every}")
-  ckpt_every = (
-    FLAGS.ckpt_every
-    if FLAGS.ckpt_every is not None
-    else (default_ckpt_every if default_ckpt_every is not None else max(log_every, steps // 4))
-  )
-  require(
-    0 <= ckpt_every <= INT32_MAX,
-    "ckpt_every",
-    f"must be in [0, {INT32_MAX}] (0 = only at the end), got {ckpt_every}",
-  )
-  check_chunks(steps, log_every=log_every, ckpt_every=ckpt_every)
-  require(
-    0 <= FLAGS.seed <= seeds_lib.MAX_SEED,
-    "seed",
-    f"must be in [0, {seeds_lib.MAX_SEED}], got {FLAGS.seed}",
-  )
-  if FLAGS.seeds is not None and "," in FLAGS.seeds and FLAGS["seed"].present:
-    raise ConfigError("seed", "--seeds lists the seeds; drop --seed (or give --seeds a count)")
-  run_seeds = seeds_lib.parse_seeds(FLAGS.seeds, FLAGS.seed)
-  if len(run_seeds) > 1 and not seeds:
-    raise ConfigError("seeds", f"{name} trains one seed per run; run one --seed at a time")
+  steps, log_every, ckpt_every = _schedule(default_steps, default_log_every, default_ckpt_every)
+  run_seeds = _seeds(name, seeds)
   require(FLAGS.keep >= 1, "keep", f"must be >= 1, got {FLAGS.keep}")
   videos = FLAGS.videos
   require(videos is None or 0 <= videos <= 64, "videos", f"must be in [0, 64], got {videos}")
@@ -365,6 +286,47 @@ def common(
     tracker=FLAGS.tracker,
     videos=videos,
   )
+
+
+def _schedule(default_steps, default_log_every, default_ckpt_every) -> tuple[int, int, int]:
+  """``--steps --log_every --ckpt_every`` with the program's defaults, checked."""
+  steps = default_steps if FLAGS.steps is None else FLAGS.steps
+  require(1 <= steps <= INT32_MAX, "steps", f"must be in [1, {INT32_MAX}], got {steps}")
+  log_every = (
+    FLAGS.log_every
+    if FLAGS.log_every is not None
+    else max(default_log_every or max(1, min(100, steps // 20 or 1)), -(-steps // MAX_CHUNKS))
+  )
+  require(1 <= log_every <= INT32_MAX, "log_every", f"must be in [1, {INT32_MAX}], got {log_every}")
+  ckpt_every = (
+    FLAGS.ckpt_every
+    if FLAGS.ckpt_every is not None
+    else (default_ckpt_every if default_ckpt_every is not None else max(log_every, steps // 4))
+  )
+  require(
+    0 <= ckpt_every <= INT32_MAX,
+    "ckpt_every",
+    f"must be in [0, {INT32_MAX}] (0 = only at the end), got {ckpt_every}",
+  )
+  check_chunks(steps, log_every=log_every, ckpt_every=ckpt_every)
+  return steps, log_every, ckpt_every
+
+
+def _seeds(name: str, several: bool) -> tuple[int, ...]:
+  """``--seed`` / ``--seeds`` checked; several only where the program vmaps them."""
+  from jaxlab.core import seeds as seeds_lib
+
+  require(
+    0 <= FLAGS.seed <= seeds_lib.MAX_SEED,
+    "seed",
+    f"must be in [0, {seeds_lib.MAX_SEED}], got {FLAGS.seed}",
+  )
+  if FLAGS.seeds is not None and "," in FLAGS.seeds and FLAGS["seed"].present:
+    raise ConfigError("seed", "--seeds lists the seeds; drop --seed (or give --seeds a count)")
+  run_seeds = seeds_lib.parse_seeds(FLAGS.seeds, FLAGS.seed)
+  if len(run_seeds) > 1 and not several:
+    raise ConfigError("seeds", f"{name} trains one seed per run; run one --seed at a time")
+  return run_seeds
 
 
 def prepare_workdir(path: str | pathlib.Path) -> pathlib.Path:
@@ -488,15 +450,15 @@ def _check_configs() -> None:
       fail(e.field, e.message)
 
 
-def config_path(method: str) -> str:
-  """``experiments/configs/<method>.py`` beside the calling program (``experiments/<method>.py``).
+def config_path(program: str) -> str:
+  """``configs/<method>.py`` beside the program file ``program`` (``experiments/<method>.py``:
+  pass its ``__file__``).
 
   Programs run from a clone; the path is relative to the working directory when it lies inside it,
   so ``--help`` shows what a user types.
   """
-  caller = sys._getframe(1).f_globals.get("__file__") or "."  # experiments/<method>.py
-  here = pathlib.Path(caller).resolve().parent
-  path = here / "configs" / f"{method}.py"
+  program = pathlib.Path(program).resolve()
+  path = program.parent / "configs" / f"{program.stem}.py"
   try:
     return str(path.relative_to(pathlib.Path.cwd()))
   except ValueError:
@@ -596,39 +558,43 @@ def _flags_parser(argv: list[str]) -> list[str]:
     fail(e.flag, e.message)
   except ConfigError as e:
     fail(e.field, e.message)
+  except flags.UnrecognizedFlagError as e:
+    fail(e.flagname, "unknown flag (--help lists them)")
   except flags.Error as e:
-    msg = str(e)
-    if "Traceback" in msg:  # a config file's get_config raised: its last line is the reason
-      m = re.match(r"flag --(\w+)=", msg)
-      fail(m.group(1) if m else "config", msg.strip().splitlines()[-1].strip())
-    flag, message = _flag_error(msg)
-    fail(flag, message)
+    fail(*(_rejected(argv) or ("flags", _why(e))))
 
 
-_PARSE_REASONS = (
-  ("invalid literal for int()", "must be an integer"),
-  ("could not convert string to float", "must be a number"),
-  ("Non-boolean argument", "must be true or false"),
-)
+def _rejected(argv: list[str]) -> tuple[str, str] | None:
+  """The first ``--name=value`` of ``argv`` that its flag's own parser refuses -> ``(flag,
+  message)``, the message worded from the flag's type (absl's error text is not parsed)."""
+  for arg in argv[1:]:
+    name, eq, value = arg[2:].partition("=")
+    if not (arg.startswith("--") and eq) or name not in FLAGS:
+      continue
+    flag = FLAGS[name]
+    try:
+      flag.parser.parse(value)
+    except BadConfigFile as e:
+      return e.flag, e.message
+    except ConfigError as e:
+      return e.field, e.message
+    except Exception as e:  # whatever the flag's parser raises is the reason
+      return name, _allowed(flag, value, e)
+  return None
 
 
-def _flag_error(msg: str) -> tuple[str, str]:
-  """absl's ``flag --x=v: why`` or ``Unknown command line flag 'x'`` as jaxlab's (flag, message)."""
-  m = re.match(r"Unknown command line flag '([^']+)'(.*)", msg, re.S)
-  if m:
-    hint = m.group(2).strip(" .")
-    return m.group(1), "unknown flag (--help lists them)" + (f"; {hint}" if hint else "")
-  m = re.match(r"flag --([^=\s]+)=(.*?): (.*)", msg, re.S)
-  if not m:
-    return "flags", msg.strip().splitlines()[-1]
-  name, value, reason = m.groups()
-  for needle, allowed in _PARSE_REASONS:
-    if needle in reason:
-      return name, f"{allowed}, got {value!r}"
-  choices = re.search(r"value should be one of <([^>]*)>", reason)
+def _allowed(flag, value: str, error: Exception) -> str:
+  parser, default = flag.parser, flag.default if flag.default is not None else flag.value
+  choices = getattr(parser, "enum_values", None)
   if choices:
-    return name, f"got {value!r}; allowed: {', '.join(choices.group(1).split('|'))}"
-  return name, f"{reason.strip().splitlines()[-1].strip()} (got {value!r})"
+    return f"got {value!r}; allowed: {', '.join(choices)}"
+  if isinstance(parser, flags.BooleanParser) or isinstance(default, bool):
+    return f"must be true or false, got {value!r}"
+  if isinstance(parser, flags.IntegerParser) or isinstance(default, int):
+    return f"must be an integer, got {value!r}"
+  if isinstance(parser, flags.FloatParser) or isinstance(default, float):
+    return f"must be a number, got {value!r}"
+  return f"{_why(error)} (got {value!r})"
 
 
 def _background_line(where: str, exc_type, exc_value) -> None:

@@ -148,8 +148,15 @@ def parse_losses(field: str, losses) -> list[str]:
   return items
 
 
-def validate_config(config, mode: str, mesh=None) -> dict:
-  """Every check of ``mode`` that needs no data; returns what the mode needs.
+def validate_config(config, mode: str, mesh=None) -> ml_collections.FrozenConfigDict:
+  """Every check of ``mode`` that needs no data (:func:`setup`); returns the checked config,
+  frozen."""
+  setup(config, mode, mesh)
+  return ml_collections.FrozenConfigDict(config)
+
+
+def setup(config, mode: str, mesh=None) -> dict:
+  """Every check of ``mode`` that needs no data; returns the typed objects the mode needs.
 
   ``{"widths"}`` for capacity (a single-device probe: the LM's mesh is not used), else ``{"model"}``
   plus ``{"teacher", "losses"}`` for distill. The text itself is checked by

@@ -108,13 +108,14 @@ def text_data(config, workdir, fraction: float, reuse: bool) -> dict:
 
 
 def prepare(config, mode: str, workdir, mesh=None) -> dict:
-  """`jaxlab.lm.config.validate_config` plus the data checks of ``mode``; writes nothing.
+  """`jaxlab.lm.config.setup` (every check that needs no data) plus the data checks of ``mode``;
+  writes nothing.
 
   Returns what the mode needs: ``model`` (an `LMConfig`), ``teacher`` and ``losses`` (distill),
   ``widths`` (capacity), ``data`` (text: `text_data`'s result).
   """
   c = config
-  setup = config_lib.validate_config(c, mode, mesh)
+  setup = config_lib.setup(c, mode, mesh)
   if mode in ("capacity", "generate"):
     return setup
   fraction = c.distill.heldout_fraction if mode == "distill" else c.val_fraction

@@ -1,1 +1,13 @@
-
+__all__ = [
+  "dasbs",
+  "energies",
+  "evaluation",
+  "exact",
+  "exact_check",
+  "losses",
+  "mcmc",
+  "metrics",
+  "networks",
+  "reference",
+  "sampler",
+]

@@ -260,11 +260,11 @@ def _check_combinations(c) -> None:
     require(n**d <= 4096, "config.model", f"'tabular' needs N^D <= 4096 states, got {n}^{d}")
 
 
-def validate_config(config):
+def validate_config(config) -> ml_collections.FrozenConfigDict:
   """Raises `ConfigError` naming the bad field (e.g. `config.beta`); returns ``config``."""
   check_config(config, _CHECKS)  # also: every float field finite
   _check_combinations(config)
-  return config
+  return ml_collections.FrozenConfigDict(config)
 
 
 def make_spec(config) -> Spec:

@@ -50,12 +50,12 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
-def validate_config(ev) -> ml_collections.ConfigDict:
+def validate_config(ev) -> ml_collections.FrozenConfigDict:
   """ConfigError naming the field as the program's flag (``eval_samples``, ``mcmc_thin``, ...)."""
   positive = ("eval_samples", "mcmc_chains", "mcmc_samples", "mcmc_thin")
   table = {k: "positive" for k in positive} | {"stage_eval_samples": "nonneg"}
   check_config(ev, table | {"mcmc_burn_in": "nonneg"}, prefix="")
-  return ev
+  return ml_collections.FrozenConfigDict(ev)
 
 
 def check_memory(spec, ev, devices=1, seeds: int = 1) -> None:

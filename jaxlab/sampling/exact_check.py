@@ -47,14 +47,14 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
-def validate_config(c) -> ml_collections.ConfigDict:
+def validate_config(c) -> ml_collections.FrozenConfigDict:
   """ConfigError naming the field as the program's flag (``L``, ``beta``, ``samples``, ...)."""
   msg = f"must be 3 or 4 (2^(L*L) states are enumerated), got {c.L}"
   require(c.L in (3, 4), "L", msg)
   table = dict.fromkeys(("beta", "gamma", "alpha", "steps", "samples", "seeds"), "positive")
   check_config(c, table, prefix="")
   check_sizes(c.L * c.L, 2, c.steps, c.samples, "steps")
-  return c
+  return ml_collections.FrozenConfigDict(c)
 
 
 def check_sizes(D: int, N: int, steps: int, samples: int, steps_field: str = "steps") -> None:

@@ -3,7 +3,7 @@ r"""Runs a registered study of a method, or rebuilds its table from the per-seed
   python -m experiments.study --list                      # the studies, with their claims
   python -m experiments.study r4/cartpole                 # run what is unfinished, then the table
   python -m experiments.study r4/cartpole --table         # only the table, from the raw files
-  python -m experiments.study uhm/size --root=/scratch/runs --results=/tmp/uhm_size
+  python -m experiments.study uhm/size --root=/scratch/runs --results=runs/uhm_size
 
 A study is data in `jaxlab.studies` (claim, arms, held-out and tuning seeds, budget, declared
 tests, cell). Each arm's cell runs in ``<root>/<method>/<study>/<arm>`` for the seeds that have no

@@ -9,7 +9,8 @@ their meaning are `jaxlab.sampling.dasbs.get_config`):
   # Potts q = 4 at low temperature, batch split over every device.
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:potts_low --mesh=data:-1
   # The CPU preset: Ising at beta_c on 4 x 4, 1250 steps (about 7 min with two runs sharing 2 CPU
-  # cores; per-seed unweighted energy errors: docs/dasbs.md, "CPU presets"); `..._memoryless`:
+  # cores; per-seed unweighted energy errors: docs/results/dasbs/notes.md, "The CPU presets on
+  # seeds 0–9"); `..._memoryless`:
   # without corrector (4 min).
   python -m experiments.dasbs --config=experiments/configs/dasbs.py:ising_critical_cpu
 
@@ -56,7 +57,7 @@ PRESETS = {
   "potts_low": {**POTTS, **LONG, "beta": 1.3, "lr": 1e-3, "gamma": 0.25},
 }
 # CPU presets (not authors' settings): Ising at beta_c on a 4 x 4 lattice, 1250 steps, 4-7 min on
-# 2 busy CPU cores (docs/dasbs.md, "CPU presets").
+# 2 busy CPU cores (docs/results/dasbs/notes.md, "The CPU presets on seeds 0–9").
 # `ising_critical_cpu` (the default CPU run) alternates controller and corrector phases as the GPU
 # presets, with gamma = 0.25 (as the low-temperature presets): with gamma = 1 a site of the
 # reference leaves its ground state w.p. 1/3 over [0, 1] and the sampler stays 0.13-0.17 per spin
@@ -69,15 +70,15 @@ PRESETS = {
 # that approaches the SB from the disordered side. path_weights = 'target' (ours: each pair's
 # exact weight against the SB of this source) removes that lag; with it the corrector needs its
 # t = 0 target (corr_dm_eps = 1, the Rao-Blackwellised corr-DM target), and a cosine lr cuts the
-# seed-to-seed noise of the last stage. Per-seed errors of each step: docs/dasbs.md, "The drift
-# is the lag of a fixed-point iteration".
+# seed-to-seed noise of the last stage. Per-seed errors of each step: docs/results/dasbs/notes.md,
+# "The drift is the lag of a fixed-point iteration; path weights remove it".
 # `ising_critical_cpu_memoryless` is the memoryless setting of the authors' code (`memoryless: true`
 # with ctrl-TM): alpha = 0.01 and gamma = 1, so a site keeps its source value over [0, 1] w.p.
 # (1 + 1/101) / 2 = 0.505 and the reference's terminal law is uniform to within 1 %; the corrector
 # is 0 (no corrector phases) and the controller regresses onto the target's own discrete score. The
 # lr decays (cosine) to 1e-4. Their tau-leaping grid starts at t = 0.01, ours at 0. Energy errors
 # of the same size (too ordered), a far lower target ESS and an unbalanced +/- phase split
-# (docs/dasbs.md).
+# (docs/results/dasbs/notes.md, "`ising_critical_cpu_memoryless`").
 _CPU = {**PRESETS["ising_critical"], "L": 4, "resample_freq": 5}
 _CPU |= {"sampling_steps": 50, "num_repl": 4, "lr": 1e-3}
 CPU_PRESETS = {
@@ -88,7 +89,7 @@ CPU_PRESETS = {
     "gamma": 0.25,
     "batch_size": 128,  # 2 x the data per step: half the seed-to-seed spread; the drift stays
     "buffer_size": 1024,  # 8 refills, as at batch 64
-    "corr_ema": False,  # docs/dasbs.md, "Corrector EMA"
+    "corr_ema": False,  # docs/results/dasbs/notes.md, "Corrector EMA and the late-stage drift"
     "path_weights": "target",  # the SB's coupling, not the sampler's own (ours)
     "corr_dm_eps": 1.0,  # corr-DM at t = 0: same minimiser, less variance (ours)
     "lr_schedule": "cosine",  # 1e-3 -> 1e-4 over each network's updates

@@ -11,7 +11,7 @@ Presets:
          proposals, each with its score (mostly 0 at this budget:
          64-step scoring windows; the `learn` preset scores whole sessions). The agent learns
          next to nothing. One compiled program trains, evaluates and scores (docs/dicode.md,
-         "Cost"); a cold run compiles ~126 CPU-s before its first step (the craftax world
+         "Compile time"); a cold run compiles ~126 CPU-s before its first step (the craftax world
          generator 26 s, the PPO-GTrXL chunk 69 s, 4 task programs 16 s, the reset 4 s), where
          it compiled the generator into the reset, the step and the evaluation before
          (docs/dicode.md, "Compile time"). Later runs load it from the persistent cache.

@@ -5,7 +5,9 @@ Trains PPO-GTrXL in sessions (``jaxlab.rl.dicode.loop``) under one curriculum
 (mean return, % of the maximum 226, per-achievement success) and writes, in the workdir (default
 ``runs/dicode/<curriculum>/seed<k>``): summary.json (evaluation, per-session history, for
 ``dicode`` the archive: admitted / rejected with reasons / retired, top tasks with scores),
-achievements.png, loop_state.json + agent/ (resume state), and for ``dicode`` the browsable
+achievements.png, videos/eval_<env steps>.gif (the final agent playing one episode of the
+original game, at most 100 steps; ``--videos=N`` episodes, 0 for none), loop_state.json + agent/
+(resume state), and for ``dicode`` the browsable
 archive/ (one directory per task with its program task.py and meta.json), and for ``dicode`` and
 ``dr`` pools/ (each task program's pre-built starting worlds). A killed run resumes
 where it stopped when started again with the same flags.
@@ -58,7 +60,7 @@ flags.DEFINE_string("compare", "", "Comma-separated finished run directories to 
 FLAGS = flags.FLAGS
 
 _CONFIG = experiment.define_config_file(experiment.config_path(__file__))
-UNUSED_FLAGS = ("steps", "log_every", "ckpt_every", "keep", "profile", "mesh", "tracker", "videos")
+UNUSED_FLAGS = ("steps", "log_every", "ckpt_every", "keep", "profile", "mesh", "tracker")
 _LLM_FLAGS = ("llm_url", "llm_model", "llm_api_key")
 
 
@@ -79,7 +81,7 @@ def main(argv):
 
   if FLAGS.compare:
     dirs = runner.check_run_dirs(d.strip() for d in FLAGS.compare.split(",") if d.strip())
-    run = experiment.common("dicode", variant=("compare",), unused=UNUSED_FLAGS)
+    run = experiment.common("dicode", variant=("compare",), unused=(*UNUSED_FLAGS, "videos"))
     reporting.compare(dirs, run.workdir)
     return
   experiment.check_choice("curriculum", FLAGS.curriculum, curriculum_lib.CURRICULA)
@@ -88,14 +90,18 @@ def main(argv):
   run = experiment.common(
     "dicode", variant=(FLAGS.curriculum, f"seed{FLAGS.seed}"), unused=UNUSED_FLAGS, seeds=True
   )
+  # --videos=N: N episodes per seed in <workdir>/videos/eval_<step>.gif at the held-out evaluation
+  videos = reporting.evaluation_videos(run.video_episodes(1))
   if len(run.seeds) == 1:
     # 10 calls from here to PPO's loss: main, runner.run, loop.run_together, runtime.train, the
     # PPO update, its learning step, ppo.learn, TrainState.apply_loss, the loss function, ppo_loss
-    runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
+    with videos:
+      runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
     return
   # seed k in <workdir>/seed<k>, by default where its solo run goes: runs/dicode/<curriculum>/
   base = run.workdir if FLAGS.workdir else run.workdir.parent
-  out = runner.run_seeds(base, _CONFIG.value, FLAGS.curriculum, proposer, run.seeds)
+  with videos:
+    out = runner.run_seeds(base, _CONFIG.value, FLAGS.curriculum, proposer, run.seeds)
   returns = [out[s]["eval/return_pct"] for s in run.seeds]
   print(
     f"[dicode] {FLAGS.curriculum}, seeds {','.join(map(str, run.seeds))}: eval return "

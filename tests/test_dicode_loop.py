@@ -751,11 +751,13 @@ def test_experiment_end_to_end_on_craftax(tmp_path):
     "--config.ppo.num_steps=16",
     "--config.ppo.eval_envs=8",
     "--config.ppo.eval_steps=50",
+    "--videos=0",  # test_experiment_writes_an_evaluation_video renders
   ]
   r = run_program("experiments.dicode", args, tmp_path, timeout=3600)
   assert r.returncode == 0, r.stderr[-3000:]
   summary = json.loads((tmp_path / "run" / "summary.json").read_text())
   assert summary["sessions"] == 2 and np.isfinite(summary["eval/return"])
+  assert not (tmp_path / "run" / "videos").exists()
   assert summary["archive"]["by_status"]["admitted"] >= 1
   assert summary["archive"]["top"] and "score" in summary["archive"]["top"][0]
   assert (tmp_path / "run" / "achievements.png").exists()
@@ -765,6 +767,31 @@ def test_experiment_end_to_end_on_craftax(tmp_path):
     tmp_path,
   )
   assert r.returncode == 0 and (tmp_path / "cmp" / "comparison.png").exists(), r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_experiment_writes_an_evaluation_video(tmp_path):
+  """By default the held-out evaluation writes videos/eval_<env steps>.gif: the final agent
+  playing the original game, several frames (craftax's pixel renderer inside the rollout)."""
+  from PIL import Image
+
+  args = [
+    f"--workdir={tmp_path / 'run'}",
+    "--curriculum=none",
+    "--config.sessions=1",
+    "--config.updates_per_session=2",
+    "--config.ppo.num_envs=8",
+    "--config.ppo.num_steps=16",
+    "--config.ppo.eval_envs=8",
+    "--config.ppo.eval_steps=50",
+  ]
+  r = run_program("experiments.dicode", args, tmp_path, timeout=3600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  gifs = list((tmp_path / "run" / "videos").glob("eval_*.gif"))
+  assert [g.name for g in gifs] == [f"eval_{summary['env_steps']}.gif"], gifs
+  with Image.open(gifs[0]) as gif:
+    assert gif.n_frames > 1 and min(gif.size) > 1
 
 
 def test_pool_cache_builds_each_program_once_and_keeps_it_on_disk(tmp_path, monkeypatch):

@@ -5,16 +5,21 @@
 each; :func:`finish` writes summary.json (last: its presence means the run finished) and
 achievements.png; :func:`compare` charts finished runs side by side (a dir of seed*/ runs is
 averaged). The ``*_together`` forms do the same for several seeds' loops at once, their agents
-playing in one vmapped program.
+playing in one vmapped program. Inside :func:`evaluation_videos` (``python -m experiments.dicode``
+enters it; ``--videos=0`` does not) :func:`finish` also writes ``<workdir>/videos/eval_<step>.gif``
+(:func:`write_videos`): the agent playing the original game, rendered in JAX.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import pathlib
 import time
 import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core import metrics, provenance, runtime
@@ -94,6 +99,98 @@ def craftax_achievement_names() -> tuple[str, ...]:
   return craftax.achievement_names(False)
 
 
+VIDEO_STEPS = 100  # steps of each clip: a few seconds at videos.FPS, one short lax.scan
+VIDEO_STRIDE = 2  # frames shrunk 2 x 2 -> 1 pixel (craftax draws 10-pixel blocks)
+_VIDEOS = {"episodes": 0}  # episodes per seed of the evaluation video; 0: none (library default)
+
+
+@contextlib.contextmanager
+def evaluation_videos(episodes: int):
+  """Within it, :func:`finish` / :func:`finish_together` also write the evaluation video with
+  ``episodes`` episodes per seed (0: none). Off by default: rendering full Craftax loads its
+  texture atlas (built once, ~100 s, then cached; ``jaxlab.envs.craftax.prepare_textures``)."""
+  before = _VIDEOS["episodes"]
+  _VIDEOS["episodes"] = int(episodes)
+  try:
+    yield
+  finally:
+    _VIDEOS["episodes"] = before
+
+
+def original_slot(run, curriculum: str) -> int:
+  """The task slot of the original game in ``run``'s observation (as the evaluation plays it)."""
+  if curriculum == "dr":
+    return run.curriculum.names.index(curriculum_lib.ORIGINAL)
+  return run.config.num_slots - 1
+
+
+def original_game_env(num_envs: int, num_slots: int, slot: int):
+  """Craftax-Symbolic (``jaxlab.envs.craftax``, with its renderer) observed as the DiCode agent
+  sees the original game: the symbolic observation with the one-hot of ``slot`` appended."""
+  from jaxlab.envs import craftax
+
+  # the atlas loaded here, eagerly: built inside the rollout's trace its jnp ops would be tracers
+  craftax.prepare_textures(False)
+  env = craftax.make("craftax-symbolic", num_envs)
+  one_hot = jax.nn.one_hot(slot, num_slots, dtype=jnp.float32)
+
+  def tag(obs):
+    return jnp.concatenate([obs, jnp.broadcast_to(one_hot, (obs.shape[0], num_slots))], axis=-1)
+
+  def reset(key):
+    obs, state = env.reset(key)
+    return tag(obs), state
+
+  def step(state, action, key):
+    obs, state, reward, done, info = env.step(state, action, key)
+    return tag(obs), state, reward, done, info
+
+  return dataclasses.replace(env, reset=reset, step=step, obs_shape=(env.obs_shape[0] + num_slots,))
+
+
+def write_videos(loops, curriculum: str, episodes: int, step: int, steps: int = VIDEO_STEPS):
+  """``<workdir>/videos/eval_<step>.gif`` of each loop: ``episodes`` original-game episodes (at
+  most ``steps`` steps, fresh worlds from the held-out key) played by its agent, rendered inside
+  one jitted ``lax.scan`` (``ppo.evaluation.make_video``), the seeds' agents vmapped. Several
+  loops (seeds) also write the grid of all of them, one row per seed, in their workdirs' parent
+  (the program's workdir). Returns the paths written."""
+  from jaxlab.core import videos
+  from jaxlab.rl.dicode import evaluation
+  from jaxlab.rl.ppo import evaluation as ppo_eval
+
+  c = loops[0].config
+  key = jax.random.key(evaluation.EVAL_SEED)
+  rows: list = [None] * len(loops)
+  slots = [original_slot(lp, curriculum) for lp in loops]
+  for slot in dict.fromkeys(slots):  # one program per slot (in practice one: every seed's)
+    idx = [i for i, s in enumerate(slots) if s == slot]
+    env = original_game_env(episodes, c.num_slots, slot)
+    video = jax.jit(jax.vmap(ppo_eval.make_video(env, loops[idx[0]].policy, steps), (0, None)))
+    params = jax.tree.map(lambda *p: jnp.stack(p), *(loops[i].carried["train"].params for i in idx))
+    frames, lengths = jax.device_get(video(params, key))
+    frames = _downscale(frames, VIDEO_STRIDE)
+    for j, i in enumerate(idx):
+      rows[i] = (frames[j], lengths[j])
+  paths = []
+  for lp, (frames, lengths) in zip(loops, rows):
+    clip = videos.grid(videos.trim(frames, lengths))
+    paths.append(videos.write_gif(videos.path_for(lp.workdir, step), clip))
+  if len(loops) > 1:
+    frames = np.stack([r[0] for r in rows])
+    clip = videos.grid(videos.trim(frames, np.stack([r[1] for r in rows])))
+    paths.append(videos.write_gif(videos.path_for(loops[0].workdir.parent, step), clip))
+  return paths
+
+
+def _downscale(frames: np.ndarray, k: int) -> np.ndarray:
+  """``[..., H, W, 3]`` uint8 -> ``[..., H // k, W // k, 3]``, each pixel the mean of a k x k
+  block (striding would alias craftax's textures into stripes)."""
+  *lead, h, w, c = frames.shape
+  a = frames[..., : h - h % k, : w - w % k, :].astype(np.float32)
+  a = a.reshape(*lead, h // k, k, w // k, k, c).mean(axis=(-4, -2))
+  return np.round(a).astype(np.uint8)
+
+
 def finish(run, state: dict, curriculum: str) -> dict:
   """Evaluates the agent, writes summary.json and achievements.png; returns the summary."""
   return finish_together([run], [state], curriculum)[0]
@@ -107,6 +204,11 @@ def finish_together(loops, states, curriculum: str) -> list[dict]:
   t0 = time.perf_counter()
   results = evaluate_together(loops, curriculum)
   eval_wall = time.perf_counter() - t0
+  if _VIDEOS["episodes"]:  # before summary.json: a run killed here evaluates again on resume
+    history = states[0]["history"]
+    step = history[-1]["env_steps"] if history else 0
+    for path in write_videos(loops, curriculum, _VIDEOS["episodes"], step):
+      loops[0].log(f"[dicode] evaluation video -> {path}")
   out = []
   for run, state, (scalars, rates) in zip(loops, states, results):
     history = state["history"]

@@ -422,6 +422,9 @@ REJAX_DIFFERENCES = (
   "init: rejax flax defaults (LeCun normal, zero bias); jaxlab orthogonal (sqrt 2, 0.01, 1)",
   "minibatches: rejax a global shuffle of the T x N samples; jaxlab per-environment shuffles",
 )
+# rejax 0.1.3's Craftax adapter with craftax 1.6: its PPO takes craftax's Discrete action space
+# for a continuous one (an isinstance check against gymnax's class) and fails to build
+REJAX_CRAFTAX = "rejax's PPO does not build on Craftax (craftax's action space); gymnax envs only"
 EVAL_EPISODES = 128  # rejax's evaluation size; jaxlab's side evaluates as many
 # env steps per CPU second (all the process's threads) of the last timed call of each side: on a
 # machine shared with other jobs, CPU time moves less with the load than wall time does
@@ -469,9 +472,10 @@ def rejax_algo(c, env_name: str):
   else:
     env, params = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(env_name))
     env = _DoneEnv(env)
+  # params set after create: create deep-copies its arguments, and the Craftax adapter's params
+  # (a wrapper delegating attributes to its _base) recurse without end in copy.deepcopy
   return PPO.create(
     env=env,
-    env_params=params,
     num_envs=c.num_envs,
     num_steps=c.num_steps,
     num_epochs=c.epochs,
@@ -488,7 +492,7 @@ def rejax_algo(c, env_name: str):
     ent_coef=c.ent_coef,
     normalize_observations=False,
     agent_kwargs={"activation": c.mlp.activation, "hidden_layer_sizes": tuple(c.mlp.hidden)},
-  )
+  ).replace(env_params=params)
 
 
 def rejax_run(c, env_name: str, seed: int, compiled=None):
@@ -680,6 +684,7 @@ def check_flags() -> tuple[str, list[int], int, int]:
   env_name = ppo.check_env(_ENV.value)
   craftax = ppo.is_craftax(env_name)
   if _PEER.value == "rejax":
+    experiment.require(not craftax, "peer", REJAX_CRAFTAX)
     experiment.require(rejax_available(), "peer", "rejax is not installed (pip install rejax)")
   sizes = []
   for v in _NUM_ENVS.value:

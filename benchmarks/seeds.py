@@ -62,7 +62,10 @@ def compare(update, states, keys, length: int, reps: int, data=None, sample_fn=N
   n = int(keys.shape[0])
   chunk_v = runtime.make_chunk_fn(update, sample_fn, None, vmap or seeds_lib.vmap)
   chunk_1 = runtime.make_chunk_fn(update, sample_fn, None)
-  solo = [(seeds_lib.take(states, i), keys[i]) for i in range(n)]
+  # one jitted slice of the whole state: eagerly, every leaf shape compiles its own slice (a
+  # Craftax state has dozens), minutes on a loaded CPU
+  take = jax.jit(seeds_lib.take)
+  solo = [(take(states, i), keys[i]) for i in range(n)]
   out = {}
   t0 = time.perf_counter()
   chunk_v.compile(states, data, keys, length)
@@ -180,9 +183,10 @@ def check_flags() -> tuple[list[int], tuple[int, ...]]:
   seeds = seeds_lib.parse_seeds(f.seeds or "8", f.seed)
   require(len(seeds) >= 2, "seeds", "needs at least 2 seeds to compare")
   if f.rejax:
-    from benchmarks.ppo import rejax_available
+    from benchmarks.ppo import REJAX_CRAFTAX, rejax_available
 
     require(rejax_available(), "rejax", "rejax is not installed (pip install -e '.[bench]')")
+    require(not ppo.is_craftax(f.env), "rejax", REJAX_CRAFTAX)
   return sizes, seeds
 
 

@@ -243,7 +243,8 @@ class ChunkProgram:
     # trace by argument types); XLA inlines the nested call
     self._body = jax.jit(self._one if seed_vmap is None else self._seeds)
     donate = (0,) if jax.default_backend() != "cpu" else ()
-    self.jitted = jax.jit(self._chunk, static_argnums=(5,), donate_argnums=donate)
+    # traced under the name ``chunk`` (what jax.monitoring's compile events report)
+    self.jitted = jax.jit(self.chunk, static_argnums=(5,), donate_argnums=donate)
     self._executables: dict = {}
     self._sizes: dict = {}
 
@@ -259,7 +260,8 @@ class ChunkProgram:
       return self._seed_vmap(lambda s, k, d: self._one(s, d, k, step))(states, keys, data)
     return self._seed_vmap(lambda s, k: self._one(s, data, k, step))(states, keys)
 
-  def _chunk(self, state, data, key, start, length, max_len):
+  def chunk(self, state, data, key, start, length, max_len):
+    """The traced chunk: ``length`` steps from ``start`` in a loop of at most ``max_len``."""
     body = self._body
     if max_len == 1:  # no loop: XLA:CPU runs convolutions inside loops slowly (jax-ml/jax#12868)
       state, metrics = body(state, data, key, start)

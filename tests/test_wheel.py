@@ -136,7 +136,7 @@ def test_readme_snippet_runs_from_the_wheel(name, wheel_python, tmp_path):
 
 def test_the_build_has_no_packaging_warning(wheel_python):
   """setuptools warns when a folder Python can import (the data folders) is not a declared package;
-  setup.cfg declares them (find_namespace:)."""
+  they are packages (an __init__.py each) found by setup.cfg's ``find:``."""
   log = (pathlib.Path(wheel_python).parents[2] / "build.log").read_text()
   assert "absent from the `packages` configuration" not in log, log[-3000:]
   assert "BuildBackendWarning" not in log, log[-3000:]

@@ -35,12 +35,20 @@ from jaxlab.rl.qrim import search as qrim_search
 
 Array = jax.Array
 
-# name -> (parameter names, low, high): ranges around gymnax's nominal values
+# name -> (parameter names, low, high): ranges around gymnax's nominal values. "cartpole_force"
+# is CartPole with a wider pole range and a third axis, the push force as a multiple of gymnax's
+# force_mag (10 N): three axes a robust policy must cover at once (the gymnax task is CartPole-v1).
 GRIDS = {
   "cartpole": (("length", "masspole"), (0.3, 0.05), (0.9, 0.3)),
+  "cartpole_force": (("length", "masspole", "force_scale"), (0.25, 0.05, 0.5), (1.0, 0.5, 1.5)),
   "pendulum": (("l", "m"), (0.6, 0.6), (1.4, 1.4)),
 }
-NOMINAL = {"cartpole": (0.5, 0.1), "pendulum": (1.0, 1.0)}  # gymnax's default parameters
+NOMINAL = {  # gymnax's default parameters
+  "cartpole": (0.5, 0.1),
+  "cartpole_force": (0.5, 0.1, 1.0),
+  "pendulum": (1.0, 1.0),
+}
+GYMNAX = {"cartpole_force": "cartpole"}  # the gymnax task of a parameter set named otherwise
 
 
 def check_env(name: str) -> str:
@@ -51,8 +59,11 @@ def check_env(name: str) -> str:
 
 def grid(name: str, set_size: int, held_out: bool = False) -> np.ndarray:
   """``[set_size, 2]`` parameters on an ``a x b`` grid (``a * b = set_size``, ``a`` the largest
-  divisor <= sqrt); ``held_out``: the ``(a-1) x (b-1)`` cell midpoints instead."""
-  _, lo, hi = GRIDS[check_env(name)]
+  divisor <= sqrt); ``held_out``: the ``(a-1) x (b-1)`` cell midpoints instead. Three axes:
+  ``[set_size, 3]`` on an ``a x a x a`` grid (``set_size`` a cube)."""
+  names, lo, hi = GRIDS[check_env(name)]
+  if len(names) == 3:
+    return _grid3(name, set_size, held_out)
   a = max(d for d in range(1, int(math.isqrt(set_size)) + 1) if set_size % d == 0)
   b = set_size // a
   xs, ys = np.linspace(lo[0], hi[0], a), np.linspace(lo[1], hi[1], b)
@@ -61,12 +72,42 @@ def grid(name: str, set_size: int, held_out: bool = False) -> np.ndarray:
   return np.stack(np.meshgrid(xs, ys, indexing="ij"), -1).reshape(-1, 2).astype(np.float32)
 
 
+def _grid3(name: str, set_size: int, held_out: bool) -> np.ndarray:
+  _, lo, hi = GRIDS[name]
+  a = round(set_size ** (1 / 3))
+  if a**3 != set_size:
+    raise ConfigError("set_size", f"{name} has 3 parameters: must be a cube, got {set_size}")
+  axes = []
+  for lo_i, hi_i in zip(lo, hi, strict=True):
+    xs = np.linspace(lo_i, hi_i, a)
+    axes.append((xs[1:] + xs[:-1]) / 2 if held_out and a > 1 else xs)
+  return np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3).astype(np.float32)
+
+
+def outside(name: str, factor: float) -> np.ndarray:
+  """Held-out parameters beyond the grid's range: every combination of ``{low / factor, nominal,
+  high * factor}`` per axis except all-nominal (``3^d - 1`` points, ``[3^d - 1, d]``), so each
+  point lies outside the training range in 1 to d of its coordinates (an extrapolation)."""
+  _, lo, hi = GRIDS[check_env(name)]
+  if not factor > 1:
+    raise ConfigError("factor", f"must be > 1 to lie outside the grid, got {factor}")
+  axes = [
+    (lo_i / factor, nom, hi_i * factor)
+    for lo_i, nom, hi_i in zip(lo, NOMINAL[name], hi, strict=True)
+  ]
+  pts = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(lo))
+  nominal = np.asarray(NOMINAL[name])
+  return pts[~np.all(pts == nominal, axis=1)].astype(np.float32)
+
+
 def _params(name: str, base, theta):
-  if name == "cartpole":
+  if name in ("cartpole", "cartpole_force"):
     length, mp = theta[0], theta[1]
-    return base.replace(
+    base = base.replace(
       length=length, masspole=mp, polemass_length=mp * length, total_mass=base.masscart + mp
     )
+    # force_scale multiplies gymnax's force_mag (a base that is not a tracer: read it once)
+    return base.replace(force_mag=base.force_mag * theta[2]) if name == "cartpole_force" else base
   return base.replace(l=theta[0], m=theta[1])
 
 
@@ -79,10 +120,11 @@ class ParamState:
 def make(name: str, thetas) -> vec.VecEnv:
   """A VecEnv of ``len(thetas)`` environments, environment i with parameters ``thetas[i]``;
   :func:`set_theta` changes them in a running state (episodes in flight continue under them)."""
-  env, base = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(name))
+  task = GYMNAX.get(name, name)
+  env, base = gymnax_envs.import_gymnax().make(gymnax_envs.resolve(task))
   thetas = jnp.asarray(thetas, jnp.float32)
   n = thetas.shape[0]
-  proto = gymnax_envs.make(name, n)
+  proto = gymnax_envs.make(task, n)
   params_of = jax.vmap(lambda th: _params(name, base, th))
 
   def reset(key):
@@ -121,7 +163,9 @@ def returns_per_param(evaluate, params, key, set_size: int, episodes: int) -> np
   return np.asarray(out["return"]).reshape(set_size, episodes).mean(1)
 
 
-ARMS = ("nominal", "random", "robust")  # train on: the nominal u | a uniform u | the worst u
+# train on: the nominal u | a uniform u | the worst u (simulated quantum minimiser) | the worst u
+# (classical argmin over U, |U| evaluations of f: the exhaustive reference)
+ARMS = ("nominal", "random", "robust", "exhaustive")
 
 
 def robust_ppo(env_name: str, search, config, set_size: int, updates: int, key: Array) -> dict:
@@ -157,17 +201,39 @@ def train_arm(
 
 
 def train_arm_seeds(
-  env_name: str, search, config, set_size: int, updates: int, keys: Array, arm: str
+  env_name: str,
+  search,
+  config,
+  set_size: int,
+  updates: int,
+  keys: Array,
+  arm: str,
+  held_out=None,
+  held_episodes: int | None = None,
 ) -> list[dict]:
   """:func:`train_arm` of every key of ``keys`` (one per seed, ``[seeds]``): the seeds' PPO
   phases train vmapped in one compiled program (:mod:`jaxlab.core.seeds`), their ``J(pi, u)``
   estimates and held-out evaluations are one vmapped program each, and the robust arm's
   minimisations run one seed after another (host side). Entry ``i`` is
   ``train_arm(..., keys[i], arm)`` up to the float rounding of batched kernels, which PPO
-  amplifies over tens of updates; one key runs without a seed axis, exactly as ``train_arm``."""
+  amplifies over tens of updates; one key runs without a seed axis, exactly as ``train_arm``.
+
+  ``held_out``: ``[points, d]`` evaluation parameters instead of the cell midpoints (e.g.
+  :func:`outside`), each evaluated by ``held_episodes`` rollouts (default ``config.episodes``).
+  The ``exhaustive`` arm is ``robust`` with the classical argmin (``|U|`` evaluations of f)."""
   if arm not in ARMS:
     raise ConfigError("arm", f"must be one of {', '.join(ARMS)}, got {arm!r}")
-  return _train_arm(_Setup.build(env_name, search, config, set_size, updates, keys), arm)
+  setup = _Setup.build(
+    env_name,
+    search,
+    config,
+    set_size,
+    updates,
+    keys,
+    held_out=held_out,
+    held_episodes=held_episodes,
+  )
+  return _train_arm(setup, arm)
 
 
 @dataclasses.dataclass
@@ -190,7 +256,9 @@ class _Setup:
   fold: Any  # (keys, i) -> the stream i of every seed's key
 
   @classmethod
-  def build(cls, env_name, search, config, set_size, updates, keys) -> _Setup:
+  def build(
+    cls, env_name, search, config, set_size, updates, keys, held_out=None, held_episodes=None
+  ) -> _Setup:
     several = len(keys) > 1
     pc = ppo.PPOConfig.from_config(config.ppo, num_updates=updates)
     nominal = np.asarray([NOMINAL[check_env(env_name)]], np.float32)
@@ -226,7 +294,10 @@ class _Setup:
       mini=jax.jit(qrim_search.make_minimizer(search)),
       update=jax.jit(ppo.make_update(env, policy, pc)),
       on_grid=evaluator(grid_u, config.episodes),
-      on_held=evaluator(grid(env_name, set_size, held_out=True), config.episodes),
+      on_held=evaluator(
+        grid(env_name, set_size, held_out=True) if held_out is None else np.asarray(held_out),
+        held_episodes or config.episodes,
+      ),
       state=state,
       keys=keys,
       seeds=len(keys) if several else 1,
@@ -245,15 +316,18 @@ def _train_arm(setup: _Setup, arm: str) -> list[dict]:
   done, phase = 0, 0
   while done < updates:
     if arm != "nominal":
-      if arm == "robust":
+      if arm in ("robust", "exhaustive"):
         js = np.reshape(setup.on_grid(state.train.params, fold(keys, 100 + phase)), (n_seeds, -1))
       ks = fold(keys, 200 + phase)
       ks = list(ks) if several else [ks]
       us = []
       for i, r in enumerate(runs):
-        if arm == "robust":
+        if arm in ("robust", "exhaustive"):
           j = js[i]
-          u, info = setup.mini(jnp.asarray(j, jnp.float32), ks[i])
+          if arm == "robust":
+            u, info = setup.mini(jnp.asarray(j, jnp.float32), ks[i])
+          else:  # every f(u) evaluated classically: |U| queries (search.exhaustive's count)
+            u, info = qrim_search.exhaustive(jnp.asarray(j, jnp.float32))
           u = int(u)
           r["queries"].append((int(info["queries"]), int(info["measurements"])))
           r["exact"].append(bool(j[u] <= j.min()))  # a tie with the minimum is as good as argmin
@@ -281,10 +355,11 @@ def _train_arm(setup: _Setup, arm: str) -> list[dict]:
       "train_env_steps": updates * setup.pc.num_envs * setup.pc.num_steps,
       "phase_parameters": [grid_u[u].tolist() for u in r["chosen"]],
     }
-    if arm == "robust":
+    if arm in ("robust", "exhaustive"):
       q = np.asarray(r["queries"], float)
       out["inner_oracle_queries"] = float(q[:, 0].mean())
       out["inner_classical_checks"] = float(q[:, 1].mean())
+      out["inner_total_queries"] = float(q.sum(1).mean())  # oracle queries + classical checks
       out["inner_queries_exhaustive"] = set_size
       out["inner_exact_fraction"] = float(np.mean(r["exact"]))  # as bad as the exhaustive argmin
       out["selections"] = len(r["queries"])

@@ -143,3 +143,35 @@ def test_motion_costs_let_itc_copy_across_a_cell():
   authors = D.itc_tokens(probs, proposal, prev, done, CFG, exact=True)
   assert int(moved[41]) == 3 and int(moved[40]) == 0
   assert int(authors[41]) == 0 and int(authors[40]) == 0
+
+
+def test_objects_cell_evaluates_every_decoder_once_per_seed(tmp_path, monkeypatch):
+  from jaxlab.studies import itc as study
+
+  built = []
+  ev = {e: [0.1, None] for e in (*O.EVENTS, "error")}
+
+  class FakeEvaluator:
+    def __init__(self, config, setting, wm_dir):
+      built.append(setting.horizon)
+
+    def seed(self, seed):
+      one = lambda i: {  # noqa: E731
+        "objects": {**ev, "error": [0.1 * i, None]},
+        "mobile": ev,
+        "class": {"cow": ev},
+        "real_objects": [3, 0],
+        "token_acc": [0.5, 0.4],
+      }
+      res = {m: one(i) for i, m in enumerate((*O.DECODERS, "real_tokens"))}
+      wm = {"heldout_token_acc": 0.7, "code_class_purity": 0.9, "codebook_size": 9, "windows": 64}
+      return {**res, "world_model": wm}
+
+  monkeypatch.setattr(O, "Evaluator", FakeEvaluator)
+  runs = tmp_path / "itc" / "objects"
+  out = study.obj_cell("itc", (0,), runs / "itc")
+  again = study.obj_cell("sample", (0,), runs / "sample")  # reads the shared result
+  assert built == [study.OBJ_HORIZON]
+  assert out[0]["objects/error/h1"] == 0.2 and again[0]["objects/error/h1"] == 0.0
+  assert "objects/error/h2" not in out[0] and out[0]["class/cow/duplicated/h1"] == 0.1
+  assert out[0]["wm_heldout_token_acc"] == 0.7 and out[0]["config"]["decoder"] == "itc"

@@ -192,3 +192,22 @@ def archive_summary(archive, top: int = 10) -> dict:
     "rejection_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
     "top": [{k: r.get(k) for k in keep} for r in active[:top]],
   }
+
+
+def selection_counts(summary: dict) -> dict:
+  """How much the archive selected, from :func:`archive_summary`'s record: the proposals made,
+  those rejected by the sandbox, those the admission rejected by score (below the entry
+  threshold, or not beating the worst active task of a full archive), the active tasks they
+  replaced (retired), and the admitted proposals. The admission's reasons start with "score"
+  (:func:`admit`); "interrupted" rejections count in neither."""
+  reasons = summary.get("rejection_reasons") or {}
+  by_score = sum(n for r, n in reasons.items() if r.startswith("score "))
+  interrupted = sum(n for r, n in reasons.items() if r.startswith("interrupted"))
+  rejected = (summary.get("by_status") or {}).get("rejected", 0)
+  return {
+    "proposals": summary.get("proposed", 0),
+    "rejected_by_sandbox": rejected - by_score - interrupted,
+    "rejected_by_score": by_score,
+    "replaced": (summary.get("by_status") or {}).get("retired", 0),
+    "admitted_proposals": summary.get("admitted_proposals", 0),
+  }

@@ -19,6 +19,7 @@ from jaxlab.rl.r4.reward import RewardConfig, validate
 
 METHODS = ("r4", "rbrl", "bt", "true")  # "true": PPO on the true reward (the reference)
 PROTOCOLS = ("offline", "online")
+BT_PAIRS = ("fresh", "matched")  # config.bt_pairs (docs/r4.md, Baselines)
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -31,6 +32,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.bins = ()  # simulated rater: increasing interior return edges; () = the pool's quantiles
   c.noise = 0.0  # simulated rater: Gaussian noise on the return, x the returns' std (>= 0)
   c.imbalance = 0.0  # simulated rater: class c kept with probability (1 - imbalance)^c, in [0, 1)
+  # Bradley-Terry's labels, compared by the rater on the returns it perceived (noise included):
+  # "fresh": a new random pair of rated trajectories at every step (reward.batch x reward.steps
+  # labels); "matched": as many fixed pairs as there are ratings, drawn once from the rated pool
+  # (R4's label count; data.matched_pairs)
+  c.bt_pairs = "fresh"
   c.eval_points = 5  # offline: true-return evaluations spread over the PPO run
   c.online_rounds = 4  # online: PPO phases, each but the last followed by new ratings and a refit
   c.online_per_round = 128  # online: trajectories rated per round (the initial pool is c.pool)
@@ -55,6 +61,11 @@ def ppo_updates(config) -> int:
   return ppo.num_updates(config.ppo)
 
 
+def bt_pairs(config) -> str:
+  """``config.bt_pairs``; configs recorded before the field existed ran ``"fresh"``."""
+  return config.get("bt_pairs", "fresh")
+
+
 def reward_config(config, method: str) -> RewardConfig:
   """The reward ensemble's RewardConfig (``method="true"`` builds r4's, unused)."""
   return RewardConfig.from_config(config.reward, method="r4" if method == "true" else method)
@@ -74,6 +85,7 @@ def validate_config(
   bad file fails before anything is built); ``updates``: PPO updates of the run."""
   check_choice("method", method, METHODS)
   check_choice("protocol", protocol, PROTOCOLS)
+  check_choice("config.bt_pairs", bt_pairs(config), BT_PAIRS)
   require(
     ratings == "simulated" or ratings.endswith(".csv"), "ratings", "'simulated' or a .csv file"
   )

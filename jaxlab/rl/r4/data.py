@@ -144,6 +144,23 @@ def simulate_ratings(returns, edges, key: Array, noise: float) -> np.ndarray:
   return np.searchsorted(np.asarray(edges, np.float64), g, side="right").astype(np.int32)
 
 
+def matched_pairs(perceived, key: Array) -> tuple[np.ndarray, np.ndarray]:
+  """Bradley-Terry's labels at R4's label count: ``len(perceived)`` pairs of distinct rated
+  trajectories (``pairs[P, 2]``, indices into ``perceived``), drawn once, each labelled by the
+  same rater: ``label = 1`` when it perceived the first as better, ``0.5`` on a tie, else ``0``.
+  ``perceived`` are the returns the rater perceived when it rated them
+  (:func:`perceived_returns`), so a pair is compared with the same noise draw as its ratings."""
+  g = np.asarray(perceived, np.float64)
+  n = len(g)
+  require(n >= 2, "ratings", f"Bradley-Terry pairs need at least 2 rated trajectories, got {n}")
+  k1, k2 = jax.random.split(key)
+  a = np.asarray(jax.random.randint(k1, (n,), 0, n))
+  b = (a + np.asarray(jax.random.randint(k2, (n,), 1, n))) % n  # b != a, uniform over the others
+  pairs = np.stack([a, b], axis=1).astype(np.int32)
+  label = np.where(g[a] > g[b], 1.0, np.where(g[a] == g[b], 0.5, 0.0)).astype(np.float32)
+  return pairs, label
+
+
 def imbalance_keep(ratings, key: Array, imbalance: float) -> np.ndarray:
   """Indices kept when class ``c`` survives with probability ``(1 - imbalance)^c``."""
   u = np.asarray(jax.random.uniform(key, (len(ratings),)))

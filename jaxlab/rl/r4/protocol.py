@@ -87,14 +87,19 @@ def features_of(traj: r4_data.Trajectories, num_actions: int) -> np.ndarray:
   return np.asarray(features(jnp.asarray(traj.obs), jnp.asarray(traj.action), num_actions))
 
 
-def dataset(traj, ratings, num_actions: int, prefer=None) -> dict:
+def dataset(traj, ratings, num_actions: int, prefer=None, pair_key=None) -> dict:
   """The training arrays of :func:`r4.make_dataset` from trajectories and dense ratings; the OOD
   box is the range of the observed features (actions uniform); Bradley-Terry's teacher compares
-  ``prefer`` (default: the true returns)."""
+  ``prefer`` (default: the true returns). ``pair_key``: Bradley-Terry learns from
+  ``len(ratings)`` fixed pairs drawn with it (:func:`r4_data.matched_pairs`), not fresh ones."""
   feats = features_of(traj, num_actions)
   flat = feats.reshape(-1, feats.shape[-1])[traj.mask.reshape(-1) > 0]
   prefer = traj.true_return if prefer is None else prefer
-  return make_dataset(feats, traj.mask, ratings, prefer, flat.min(0), flat.max(0), num_actions)
+  pairs = label = None
+  if pair_key is not None:
+    pairs, label = r4_data.matched_pairs(prefer, pair_key)
+  box = (flat.min(0), flat.max(0))
+  return make_dataset(feats, traj.mask, ratings, prefer, *box, num_actions, pairs, label)
 
 
 def reward_scale(state, data: dict) -> float:
@@ -145,12 +150,27 @@ def concat(a: r4_data.Trajectories, b: r4_data.Trajectories) -> r4_data.Trajecto
   return r4_data.Trajectories(*(np.concatenate([getattr(a, f), getattr(b, f)]) for f in fields))
 
 
-def fit_reward(rc: RewardConfig, pool, ids, ratings, num_actions: int, key: Array, prefer=None):
+def fit_reward(
+  rc: RewardConfig, pool, ids, ratings, num_actions: int, key: Array, prefer=None, pairs="fresh"
+):
   """Fits the ensemble on ``pool[ids]`` rated ``ratings`` -> ``(state, data, fit summary)``;
-  ``prefer``: the returns Bradley-Terry's teacher compares (default: the true ones)."""
-  data = dataset(pool.take(ids), r4_data.dense_classes(ratings), num_actions, prefer)
+  ``prefer``: the returns Bradley-Terry's teacher compares (default: the true ones); ``pairs``:
+  ``config.bt_pairs`` ("matched": as many fixed pairs as ratings)."""
+  pair_key = jax.random.fold_in(key, 2) if rc.method == "bt" and pairs == "matched" else None
+  data = dataset(pool.take(ids), r4_data.dense_classes(ratings), num_actions, prefer, pair_key)
   state, result = fit(rc, data, key)
   return state, data, result.summary
+
+
+def labels_seen(rc: RewardConfig, data: dict) -> int:
+  """Labels a fit learns from: the ratings (r4, rbrl), the fixed pairs (bt, ``bt_pairs=
+  "matched"``), or every fresh pair its members draw (bt, ``"fresh"``: at most ensemble x batch
+  x steps distinct comparisons)."""
+  if rc.method != "bt":
+    return int(data["rating"].shape[0])
+  if "pairs" in data:
+    return int(data["pair_label"].shape[0])
+  return rc.ensemble * rc.batch * rc.steps
 
 
 def alignment_plot(path, pred, true, method: str) -> None:
@@ -339,12 +359,20 @@ def _train(
   if method != "true":
     for r in runs:
       reward_state, data, fit_summary = fit_reward(
-        rc, r.pool, r.ids, r.rated, venv.num_actions, r.keys["fit"], r.seen
+        rc,
+        r.pool,
+        r.ids,
+        r.rated,
+        venv.num_actions,
+        r.keys["fit"],
+        r.seen,
+        r4_config.bt_pairs(config),
       )
       pred = predict_returns(reward_state, features_of(r.heldout, venv.num_actions), r.heldout.mask)
       align = alignment(pred, r.heldout.true_return)
       r.summary.update({f"heldout/{k}": v for k, v in align.items()})
       r.summary.update({f"reward/{k}": v for k, v in fit_summary.items() if k.startswith("train/")})
+      r.summary["labels"] = labels_seen(rc, data)
       if workdir is not None:
         out = seed_dir(workdir, r.seed, several)
         alignment_plot(out / "alignment.png", pred, r.heldout.true_return, method)
@@ -460,5 +488,7 @@ def _refit(config, rc, env: str, r: _Seed, policy, params, i: int, num_actions: 
   r.ids, r.rated = np.arange(len(r.ids) + len(new_ids)), np.concatenate([r.rated, new_rated])
   r.seen = np.concatenate([r.seen, new_seen])
   k_refit = jax.random.fold_in(r.keys["fit"], i + 1)
-  reward_state, data, _ = fit_reward(rc, r.pool, r.ids, r.rated, num_actions, k_refit, r.seen)
+  reward_state, data, _ = fit_reward(
+    rc, r.pool, r.ids, r.rated, num_actions, k_refit, r.seen, r4_config.bt_pairs(config)
+  )
   return reward_state.params, reward_scale(reward_state, data)

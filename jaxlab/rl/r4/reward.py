@@ -183,12 +183,17 @@ def member_apply(config: RewardConfig):
   return lambda p, x: module.apply({"params": p}, x)
 
 
-def make_dataset(feats, mask, rating, prefer, box_lo, box_hi, num_actions: int) -> dict:
+def make_dataset(
+  feats, mask, rating, prefer, box_lo, box_hi, num_actions: int, pairs=None, pair_label=None
+) -> dict:
   """Training arrays: ``feats[M, T, F]``, ``mask[M, T]``, ``rating[M]`` (dense classes 0..n-1),
   ``prefer[M]`` (what Bradley-Terry's teacher compares), the observation box of the OOD term,
   and per class the member indices, each row repeated to ``M`` (``members[C, M]``, ``counts``:
   only the first ``counts[c]`` are drawn, so the width leaves the draws as they are and gives
-  every pool of ``M`` rated trajectories the same shapes, hence one compiled fit)."""
+  every pool of ``M`` rated trajectories the same shapes, hence one compiled fit).
+
+  ``pairs[P, 2]`` and ``pair_label[P]`` (:func:`jaxlab.rl.r4.data.matched_pairs`): Bradley-Terry
+  then draws its batches from these labelled pairs only, instead of a fresh pair each step."""
   rating = np.asarray(rating, np.int32)
   classes = int(rating.max()) + 1
   groups = [np.flatnonzero(rating == c) for c in range(classes)]
@@ -204,7 +209,14 @@ def make_dataset(feats, mask, rating, prefer, box_lo, box_hi, num_actions: int) 
     "box_lo": jnp.asarray(box_lo, jnp.float32),
     "box_hi": jnp.asarray(box_hi, jnp.float32),
     "num_actions": np.zeros((num_actions,), np.int8),  # its length carries A through jit
-  }
+  } | (
+    {}
+    if pairs is None
+    else {
+      "pairs": jnp.asarray(np.asarray(pairs).T, jnp.int32),
+      "pair_label": jnp.asarray(pair_label, jnp.float32),
+    }
+  )
 
 
 def _box(data: dict, key: Array, size: int) -> Array:
@@ -228,6 +240,9 @@ def _member_loss(p, data: dict, key: Array, apply, config: RewardConfig):
     idx = data["members"][jnp.arange(counts.shape[0])[None, :], pick]  # [B, n]: one per class
   elif config.method == "rbrl":
     idx = jax.random.randint(k_idx, (b,), 0, m)
+  elif "pairs" in data:  # a fixed set of labelled pairs (as many as there are ratings)
+    j = jax.random.randint(k_idx, (b,), 0, data["pair_label"].shape[0])
+    idx = data["pairs"][:, j]
   else:
     idx = jax.random.randint(k_idx, (2, b), 0, m)
   r = apply(p, data["feats"][idx])
@@ -237,6 +252,8 @@ def _member_loss(p, data: dict, key: Array, apply, config: RewardConfig):
     loss = rmse_loss(g, config.eps)
   elif config.method == "rbrl":
     loss = rbrl_loss(g, data["rating"][idx], data["counts"].shape[0], config.rbrl_k)
+  elif "pairs" in data:
+    loss = bt_loss(g[0], g[1], data["pair_label"][j])
   else:
     va, vb = data["prefer"][idx[0]], data["prefer"][idx[1]]
     loss = bt_loss(g[0], g[1], jnp.where(va > vb, 1.0, jnp.where(va == vb, 0.5, 0.0)))

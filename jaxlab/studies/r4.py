@@ -153,6 +153,7 @@ PENDULUM_TESTS = (
     "non_inferiority", "eval/true_return", margin=RETURN_MARGIN, comparisons=PENDULUM_COMPARISONS
   ),
 )
+PENDULUM_STATUS = " Running; not run to the end yet."
 PENDULUM_SEEDS = tuple(range(10))
 PENDULUM_TUNING_SEEDS = (100, 101)
 
@@ -188,7 +189,7 @@ def _pendulum() -> Study:
       "trajectories compared on the returns the rater perceived (bt); `true` is PPO on the true "
       "reward. PPO's discount, epochs, minibatches, entropy and value clipping, the updates and "
       "the return margin were chosen on tuning seeds 100 and 101 (docs/results/r4/notes.md); "
-      "the held-out seeds are 0-9."
+      "the held-out seeds are 0-9." + PENDULUM_STATUS
     ),
   )
 

@@ -18,8 +18,12 @@ worlds per step, the reset jaxlab uses), with the hyperparameters of ``jaxlab.rl
 
 jaxlab's PPO runs as a user's run does: ``ppo.init`` then ``runtime.train`` (no workdir, no
 evaluation) in chunks of ``ppo.schedule``'s log interval, with the host reading each chunk's
-metrics. Per size and seed the two are run alternately (reference, jaxlab; the load changes
-slowly, so pairs see about the same machine). Printed per size:
+metrics. With ``--program`` (default) a third run per seed is the command path: ``ppo.train_run``
+with a temporary workdir at ``python -m experiments.ppo``'s defaults (its schedule of logs,
+evaluations and checkpoints, its evaluation size, metrics.csv, TensorBoard, curves.png, the
+report), timed as env steps over wall minus the seconds jax spent compiling. Per size and seed the
+runs take turns in a rotating order (reference, jaxlab, command; then jaxlab, command, reference;
+...), so a load that drifts favours none of them. Printed per size:
   - steady env steps/s of each (compiled; jaxlab: the runtime's steady rate over the chunks that did
     not compile; reference: the whole compiled ``train``), the median of the per-seed ratios
     jaxlab/reference;
@@ -27,6 +31,8 @@ slowly, so pairs see about the same machine). Printed per size:
     chunks that compiled (their wall time minus their steps at the steady rate);
   - the mean training return of the episodes finished in the last 10 % of iterations, mean and
     95 % t-interval over the seeds, for both (equal returns at equal steps: same algorithm);
+  - the command path's env steps/s, its per-seed ratios to the reference, its compile seconds and
+    its final held-out evaluation return;
   - the load average (``os.getloadavg``) before and after.
 ``--peer=rejax`` times rejax's PPO (github.com/keraJLi/rejax; ``pip install -e '.[bench]'``)
 instead: per seed rejax's ``train`` and jaxlab's chunk program, each one compiled call of every
@@ -70,7 +76,7 @@ def define_flags() -> None:
     "peer", "reference", ["reference", "rejax"], "The PPO timed against jaxlab's (rejax: gymnax)."
   )
   _PROGRAM = flags.DEFINE_bool(
-    "program", True, "--peer=rejax: also time the program path (ppo.train_run with a workdir)."
+    "program", True, "Also time the command path (ppo.train_run with a workdir, its defaults)."
   )
 
 
@@ -320,42 +326,67 @@ def _fmt(xs) -> str:
   return f"{m:.1f} [{lo:.1f}, {hi:.1f}]" if np.isfinite(lo) else f"{m:.1f}"
 
 
-def bench(env_name: str, n: int, t_len: int, total: int, seeds: int) -> dict:
+def bench(env_name: str, n: int, t_len: int, total: int, seeds: int, program: bool = True) -> dict:
+  """The reference, jaxlab's loop and (``program``) the command path, per seed in a rotating
+  order; prints each seed and the size's summary."""
+  import tempfile
+
   c = bench_config(env_name, n, t_len, total)
   load0 = os.getloadavg()[0]
   rows, compiled = [], None
+  kinds = ["ref", "jax", "prog"] if program else ["ref", "jax"]
   for seed in range(seeds):
-    r_sps, r_comp, r_stats, compiled = reference_run(c, env_name, seed, compiled)
-    j_sps, j_comp, j_stats = jaxlab_run(c, env_name, seed)
-    rows.append(
-      dict(
-        ref=r_sps,
-        jax=j_sps,
-        ref_c=r_comp,
-        jax_c=j_comp,
-        ref_ret=final_return(r_stats),
-        jax_ret=final_return(j_stats),
-      )
+    row = {}
+    for kind in kinds[seed % len(kinds) :] + kinds[: seed % len(kinds)]:
+      if kind == "ref":
+        r_sps, r_comp, r_stats, compiled = reference_run(c, env_name, seed, compiled)
+        row.update(ref=r_sps, ref_c=r_comp, ref_ret=final_return(r_stats))
+      elif kind == "jax":
+        j_sps, j_comp, j_stats = jaxlab_run(c, env_name, seed)
+        row.update(jax=j_sps, jax_c=j_comp, jax_ret=final_return(j_stats))
+      else:
+        with tempfile.TemporaryDirectory(prefix="bench_ppo_") as wd:
+          p = program_run(command_config(c, env_name), env_name, seed, os.path.join(wd, "run"))
+        row.update(prog=p["sps"], prog_c=p["compile"], prog_ret=p["eval"])
+    rows.append(row)
+    extra = (
+      f", command path {row['prog']:,.0f} ({row['prog'] / row['ref']:.2f}x, eval return "
+      f"{row['prog_ret']:.1f})"
+      if program
+      else ""
     )
     print(
-      f"    seed {seed}: reference {r_sps:,.0f} env steps/s, jaxlab {j_sps:,.0f} "
-      f"({j_sps / r_sps:.2f}x); returns {rows[-1]['ref_ret']:.1f} / {rows[-1]['jax_ret']:.1f}",
+      f"    seed {seed}: reference {row['ref']:,.0f} env steps/s, jaxlab loop {row['jax']:,.0f} "
+      f"({row['jax'] / row['ref']:.2f}x){extra}; returns {row['ref_ret']:.1f} / "
+      f"{row['jax_ret']:.1f}",
       flush=True,
     )
   load1 = os.getloadavg()[0]
   col = lambda k: [r[k] for r in rows]
-  ratio = float(np.median([r["jax"] / r["ref"] for r in rows]))
-  print(
-    f"{env_name} N={n} T={t_len} steps={total:,} ({seeds} seeds, load {load0:.1f}->{load1:.1f}, "
-    f"{jax.default_backend()})\n"
-    f"  steady env steps/s: jaxlab {np.median(col('jax')):,.0f}  reference "
-    f"{np.median(col('ref')):,.0f}  ratio jaxlab/reference {ratio:.2f}\n"
-    f"  compile s: jaxlab {col('jax_c')[0]:.1f} (init + chunks)  reference {col('ref_c')[0]:.1f}\n"
+  ratios = [r["jax"] / r["ref"] for r in rows]
+  ratio = float(np.median(ratios))
+  lines = [
+    f"{env_name} N={n} T={t_len} steps={total:,} (seeds 0-{seeds - 1}, load "
+    f"{load0:.1f}->{load1:.1f}, {jax.default_backend()})",
+    f"  benchmark loop, steady env steps/s: jaxlab {np.median(col('jax')):,.0f}  reference "
+    f"{np.median(col('ref')):,.0f}  ratio jaxlab/reference {ratio:.2f} (per seed "
+    f"{', '.join(f'{x:.2f}' for x in ratios)})",
+    f"  compile s: jaxlab {col('jax_c')[0]:.1f} (init + chunks)  reference {col('ref_c')[0]:.1f}",
     f"  final return (last 10% of iterations, mean [95% CI]): jaxlab {_fmt(col('jax_ret'))}  "
     f"reference {_fmt(col('ref_ret'))}",
-    flush=True,
-  )
-  return dict(rows=rows, ratio=ratio, load=(load0, load1))
+  ]
+  out = dict(rows=rows, ratio=ratio, load=(load0, load1))
+  if program:
+    p_ratios = [r["prog"] / r["ref"] for r in rows]
+    lines.append(
+      f"  command path (ppo.train_run, workdir, experiments.ppo's defaults; wall - compile): "
+      f"{np.median(col('prog')):,.0f} env steps/s, ratio command/reference "
+      f"{np.median(p_ratios):.2f} (per seed {', '.join(f'{x:.2f}' for x in p_ratios)}), "
+      f"compile {np.median(col('prog_c')):.1f} s, held-out eval return {_fmt(col('prog_ret'))}"
+    )
+    out.update(program_ratio=float(np.median(p_ratios)))
+  print("\n".join(lines), flush=True)
+  return out
 
 
 # --- secondary: the Craftax environment alone, random actions ---
@@ -578,6 +609,16 @@ class _CompileClock:
     _CompileClock.active = False
 
 
+def command_config(c, env_name: str):
+  """``c`` with the evaluation of ``python -m experiments.ppo``'s default run (gymnax: 64
+  environments, at most 1000 steps; Craftax: ``get_config()``'s), the rest unchanged."""
+  c = c.copy_and_resolve_references()
+  if not ppo.is_craftax(env_name):
+    d = ppo.gymnax_config()
+    c.eval_envs, c.eval_steps, c.eval_every = d.eval_envs, d.eval_steps, d.eval_every
+  return c
+
+
 def program_run(c, env_name: str, seed: int, workdir) -> dict:
   """``python -m experiments.ppo``'s path at its defaults (``ppo.train_run`` with a workdir: the
   schedule's log, evaluation and checkpoint intervals, metrics.csv, TensorBoard, progress bar,
@@ -626,7 +667,7 @@ def bench_rejax(env_name: str, n: int, t_len: int, total: int, seeds: int, progr
     row.update(rej_cpu=_LAST_CPU["rejax"], jax_cpu=_LAST_CPU["jaxlab"])
     if program:
       with tempfile.TemporaryDirectory(prefix="bench_ppo_") as wd:
-        p = program_run(c, env_name, seed, os.path.join(wd, "run"))
+        p = program_run(command_config(c, env_name), env_name, seed, os.path.join(wd, "run"))
       row.update(prog=p["sps"], prog_steady=p["steady"], prog_c=p["compile"], prog_ret=p["eval"])
     rows.append(row)
     extra = f", program {row['prog']:,.0f} ({row['prog'] / r_sps:.2f}x)" if program else ""
@@ -726,7 +767,7 @@ def main(argv):
     if _PEER.value == "rejax":
       bench_rejax(env_name, n, t_len, total, num_seeds(), _PROGRAM.value)
       continue
-    bench(env_name, n, t_len, total, num_seeds())
+    bench(env_name, n, t_len, total, num_seeds(), _PROGRAM.value)
     if _ENV_ONLY.value and ppo.is_craftax(env_name):
       env_only(env_name, n, t_len)
 

@@ -1,8 +1,11 @@
 """Checkpoints of a run: orbax manager under ``<workdir>/checkpoints``, restore, SIGTERM handling.
 
-Saves are synchronous and atomic (orbax writes a tmp dir, then renames), so a kill at any moment
-leaves the previous checkpoint intact. On SIGTERM the loop finishes its chunk, saves, and raises
-:class:`Preempted` (exit 143) so schedulers requeue the job.
+Saves are atomic (orbax writes a tmp dir, then renames), so a kill at any moment leaves the
+previous checkpoint intact. A manager made with ``async_save=True`` (the training runtime's) writes
+in orbax's background thread: :func:`save` with ``wait=False`` returns once the arrays are copied to
+the host, the files are written while the next chunk trains, and :func:`wait` (or the next save, or
+closing the manager) blocks until they are renamed into place. On SIGTERM the loop finishes its
+chunk, saves, waits, and raises :class:`Preempted` (exit 143) so schedulers requeue the job.
 
 Every checkpoint carries a digest of its arrays as written (:func:`digest`), an orbax JSON item
 ``digest`` saved in the same atomic step folder as the state, so a checkpoint never exists without
@@ -58,12 +61,13 @@ class Preempted(SystemExit):
 
 
 def manager(
-  workdir: str | os.PathLike, keep: int = 3, *, read_only: bool = False
+  workdir: str | os.PathLike, keep: int = 3, *, read_only: bool = False, async_save: bool = False
 ) -> ocp.CheckpointManager:
   """Orbax manager under ``<workdir>/checkpoints``; saves are atomic (tmp dir, then rename).
 
   ``read_only``: for commands that only read a run (evaluation, generation): creates nothing,
-  deletes nothing, saves nothing.
+  deletes nothing, saves nothing. ``async_save``: orbax's asynchronous checkpointing, the files
+  written in a background thread (module docstring; :func:`save` with ``wait=False``).
   """
   path = pathlib.Path(workdir).absolute() / CKPT_DIR
   opts = ocp.CheckpointManagerOptions(
@@ -71,7 +75,7 @@ def manager(
     create=not read_only,
     read_only=read_only,
     save_interval_steps=0 if read_only else 1,
-    enable_async_checkpointing=False,
+    enable_async_checkpointing=async_save and not read_only,
   )
   # orbax warns that a read-only manager is read-only, and logs an error for a step whose
   # _CHECKPOINT_METADATA (timestamps) is unreadable; restores verify the arrays themselves
@@ -234,16 +238,32 @@ def _item(x) -> Any:
   return np.asarray(x.addressable_data(0) if isinstance(x, jax.Array) else x).item()
 
 
-def save(mngr: ocp.CheckpointManager, step: int, state: PyTree) -> None:
+def save(mngr: ocp.CheckpointManager, step: int, state: PyTree, *, wait: bool = True) -> None:
+  """Checkpoint ``step`` of ``state`` with its digest. ``wait=False`` with an ``async_save``
+  manager returns while orbax still writes (a failure then surfaces at :func:`wait`, the next
+  save or ``mngr.close()``); otherwise the checkpoint is on disk when this returns."""
+  with _writing(mngr):
+    record = digest(state) if jax.process_index() == 0 else {}  # only process 0 writes JSON
+    items = {"state": ocp.args.StandardSave(state), DIGEST_ITEM: ocp.args.JsonSave(record)}
+    mngr.save(step, args=ocp.args.Composite(**items), force=True)
+    if wait:
+      mngr.wait_until_finished()
+
+
+def wait(mngr: ocp.CheckpointManager) -> None:
+  """Blocks until the manager's asynchronous save (if any) is renamed into place."""
+  with _writing(mngr):
+    mngr.wait_until_finished()
+
+
+@contextlib.contextmanager
+def _writing(mngr: ocp.CheckpointManager):
   # orbax's writer threads log a failure with a full traceback before the save raises; the error
   # that matters is the one raised here, so the save runs with absl logging at FATAL.
   verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.FATAL)
   try:
-    record = digest(state) if jax.process_index() == 0 else {}  # only process 0 writes JSON
-    items = {"state": ocp.args.StandardSave(state), DIGEST_ITEM: ocp.args.JsonSave(record)}
-    mngr.save(step, args=ocp.args.Composite(**items), force=True)
-    mngr.wait_until_finished()
+    yield
   except Exception as e:  # tensorstore reports a full disk as ValueError(RESOURCE_EXHAUSTED ...)
     text = str(e)
     if "RESOURCE_EXHAUSTED" in text or "No space left" in text:

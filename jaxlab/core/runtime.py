@@ -572,6 +572,7 @@ class _Run:
   video_fn: Callable | None
   host: _Host | None = None
   mngr: Any = None  # the checkpoint manager (None without a workdir)
+  saving: bool = False  # an asynchronous checkpoint write is under way
   compiled_before: int | None = None  # the chunk program's executables when train began
   groups: list[slice] | None = None  # sequential seed groups (None: all seeds in one chunk)
   groups_checked: bool = False
@@ -612,6 +613,11 @@ def _run_chunks(state, chunk_fn, run: _Run, start: int):
         state, per_step = _call_chunk(chunk_fn, state, run, run.step, end - run.step, max_len)
       _note_first_step()
       seconds = time.perf_counter() - t0
+      if run.saving:
+        # the previous chunk's checkpoint was written while this chunk trained; it is on disk
+        # before anything else happens (an evaluation, a kill), so a killed run resumes from it
+        checkpoint.wait(run.mngr)
+        run.saving = False
       if compiled is not None and _cache_size(chunk_fn) == compiled:  # no compilation inside
         steady_steps, steady_s = steady_steps + end - run.step, steady_s + seconds
       if loop.history:
@@ -624,20 +630,27 @@ def _run_chunks(state, chunk_fn, run: _Run, start: int):
       elif loop.log_first_step and i == 0 and start == 0 and end == 1 and loop.log_every > 1:
         first = (per_step, 1, seconds)
       run.step = end
-      _after_chunk(state, run, logged, n, n / seconds, resumed=start if i == 0 else 0)
-      if run.mngr is not None and (
+      save = run.mngr is not None and (
         (loop.ckpt_every and end % loop.ckpt_every == 0) or end == loop.num_steps or sigterm["set"]
-      ):
-        checkpoint.save(run.mngr, end, state)
+      )
+      _after_chunk(state, run, logged, n, n / seconds, start if i == 0 else 0, save, sigterm["set"])
+      if sigterm["set"] and run.mngr is not None:  # (also one that arrived during the evaluation)
+        if save:
+          checkpoint.wait(run.mngr)
+        else:
+          checkpoint.save(run.mngr, end, state)
+        run.saving = False
       if sigterm["set"] and end < loop.num_steps:
         raise Preempted(end)
   run.steady = steady_steps / steady_s if steady_s > 0 else float("nan")
   return state
 
 
-def _after_chunk(state, run: _Run, logged: dict, n: int, sps: float, resumed: int) -> None:
-  """Between chunks: the finiteness check, metrics, evaluation and video at ``run.step``, the
-  last ``n`` steps' metrics ``logged``."""
+def _after_chunk(
+  state, run: _Run, logged: dict, n: int, sps: float, resumed: int, save=False, wait=False
+) -> None:
+  """Between chunks: the finiteness check, the checkpoint (``save``), metrics, evaluation and
+  video at ``run.step``, the last ``n`` steps' metrics ``logged``."""
   loop, step, seeds = run.loop, run.step, run.seeds
   mean = {k: float(np.mean(v)) for k, v in logged.items()}
   if seeds is not None:
@@ -646,6 +659,11 @@ def _after_chunk(state, run: _Run, logged: dict, n: int, sps: float, resumed: in
     # the first chunk after a restore tests the checkpoint it started from
     suspect = (resumed, str(run.mngr.directory)) if resumed and run.mngr is not None else None
     _check_finite(step, mean, run.rows, suspect)
+  if save:
+    # asynchronous: the files are written during the evaluation and the next chunk (waited for
+    # after it, see _run_chunks); a SIGTERM's checkpoint is on disk before the run exits
+    checkpoint.save(run.mngr, step, state, wait=wait)
+    run.saving = not wait
   if loop.units_per_step > 0:
     # every seed's environment steps count: the throughput of the whole program
     mean[loop.units_name] = sps * loop.units_per_step * (len(seeds) if seeds else 1)
@@ -840,7 +858,7 @@ def _side_effects(run: _Run, state, config):
   """The run's checkpoint manager and host writers, closed however it ends -> ``(state, start)``
   (restored from the newest checkpoint, or as given at step 0)."""
   loop, wd = run.loop, run.workdir
-  run.mngr = checkpoint.manager(wd, loop.keep) if wd is not None else None
+  run.mngr = checkpoint.manager(wd, loop.keep, async_save=True) if wd is not None else None
   failed = True
   try:
     state, start = _resume(state, run.mngr, wd, loop)

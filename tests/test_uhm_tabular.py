@@ -1,6 +1,5 @@
 """Tabular oracle for UHM (exact n-step laws, nu-operator, successor measure, a tabular model
-trained with the bootstrapped recursion) and the checks that use it (docs/uhm.md, "Checks" 1, 2,
-4).
+trained with the bootstrapped recursion) and the checks that use it (docs/uhm.md, "Checks").
 
 Conventions: P_SxAxS transition tensor, pi_SxA policy, state-action index (s, a) -> s * A + a.
 M (SA x SA) is the state-action transition matrix M[(s,a),(s',a')] = P(s'|s,a) pi(a'|s').

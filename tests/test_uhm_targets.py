@@ -8,7 +8,8 @@ agent's code:
 The flow field carries every noise draw x0 to M[n] exactly (its paths are straight lines and the
 midpoint rule follows them), so an imagined state is s_e = s + M[n] * delta_std: deterministic, and
 its horizon n can be read off the target. Mutations these tests were seen to catch (each applied to
-jaxlab/rl/uhm/agent.py once, then reverted) are listed in docs/uhm.md, "Checks".
+jaxlab/rl/uhm/agent.py once, then reverted) are listed in docs/results/uhm/notes.md, "Target and
+model-loss mutations".
 """
 
 import jax

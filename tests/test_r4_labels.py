@@ -93,3 +93,24 @@ def test_matched_loss_reads_only_the_pair_labels():
   g = lambda i: r4_reward.returns(apply(p, data["feats"][i]), data["mask"][i])
   want = r4.bt_loss(g(a), g(b), data["pair_label"][j])
   assert base == pytest.approx(float(want), rel=1e-5)
+
+
+def test_pendulum_study_declares_equal_labels_and_non_inferiority():
+  from jaxlab import studies
+  from jaxlab.studies import r4 as r4_studies
+
+  s = studies.get("r4/pendulum")
+  assert s.budget["labels"] == r4.get_config().pool == 512
+  assert not set(s.seeds) & set(s.tuning_seeds) and len(s.seeds) == 10
+  assert [(t.kind, t.metric, t.margin, t.comparisons) for t in s.tests] == [
+    ("non_inferiority", "heldout/kendall_tau", 0.02, 8),
+    ("non_inferiority", "eval/true_return", 23.2, 8),
+  ]
+  # 10 % of the probe, to 0.1
+  assert r4_studies.RETURN_MARGIN == round(0.1 * abs(r4_studies.TRUE_RETURN_PROBE), 1)
+  assert len(s.pairs) * len(s.tests) == 8  # the comparisons actually made
+  for arm in s.arms:
+    c = r4_studies.config("pendulum", arm)
+    assert c.bt_pairs == "matched" and c.imbalance == 0.0  # every rated trajectory is kept
+  # the earlier studies ran before the field existed, with fresh pairs
+  assert r4.bt_pairs(r4_studies.config("cartpole", "bt_noise0.5")) == "fresh"

@@ -7,7 +7,9 @@ files), ``protocol`` (offline and online protocols with PPO: ``protocol.run``). 
 """
 
 from jaxlab.rl.r4.config import (
+  BT_PAIRS,
   PROTOCOLS,
+  bt_pairs,
   check_memory,
   get_config,
   ppo_config,
@@ -37,6 +39,8 @@ from jaxlab.rl.r4.reward import (
 )
 
 __all__ = [
+  "BT_PAIRS",
+  "bt_pairs",
   "METHODS",
   "PROTOCOLS",
   "RewardConfig",

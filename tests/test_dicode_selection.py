@@ -86,11 +86,12 @@ def test_selection_studies_declare_the_headline_and_keep_tuning_seeds_apart(name
   from jaxlab import studies
 
   s = studies.get(name)
-  assert s.budget["env_steps"] == 20 * study.SELECTION_U * 16 * 64
   if name == "dicode/selection":
+    assert s.budget["env_steps"] == 20 * study.SELECTION_U * 16 * 64
     assert s.tests[0].metric == f"eval/success/{study.HEADLINE}"
     assert all(t.comparisons == 4 for t in s.tests)
     assert not set(s.seeds) & set(s.tuning_seeds)
     assert study.SELECTION["capacity"] < 3 * study.SELECTION["proposals"]
   else:
     assert s.seeds == study.TUNING_SEEDS
+    assert s.budget["env_steps"] == 20 * study.PROBE_U * 16 * 64

@@ -40,7 +40,9 @@ from jaxlab.rl import qrim
 from jaxlab.rl.qrim import protocol as qrim_protocol
 from jaxlab.rl.qrim import robust as qrim_robust
 
-flags.DEFINE_string("env", "cartpole", "cartpole | pendulum (parameter grids: docs/qrim.md)")
+flags.DEFINE_string(
+  "env", "cartpole", "cartpole | cartpole_force | pendulum (parameter grids: docs/qrim.md)"
+)
 flags.DEFINE_integer("set_size", 256, "|U|: uncertainty-set size of the robust MDP and the grid")
 FLAGS = flags.FLAGS
 _CONFIG = experiment.define_config(qrim.get_config())

@@ -116,3 +116,13 @@ def test_wide_cell_maps_arms_and_evaluates_outside_the_grid(tmp_path, monkeypatc
   assert calls[1][3] == "exhaustive"
   spec.cell("robust_quantum", (0, 1), tmp_path / "cell")  # finished: nothing trains
   assert len(calls) == 2
+
+
+def test_program_refuses_a_force_grid_that_is_not_a_cube(tmp_path):
+  from programs import run_program
+
+  args = ["--env=cartpole_force", "--set_size=256", f"--workdir={tmp_path / 'w'}"]
+  r = run_program("experiments.qrim", args, tmp_path)
+  assert r.returncode == 2 and "--set_size" in r.stderr and "cube" in r.stderr, r.stderr
+  assert "Traceback" not in r.stderr and not (tmp_path / "w").exists()
+  qrim.check_memory(qrim.get_config(), "cartpole_force", 512, seeds=5)  # the study's size fits

@@ -189,7 +189,7 @@ def wide_cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[i
 
   config = qrim.get_config()
   search = qrim.search_config(qrim.validate_config(config, WIDE_SIZE))
-  qrim.check_memory(config, "cartpole", WIDE_SIZE, seeds=len(seeds))
+  qrim.check_memory(config, WIDE_ENV, WIDE_SIZE, seeds=len(seeds))
   held = wide_held_out()
   base = {**config.to_dict(), "env": WIDE_ENV, "set_size": WIDE_SIZE, "steps": WIDE_UPDATES}
   base.update(arm=arm, factor=WIDE_FACTOR, episodes_held=WIDE_EPISODES, margin=WIDE_MARGIN)

@@ -110,7 +110,9 @@ def check_memory(config, env: str, set_size: int, seeds: int = 1) -> None:
   )
   resources.check_int32(field, set_size * s * a, "the (s, a, u) values of a sweep")
   if config.robust_ppo:
-    spec = gymnax.make(env, 1)  # static facts only: nothing is allocated
+    from jaxlab.rl.qrim import robust  # the gymnax task of a parameter set (cartpole_force)
+
+    spec = gymnax.make(robust.GYMNAX.get(env, env), 1)  # static facts only: nothing is allocated
     obs = 1
     for d in spec.obs_shape:
       obs *= int(d)

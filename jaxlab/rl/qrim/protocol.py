@@ -147,6 +147,8 @@ def run(
   config = qrim_config.validate_config(config, set_size)
   search = qrim_config.search_config(config)
   qrim_config.check_memory(config, env, set_size, seeds=len(seeds))
+  if config.robust_ppo:  # a set size the grid cannot take (cartpole_force: a cube) fails now
+    robust.grid(env, set_size)
   if workdir is not None:  # before computing: a read-only folder fails now, not after the run
     workdir_lib.check_writable(workdir, "workdir")
   updates = updates if config.robust_ppo else 0

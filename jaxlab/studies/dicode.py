@@ -229,7 +229,7 @@ STUDIES = (
       f"steps. Headline: held-out success on `{HEADLINE}`, chosen on `dicode/selection_probe` "
       "(tuning seed 100, at 163,840 steps); return secondary; Holm over 4 (2 tests x 2 pairs). "
       "`archive/*`: proposals made, rejected by score at admission, active tasks replaced, "
-      "admitted, rejected by the sandbox. Not run."
+      "admitted, rejected by the sandbox. Held-out runs: not run yet."
     ),
   ),
 )

@@ -239,8 +239,9 @@ def _constrain(tree, axis: int, mesh):
   return jax.tree.map(leaf, tree)
 
 
-def _rollout(state: PPOState, env, config: PPOConfig, key: Array):
-  """``num_steps`` environment steps with the current policy -> (state, trajectory [T, N])."""
+def rollout(state: PPOState, env, config: PPOConfig, key: Array):
+  """``num_steps`` real environment steps -> ``(state, trajectory)``; the trajectory is a dict of
+  ``[T, N]`` records (``obs, reset, action, log_prob, value, reward, done, info``)."""
   init = (state.env_state, state.obs, state.reset, state.carry)
   act = rollouts.policy_actor(state.train)
   (env_state, obs, reset, pcarry), traj = rollouts.rollout(
@@ -307,8 +308,10 @@ def _loss_fn(params, batch: dict, train: TrainState, config: PPOConfig):
 
 def scan(f, carry, xs, unroll: bool):
   """``lax.scan``, or with ``unroll`` a Python loop (no XLA loop at all, even for length 1)."""
-  if not unroll:
-    return jax.lax.scan(f, carry, xs)
+  return (_unrolled_scan if unroll else jax.lax.scan)(f, carry, xs)
+
+
+def _unrolled_scan(f, carry, xs):
   ys = []
   for i in range(jax.tree.leaves(xs)[0].shape[0]):
     carry, y = f(carry, jax.tree.map(lambda x: x[i], xs))
@@ -316,8 +319,9 @@ def scan(f, carry, xs, unroll: bool):
   return carry, jax.tree.map(lambda *y: jnp.stack(y), *ys)
 
 
-def _episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:
-  """Means over the episodes that finished in this rollout (previous values if none did)."""
+def episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:
+  """Episode statistics of a real rollout's ``info`` (see :func:`make_update`'s metrics): means
+  over the episodes that finished in this rollout (previous values if none did)."""
   done = info["returned_episode"].astype(jnp.float32)
   count = jnp.sum(done)
   have, denom = count > 0, jnp.maximum(count, 1.0)
@@ -344,12 +348,6 @@ def crafter_score(success_rates):
   xp = jnp if isinstance(success_rates, jax.Array) else np
   s = 100.0 * xp.asarray(success_rates, dtype=xp.float32)
   return xp.exp(xp.mean(xp.log1p(s))) - 1.0
-
-
-def rollout(state: PPOState, env, config: PPOConfig, key: Array):
-  """``num_steps`` real environment steps -> ``(state, trajectory)``; the trajectory is a dict of
-  ``[T, N]`` records (``obs, reset, action, log_prob, value, reward, done, info``)."""
-  return _rollout(state, env, config, key)
 
 
 def learn(
@@ -379,28 +377,26 @@ def learn(
   keep = ("obs", "reset", "action", "log_prob", "value")
   data = {**{k: traj[k] for k in keep}, "advantage": adv, "target": target}
 
+  # the loops call their bodies directly (no frame between a loop and its body)
+  loop = _unrolled_scan if config.unroll else jax.lax.scan
+
   def epoch(train, k):
     mbs, carries = _minibatches(data, carry0, config, recurrent, k)
     mbs, carries = _constrain(mbs, 2, mesh), _constrain(carries, 1, mesh)
 
     def minibatch(train, xs):
-      mb, carry = xs
-      train, parts = train.apply_loss(_loss_fn, {**mb, "carry": carry}, train, config)
+      # an MLP's carry is () and the same for every minibatch: only a recurrent one is scanned
+      mb, carry = xs if recurrent else (xs, carries)
+      grad_fn = jax.value_and_grad(_loss_fn, has_aux=True)
+      (_, parts), grads = grad_fn(train.params, {**mb, "carry": carry}, train, config)
       # one stacked vector, not one stacked scalar per part: each is an update per minibatch
-      return train, jnp.stack([parts[k] for k in LOSS_PARTS])
+      return train.apply_gradients(grads=grads), jnp.stack([parts[k] for k in LOSS_PARTS])
 
-    if not recurrent:  # an MLP's carry is () and the same for every minibatch
-      return scan(lambda tr, mb: minibatch(tr, (mb, carries)), train, mbs, config.unroll)
-    return scan(minibatch, train, (mbs, carries), config.unroll)
+    return loop(minibatch, train, (mbs, carries) if recurrent else mbs)
 
-  train, parts = scan(epoch, train, jax.random.split(key, config.epochs), config.unroll)
+  train, parts = loop(epoch, train, jax.random.split(key, config.epochs))
   means = jnp.mean(parts, axis=(0, 1))
   return train, {k: means[i] for i, k in enumerate(LOSS_PARTS)}
-
-
-def episode_stats(stats: dict, info: dict, env) -> tuple[dict, dict]:
-  """Episode statistics of a real rollout's ``info`` (see :func:`make_update`'s metrics)."""
-  return _episode_stats(stats, info, env)
 
 
 def make_update(env, policy, config: PPOConfig, mesh=None, *, gated: bool = False) -> Callable:
@@ -429,7 +425,7 @@ def make_update(env, policy, config: PPOConfig, mesh=None, *, gated: bool = Fals
   def update(state: PPOState, batch, key):
     k_roll, k_learn = jax.random.split(key)
     carry0 = state.carry
-    state, traj = _rollout(state, env, config, k_roll)
+    state, traj = rollout(state, env, config, k_roll)
     traj = _constrain(traj, 1, mesh)
     _, _, last_value = state.train(state.carry, state.obs[None], state.reset[None])
     if not gated:
@@ -442,7 +438,7 @@ def make_update(env, policy, config: PPOConfig, mesh=None, *, gated: bool = Fals
       shapes = jax.eval_shape(fit, *args)[1]
       skip = lambda train, *_: (train, jax.tree.map(lambda p: jnp.zeros(p.shape, p.dtype), shapes))
       train, parts = jax.lax.cond(batch, fit, skip, *args)
-    stats, episode = _episode_stats(state.stats, traj["info"], env)
+    stats, episode = episode_stats(state.stats, traj["info"], env)
     iteration = train.step // (config.epochs * config.minibatches)
     env_steps = iteration.astype(jnp.float32) * env_steps_per_update
     metrics = {**parts, **episode, "env_steps": env_steps}

@@ -3,9 +3,11 @@
 A run is a sequence of jitted chunks (a loop over K update steps; one compiled program serves every
 chunk length of a run). Between chunks the host logs metrics (CSV + TensorBoard,
 :mod:`jaxlab.core.metrics`), advances a tqdm bar with steps/s, evaluates, and saves an orbax
-checkpoint (:mod:`jaxlab.core.checkpoint`). Step ``i`` always uses ``fold_in(key, i)`` and chunk
-boundaries are global multiples of ``log_every``/``ckpt_every``/``eval_every``, so a run killed and
-restarted from its workdir ends bit-for-bit where an uninterrupted run would (on CPU). Without a
+checkpoint (:mod:`jaxlab.core.checkpoint`; written in the background while the evaluation and the
+next chunk run, and waited for before the boundary after). Step ``i`` always uses
+``fold_in(key, i)`` and chunk boundaries are global multiples of
+``log_every``/``ckpt_every``/``eval_every``, so a run killed and restarted from its workdir ends
+bit-for-bit where an uninterrupted run would (on CPU). Without a
 workdir the same loop runs in memory (no files), which is how library code (``dasbs.train``,
 ``lm.capacity``) runs its inner loops::
 

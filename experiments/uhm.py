@@ -94,7 +94,7 @@ def main(argv):
   )
   experiment.check_choice("env", FLAGS.env, ("ogbench",))
   experiment.check_choice("agent", config.agent, uhm.AGENTS)
-  uhm.check_options(
+  options = uhm.check_options(  # checked once, here; load_task and train take it as checked
     seeds=run.seeds,
     mesh=run.mesh,
     eval_episodes=FLAGS.eval_episodes,
@@ -114,9 +114,8 @@ def main(argv):
     FLAGS.env_name,
     dataset_dir=FLAGS.dataset_dir,
     generate_missing=FLAGS.generate_missing,
-    num_episodes=FLAGS.episodes,
-    data_seed=FLAGS.data_seed,
     sources=sources,
+    options=options,
   )
   print(
     f"[uhm] agent={cfg.agent} env={FLAGS.env_name} data={task.record['data']} "
@@ -134,10 +133,8 @@ def main(argv):
     _, result = uhm.train(
       task,
       loop,
-      seeds=run.seeds,
-      eval_episodes=FLAGS.eval_episodes,
+      options=options,
       workdir=run.workdir,
-      mesh=run.mesh,
       videos=episodes,  # at the last evaluation only: MuJoCo renders on the host
     )
   s = uhm.write_report(run.workdir, task, result, list(run.seeds))

@@ -108,20 +108,31 @@ def test_presets_start_from_the_library_config():
     configs.get_config("huge")
 
 
-def test_train_and_evaluate_seeds_in_the_real_env(tmp_path):
-  """The notebook path: load_task (embedded set) -> train (2 vmapped seeds) -> evaluate_seeds,
-  whose per-seed numbers are og.evaluate of each seed's actor on episodes EVAL_SEED + i."""
+def test_train_and_evaluate_seeds_in_the_real_env(tmp_path, monkeypatch):
+  """The program's path: check_options once -> load_task (embedded set) -> train (2 vmapped
+  seeds), both taking the checked options without checking them again -> evaluate_seeds, whose
+  per-seed numbers are og.evaluate of each seed's actor on episodes EVAL_SEED + i."""
   pytest.importorskip("ogbench")
   from jaxlab.envs import ogbench as og
+  from jaxlab.rl.uhm import task as task_lib
 
   c = uhm.get_config()
   c.update(agent="rebrac", batch_size=16)  # the cheapest agent to compile; same path as uhm
   c.actor_hidden_dims = c.value_hidden_dims = (8,)
-  task = uhm.load_task(c, verbose=False)
+  options = uhm.check_options(seeds=[3, 4], eval_episodes=1)
+  assert options == uhm.RunOptions((3, 4), None, 1, None, 0)
+  calls = []
+  monkeypatch.setattr(task_lib, "check_options", lambda **kw: calls.append(kw))
+  with pytest.raises(TypeError, match="options="):
+    uhm.load_task(c, verbose=False, options=options, data_seed=1)
+  task = uhm.load_task(c, verbose=False, options=options)
   assert task.env_name == og.DEFAULT_ENV_NAME and task.record["data"] == "embedded"
   assert float(np.abs(np.asarray(task.data.actions)).max()) <= 1 - uhm.ACTION_CLIP_EPS + 1e-7
   loop = runtime.Loop(num_steps=2, log_every=1, ckpt_every=0, progress=False, plot=False)
-  state, result = uhm.train(task, loop, seeds=(3, 4), eval_episodes=1, workdir=tmp_path)
+  with pytest.raises(TypeError, match="options="):
+    uhm.train(task, loop, options=options, eval_episodes=1)
+  state, result = uhm.train(task, loop, options=options, workdir=tmp_path)
+  assert calls == []  # checked once, by the caller
   assert {"success", "return"} <= set(result.evals[2]) and set(result.evals_per_seed[2]) == {3, 4}
   assert result.evals[2]["success"] == np.mean([result.per_seed[k]["eval/success"] for k in (3, 4)])
   summary = uhm.write_report(tmp_path, task, result, [3, 4])

@@ -48,6 +48,7 @@ from jaxlab.rl.uhm.agent import (
 from jaxlab.rl.uhm.task import (
   ACTION_CLIP_EPS,
   EVAL_SEED,
+  RunOptions,
   Task,
   check_memory,
   check_options,
@@ -78,6 +79,7 @@ __all__ = [
   "MODEL_HORIZON_SAMPLING",
   "NO_TASK_VALUES",
   "REWARD_SOURCES",
+  "RunOptions",
   "TASK_FIELDS",
   "Task",
   "UHMState",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +49,7 @@ EVAL_SEED = 10_000  # episode i of every evaluation resets with seed EVAL_SEED +
 __all__ = [
   "ACTION_CLIP_EPS",
   "EVAL_SEED",
+  "RunOptions",
   "Task",
   "check_memory",
   "check_options",
@@ -78,11 +80,24 @@ def check_eval_episodes(n: int) -> None:
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """A run's options as `check_options` returns them, checked: `load_task` and `train` take them
+  as ``options=`` and do not check them again."""
+
+  seeds: tuple[int, ...]  # training seeds (several: vmapped in one program, on one device)
+  mesh: Any  # None or the device mesh (one seed)
+  eval_episodes: int  # episodes per evaluation
+  episodes: int | None  # a generated data set of this many episodes (None: the standard set)
+  data_seed: int  # the generated data set's seed
+
+
 def check_options(
   *, seeds=(0,), mesh=None, eval_episodes: int = 1, episodes=None, data_seed: int = 0
-) -> None:
+) -> RunOptions:
   """The run options `load_task` and `train` take, checked before anything is read or written
-  (ConfigError naming each as the command line spells it)."""
+  (ConfigError naming each as the command line spells it); returned as `RunOptions`, which a
+  program checks once and passes to both (``options=``)."""
   check_eval_episodes(eval_episodes)
   require(episodes is None or episodes >= 1, "episodes", f"must be >= 1, got {episodes}")
   require(data_seed >= 0, "data_seed", f"must be >= 0, got {data_seed}")
@@ -92,6 +107,7 @@ def check_options(
     "seeds",
     "vmapped seeds run on one device; drop --mesh (or train one seed per process with --mesh)",
   )
+  return RunOptions(tuple(seeds), mesh, eval_episodes, episodes, data_seed)
 
 
 def check_memory(config, obs_dim: int = 1, act_dim: int = 1, num_seeds: int = 1, devices=1) -> None:
@@ -212,20 +228,25 @@ def load_task(
   dataset_dir: str | None = None,
   generate_missing: bool = False,
   num_episodes: int | None = None,
-  data_seed: int = 0,
+  data_seed: int | None = None,
   sources: dict | None = None,
   verbose: bool = True,
+  options: RunOptions | None = None,
 ) -> Task:
   """The task's OGBench data set (`jaxlab.envs.ogbench.load`) as a Task.
 
   config: default `get_config()`; env_name: default the embedded set's task. Without dataset_dir
   and generate_missing the embedded set is used when no standard file is found. A missing or bad
   set raises a ConfigError naming dataset_dir or env_name. Task values are resolved before any
-  data is read.
+  data is read. ``options`` (`check_options`) replaces num_episodes and data_seed (default 0).
   """
   from jaxlab.envs import ogbench as og  # imports ogbench / mujoco lazily
 
-  check_options(episodes=num_episodes, data_seed=data_seed)
+  if options is None:
+    options = check_options(episodes=num_episodes, data_seed=data_seed or 0)
+  elif num_episodes is not None or data_seed is not None:
+    raise TypeError("load_task: pass num_episodes and data_seed in options=, not beside it")
+  num_episodes, data_seed = options.episodes, options.data_seed
   env_name = env_name or og.DEFAULT_ENV_NAME
   config = agent.get_config() if config is None else config
   if sources is None:
@@ -437,17 +458,19 @@ def train(
   task: Task,
   loop: runtime.Loop,
   *,
-  seed: int = 0,
-  eval_episodes: int,
+  seed: int | None = None,
+  eval_episodes: int | None = None,
   seeds=None,
   workdir=None,
   mesh=None,
+  options: RunOptions | None = None,
   qpi: bool = True,
   eval_seed: int = EVAL_SEED,
   videos: int = 0,
 ):
-  """Creates the agent and trains it on the task: training seed ``seed``, or several ``seeds``
-  trained together, vmapped in one compiled program (seed k there equals ``seed=k`` alone).
+  """Creates the agent and trains it on the task: training seed ``seed`` (default 0), or several
+  ``seeds`` trained together, vmapped in one compiled program (seed k there equals ``seed=k``
+  alone). ``options`` (`check_options`) replaces seed, seeds, eval_episodes and mesh.
 
   Evaluates with `make_eval_fn` at loop.eval_every (and at the end). With a mesh the batch is
   split over its batch axes; parameters and the data set are replicated. Returns (state, result)
@@ -460,8 +483,14 @@ def train(
   videos: episodes per evaluation video (`make_video_fn`; 0 = none), at the steps
   ``loop.video_every`` selects.
   """
-  seeds = tuple(seeds) if seeds else (seed,)
-  check_options(seeds=seeds, mesh=mesh, eval_episodes=eval_episodes)
+  if options is None:
+    if eval_episodes is None:
+      raise TypeError("train: eval_episodes= (or options=) is required")
+    seeds = tuple(seeds) if seeds else (seed or 0,)
+    options = check_options(seeds=seeds, mesh=mesh, eval_episodes=eval_episodes)
+  elif any(x is not None for x in (seed, seeds, eval_episodes, mesh)):
+    raise TypeError("train: pass seed, seeds, eval_episodes and mesh in options=, not beside it")
+  seeds, mesh, eval_episodes = options.seeds, options.mesh, options.eval_episodes
   cfg = task.config
   num_seeds = len(seeds)
   stats = offline_data.obs_stats(task.data)

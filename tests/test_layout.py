@@ -157,3 +157,102 @@ def test_no_module_imports_its_own_package_facade_or_imports_late(path):
       assert name not in {a.name for a in node.names}, f"imports its own facade {package}"
     if isinstance(node, ast.Import):
       assert package not in {a.name for a in node.names}, f"imports its own facade {package}"
+
+
+# --- call depth from a program to its loss
+
+# Probe run in a fresh process (the program's absl flags parse there): it wraps the loss, runs the
+# program's main, and at the loss's first trace prints the stack's frames of this repository and
+# exits (nothing compiles or trains).
+_PROBE = r"""
+import importlib, json, os, pathlib, sys, traceback
+root, program, module, name, *argv = sys.argv[1:]
+prog, mod = importlib.import_module(program), importlib.import_module(module)
+table, _, key = name.partition("/")  # "TABLE/key": the loss is entry 1 of a (init, step) table
+orig = mod.__dict__[table][key][1] if key else getattr(mod, name)
+
+def probe(*args, **kwargs):
+  frames = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(root)]
+  frames = [f for f in frames if "site-packages" not in f.filename]  # a virtualenv in the clone
+  frames = [(str(pathlib.Path(f.filename).relative_to(root)), f.name) for f in frames]
+  mains = [i for i, f in enumerate(frames) if f[1] == "main" and f[0].startswith("experiments/")]
+  print("FRAMES=" + json.dumps(frames[mains[-1]:]), flush=True)
+  os._exit(0)
+
+if key:
+  mod.__dict__[table][key] = (mod.__dict__[table][key][0], probe)
+else:
+  setattr(mod, name, probe)
+from jaxlab.core import experiment
+sys.argv = [program, *argv]
+experiment.run(prog.main)
+"""
+
+_RUNTIME = "jaxlab/core/runtime.py"  # the chunked training loop every program shares
+
+
+def _frames_to_loss(tmp_path, program, module, loss, *args):
+  import json
+  import subprocess
+  import sys
+
+  from tests.programs import program_env
+
+  argv = [str(ROOT) + "/", program, module, loss, *args, f"--workdir={tmp_path / 'run'}"]
+  out = subprocess.run(
+    [sys.executable, "-c", _PROBE, *argv],
+    cwd=tmp_path,
+    env=program_env({"JAX_PLATFORMS": "cpu"}),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  lines = [ln for ln in out.stdout.splitlines() if ln.startswith("FRAMES=")]
+  assert lines, out.stdout[-2000:] + out.stderr[-2000:]
+  return [tuple(f) for f in json.loads(lines[0][len("FRAMES=") :])]
+
+
+# program, the loss (module, name; "TABLE/key" for a method table's step), flags, and the bound on
+# the frames from the program's main to the loss outside the runtime (main included, the loss
+# not); the runtime's own frames (train, its memory check and compile, the chunk, one step) are
+# counted apart
+_DEPTHS = {
+  "ppo": (
+    "jaxlab.rl.ppo.agent",  # the name the update calls (imported from jaxlab.rl.ppo.loss)
+    "ppo_loss",
+    ("--env=cartpole", f"--config={ROOT}/experiments/configs/ppo.py:cpu"),
+    7,  # main, train_run | update, learn, epoch, minibatch, _loss_fn
+  ),
+  "uhm": (
+    "jaxlab.rl.uhm.agent",
+    "actor_critic_loss",
+    (
+      f"--config={ROOT}/experiments/configs/uhm.py:cpu",
+      "--steps=2",
+      "--eval_episodes=1",
+      "--videos=0",
+    ),
+    6,  # main, train | update, the cond's branch, ac_step, apply_loss
+  ),
+  "goma": (
+    "jaxlab.optim.goma.vi",
+    "_IMPL/goma",
+    ("--problem=bilinear", "--methods=goma", "--steps=20", "--seeds=1"),
+    7,  # main, run_comparison, solve, one (a seed), run, _run_jit, body (a step)
+  ),
+}
+_RUNTIME_FRAMES = 6
+
+
+@pytest.mark.parametrize("name", sorted(_DEPTHS))
+def test_few_frames_from_a_program_to_its_loss(tmp_path, name):
+  """A reader follows a program to the paper's loss in a few calls: no wrapper that only forwards
+  (counted at the loss's trace, in the program's own run on its smallest preset)."""
+  if name == "uhm":
+    pytest.importorskip("ogbench")
+  module, loss, args, bound = _DEPTHS[name]
+  frames = _frames_to_loss(tmp_path, f"experiments.{name}", module, loss, *args)
+  own = [f for f in frames if f[0] != _RUNTIME]
+  assert frames[0] == (f"experiments/{name}.py", "main"), frames
+  assert len(own) <= bound, own
+  assert len(frames) - len(own) <= _RUNTIME_FRAMES, frames

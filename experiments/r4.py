@@ -8,7 +8,8 @@ trajectories, and PPO (``jaxlab.rl.ppo``) is trained on the learned reward and e
 TRUE return.
 ``--protocol=online``: rounds of PPO, rollouts of the current policy, new ratings, refit.
 ``--method=true`` trains PPO on the true reward (the upper reference). The protocol is
-``jaxlab.rl.r4.protocol.run``; the config is ``jaxlab.rl.r4.get_config()`` (``--config.x=...``;
+``jaxlab.rl.r4.protocol.run_setting`` (the flags as one ``protocol.Setting``); the config is
+``jaxlab.rl.r4.get_config()`` (``--config.x=...``;
 PPO's fields under ``--config.ppo.``); ``--steps`` (PPO updates) defaults to
 ``config.ppo.total_timesteps // (num_envs * num_steps)``.
 
@@ -27,7 +28,8 @@ files are under ``seed<k>/``. Commands (CPU, 2 busy cores):
   python -m experiments.r4 --env=cartpole --method=r4 --seeds=3   # seeds 0-2, PPO vmapped
 
 The comparison studies of docs/r4.md (every method x rater noise x seed) are
-``python -m experiments.study r4/cartpole`` and ``r4/asterix`` (`jaxlab.studies.r4`).
+``python -m experiments.study r4/pendulum`` (and the earlier ``r4/cartpole``, ``r4/asterix``;
+`jaxlab.studies.r4`).
 """
 
 from __future__ import annotations
@@ -71,17 +73,10 @@ def main(argv):
     unused=UNUSED_FLAGS,
     seeds=True,
   )
-  summary = r4_protocol.run(
-    config,
-    env=FLAGS.env,
-    method=method,
-    ratings=ratings,
-    protocol=protocol,
-    updates=run.steps,
-    seed=run.seed,
-    seeds=run.seeds,
-    workdir=run.workdir,
+  setting = r4_protocol.Setting(
+    FLAGS.env, method, run.steps, ratings=ratings, protocol=protocol, seeds=run.seeds
   )
+  summary = r4_protocol.run_setting(config, setting, run.workdir)
   tau = summary.get("heldout/kendall_tau", float("nan"))
   over = f" (means over {len(run.seeds)} seeds)" if len(run.seeds) > 1 else ""
   print(

@@ -431,3 +431,28 @@ def test_bt_teacher_sees_the_raters_noisy_returns():
   ids, rated, edges, seen = r4_protocol.rate(traj, c, jax.random.key(3), "simulated")
   np.testing.assert_array_equal(rated, np.searchsorted(edges, seen, side="right"))
   assert np.mean(seen != traj.true_return[ids]) > 0.9  # noisy, and not the true returns
+
+
+def test_run_keywords_are_one_setting(monkeypatch):
+  """``protocol.run``'s keywords build the Setting ``run_setting`` receives, and a Setting
+  records what the keywords recorded."""
+  seen = []
+  monkeypatch.setattr(r4_protocol, "run_setting", lambda c, s, wd=None: seen.append((s, wd)))
+  kw = dict(env="pendulum", method="bt", ratings="simulated", protocol="online", updates=7)
+  r4_protocol.run(r4.get_config(), seed=3, workdir="w", **kw)
+  r4_protocol.run(r4.get_config(), seeds=[1, "2"], **kw)
+  assert seen == [
+    (r4_protocol.Setting("pendulum", "bt", 7, "simulated", "online", (3,)), "w"),
+    (r4_protocol.Setting("pendulum", "bt", 7, "simulated", "online", (1, 2)), None),
+  ]
+  s, c = seen[1][0], r4.get_config()
+  assert s.several and s.rounds(c) == c.online_rounds and not seen[0][0].several
+  rec = s.record(c, (2,))
+  assert {k: rec[k] for k in ("env", "method", "protocol", "seed", "steps")} == {
+    "env": "pendulum",
+    "method": "bt",
+    "protocol": "online",
+    "seed": 2,
+    "steps": 7,
+  }
+  assert s.record(c)["seeds"] == [1, 2] and rec["pool"] == c.pool and "seeds" not in rec

@@ -1,5 +1,9 @@
 """R4's studies (docs/r4.md): R4 against RbRL, Bradley-Terry and the true reward, one per task.
 
+``r4/pendulum`` tests "matches or outperforms" as non-inferiority with every learner given the
+same 512 labels by the same noisy rater; ``r4/cartpole`` and ``r4/asterix`` test superiority at 3
+seeds with Bradley-Terry's fresh pairs (``bt_pairs`` absent: "fresh").
+
 An arm is a reward learner at a rater noise (``r4_noise0.5``: R4 with Gaussian noise of 0.5 x the
 pool's return std before binning) or ``true`` (PPO on the true reward: the upper control, which
 rates nothing). A cell runs :func:`jaxlab.rl.r4.protocol.run` (offline protocol, simulated

@@ -241,6 +241,48 @@ def seed_dir(workdir: pathlib.Path | None, seed: int, several: bool) -> pathlib.
   return path
 
 
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """What a run does besides its config: the flags of ``python -m experiments.r4``.
+
+  ``env``: a gymnax task (``jaxlab.envs.gymnax``); ``method``: r4 | rbrl | bt | true;
+  ``updates``: PPO updates (the program's default: :func:`r4.ppo_updates`); ``ratings``:
+  ``"simulated"`` or a ``trajectory_id,rating`` CSV; ``protocol``: offline | online; ``seeds``:
+  the seeds trained together (one: a plain run). Checked by :func:`run_setting`."""
+
+  env: str
+  method: str
+  updates: int
+  ratings: str = "simulated"
+  protocol: str = "offline"
+  seeds: tuple[int, ...] = (0,)
+
+  def __post_init__(self):
+    object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+
+  @property
+  def several(self) -> bool:
+    return len(self.seeds) > 1
+
+  def rounds(self, config) -> int:
+    """PPO phases: the online rounds, or the offline evaluation points."""
+    return config.online_rounds if self.protocol == "online" else config.eval_points
+
+  def record(self, config, seeds: tuple[int, ...] | None = None) -> dict:
+    """What the workdir records of a run of ``seeds`` (default: all): the config and the flags."""
+    seeds = self.seeds if seeds is None else seeds
+    return {
+      **config.to_dict(),
+      "env": self.env,
+      "method": self.method,
+      "ratings": self.ratings,
+      "ratings_sha256": None if self.ratings == "simulated" else _sha256(self.ratings),
+      "protocol": self.protocol,
+      **({"seed": seeds[0]} if len(seeds) == 1 else {"seeds": list(seeds)}),
+      "steps": self.updates,
+    }
+
+
 def run(
   config,
   *,
@@ -253,86 +295,65 @@ def run(
   workdir: str | pathlib.Path | None = None,
   seeds: Sequence[int] | None = None,
 ) -> dict:
+  """:func:`run_setting` with the :class:`Setting` of these keywords (``seeds``: default
+  ``(seed,)``)."""
+  seeds = (seed,) if seeds is None else tuple(seeds)
+  setting = Setting(env, method, updates, ratings, protocol, seeds)
+  return run_setting(config, setting, workdir)
+
+
+def run_setting(config, setting: Setting, workdir: str | pathlib.Path | None = None) -> dict:
   """The offline or online protocol of ``python -m experiments.r4`` -> its summary.
 
-  ``config``: :func:`r4.get_config`; ``env``: a gymnax task (``jaxlab.envs.gymnax``); ``method``:
-  r4 | rbrl | bt | true; ``ratings``: ``"simulated"`` or a ``trajectory_id,rating`` CSV;
-  ``protocol``: offline | online; ``updates``: PPO updates (the program's default:
-  :func:`r4.ppo_updates`). Everything is validated (ConfigError naming the field) before
-  ``workdir`` is created; there it writes trajectories.npz, alignment.png, agent.png and
-  summary.json (``workdir=None``: nothing is written). The workdir goes through
-  ``jaxlab.core.workdir.session`` (locked; a different recorded config, e.g. another seed, is
-  refused naming ``--workdir``); a finished run's record is returned with every file unchanged,
-  and trajectories.npz (the pool a ratings CSV refers to) is never overwritten.
+  ``config``: :func:`r4.get_config`; ``setting``: :class:`Setting`. Everything is validated
+  (ConfigError naming the field) before ``workdir`` is created; there it writes
+  trajectories.npz, alignment.png, agent.png and summary.json (``workdir=None``: nothing is
+  written). The workdir goes through ``jaxlab.core.workdir.session`` (locked; a different
+  recorded config, e.g. another seed, is refused naming ``--workdir``); a finished run's record
+  is returned with every file unchanged, and trajectories.npz (the pool a ratings CSV refers to)
+  is never overwritten.
 
-  ``seeds`` (more than one; default ``(seed,)``): the seeds' pools, ratings and reward fits run
-  one seed after another on the host, and their PPO phases train all seeds vmapped in one
-  compiled program (:mod:`jaxlab.core.seeds`). Seed ``k`` there draws the keys of ``seed=k``
-  alone: the same pool, ratings and reward, and PPO up to float rounding (which PPO amplifies
-  over tens of updates: see docs/r4.md). The
-  summary then holds ``seeds``, ``per_seed`` (each seed's summary as its own run returns it)
-  and, at the top level, what the seeds share and the means of the numbers that differ; each
-  seed's trajectories.npz, alignment.png and agent.png go to ``<workdir>/seed<k>/``. A ratings
-  file rates one seed's pool, so it goes with one seed.
+  Several ``setting.seeds``: the seeds' pools, ratings and reward fits run one seed after
+  another on the host, and their PPO phases train all seeds vmapped in one compiled program
+  (:mod:`jaxlab.core.seeds`). Seed ``k`` there draws the keys of a run of seed ``k`` alone: the
+  same pool, ratings and reward, and PPO up to float rounding (which PPO amplifies over tens of
+  updates: see docs/r4.md). The summary then holds ``seeds``, ``per_seed`` (each seed's summary
+  as its own run returns it) and, at the top level, what the seeds share and the means of the
+  numbers that differ; each seed's trajectories.npz, alignment.png and agent.png go to
+  ``<workdir>/seed<k>/``. A ratings file rates one seed's pool, so it goes with one seed.
   """
-  seeds = (seed,) if seeds is None else tuple(int(s) for s in seeds)
-  several = len(seeds) > 1
-  gymnax.resolve(env)
+  s = setting
+  gymnax.resolve(s.env)
   config = r4_config.validate_config(
-    config, method=method, ratings=ratings, protocol=protocol, updates=updates
+    config, method=s.method, ratings=s.ratings, protocol=s.protocol, updates=s.updates
   )
-  rc, pc = r4_config.reward_config(config, method), r4_config.ppo_config(config, updates)
-  if several and ratings != "simulated":
+  rc, pc = r4_config.reward_config(config, s.method), r4_config.ppo_config(config, s.updates)
+  if s.several and s.ratings != "simulated":
     raise ConfigError(
       "seeds", "a ratings file rates the pool of one seed (its trajectories.npz); give one seed"
     )
-  r4_config.check_memory(config, env, method, seeds=len(seeds))
+  r4_config.check_memory(config, s.env, s.method, seeds=len(s.seeds))
   if workdir is not None:  # before computing: a read-only folder fails now, not after the run
     workdir_lib.check_writable(workdir, "workdir")
   provenance.announce()  # once per process: the study's cells share one line
-  rounds = config.online_rounds if protocol == "online" else config.eval_points
-  runs = [_prepare(config, env, ratings, s, several) for s in seeds]
-
-  def recorded(seeds):
-    return {
-      **config.to_dict(),
-      "env": env,
-      "method": method,
-      "ratings": ratings,
-      "ratings_sha256": None if ratings == "simulated" else _sha256(ratings),
-      "protocol": protocol,
-      **({"seed": seeds[0]} if len(seeds) == 1 else {"seeds": list(seeds)}),
-      "steps": updates,
-    }
+  runs = [_prepare(config, s.env, s.ratings, seed, s.several) for seed in s.seeds]
 
   with workdir_lib.session(
-    None if workdir is None else pathlib.Path(workdir), recorded(seeds)
+    None if workdir is None else pathlib.Path(workdir), s.record(config)
   ) as wd:
     record = workdir_lib.finished(wd)
     if record is not None:  # a finished run: its record, every file left as it is
       print(f"{wd} holds this finished run; its record (nothing rewritten):", flush=True)
       return record
     for r in runs:
-      out = seed_dir(wd, r.seed, several)
+      out = seed_dir(wd, r.seed, s.several)
       if out is not None and not (out / "trajectories.npz").exists():  # the rated pool stays
         p = r.pool
         arrays = dict(obs=p.obs, action=p.action, mask=p.mask, true_return=p.true_return)
         tmp = out / "trajectories.tmp.npz"
         np.savez_compressed(tmp, **arrays)
         tmp.replace(out / "trajectories.npz")
-    return _train(
-      config,
-      rc,
-      pc,
-      env=env,
-      method=method,
-      protocol=protocol,
-      updates=updates,
-      workdir=wd,
-      runs=runs,
-      rounds=rounds,
-      recorded=recorded,
-    )
+    return _train(config, rc, pc, s, wd, runs)
 
 
 def _sha256(path) -> str:
@@ -341,15 +362,13 @@ def _sha256(path) -> str:
   return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
-def _train(
-  config, rc, pc, *, env, method, protocol, updates, workdir, runs, rounds, recorded
-) -> dict:
-  """The reward fits, PPO phases and outputs of :func:`run` (inside its workdir session).
+def _train(config, rc, pc, setting: Setting, workdir, runs: list[_Seed]) -> dict:
+  """The reward fits, PPO phases and outputs of :func:`run_setting` (inside its workdir session).
 
   With several seeds the host parts (reward fits, the online protocol's rollouts, ratings and
   refits) loop over the seeds and every PPO phase is one vmapped program over them."""
-  seeds = tuple(r.seed for r in runs)
-  several = len(seeds) > 1
+  env, method, protocol, updates = setting.env, setting.method, setting.protocol, setting.updates
+  rounds, seeds, several = setting.rounds(config), setting.seeds, setting.several
   venv = gymnax.make(env, pc.num_envs)
   hidden, activation = tuple(config.ppo.mlp.hidden), config.ppo.mlp.activation
   policy = policies.make(
@@ -445,7 +464,9 @@ def _train(
         "ppo_updates": updates,
         "env_steps": r.curve[-1][0],
         "curve": r.curve,
-        "config": recorded((r.seed,)),  # the run's whole record: this summary alone reproduces it
+        "config": setting.record(
+          config, (r.seed,)
+        ),  # the run's whole record: this summary alone reproduces it
       }
     )
     if workdir is not None:
@@ -463,7 +484,7 @@ def _train(
       **ppo_eval.seed_means(list(per_seed.values())),
       "seeds": list(seeds),
       "per_seed": per_seed,
-      "config": recorded(seeds),
+      "config": setting.record(config),
     }
   else:
     summary = runs[0].summary

@@ -4,7 +4,9 @@ Modules: `config` (``get_config()``: the defaults, ``validate_config``), `tokeni
 (nearest-neighbour patch codebook), `world_model` (`jaxlab.lm`'s transformer blocks,
 block-causal, over frame tokens and actions), `decode` (sample / argmax / ITC decoding),
 `imagine` (imagined rollouts), `buffer` (replay), `dyna` (the Dyna loop on the core runtime),
-`agent` (environment, policy and initial state from a config; the real vs imagined frames PNG).
+`agent` (environment, policy and initial state from a config; the real vs imagined frames PNG),
+`decoder_eval` and `objects` (decoders on a fixed world model: the studies `itc/decoders` and
+`itc/objects`).
 See docs/itc.md.
 """
 

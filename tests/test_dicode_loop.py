@@ -856,7 +856,7 @@ def test_sessions_with_different_task_sets_lower_to_one_program():
   assert texts[0] == texts[1]
 
 
-# --- one program trains, evaluates and scores (issue 30) ---
+# --- one program trains, evaluates and scores ---
 
 
 @functools.lru_cache(maxsize=4)

@@ -256,3 +256,17 @@ def test_few_frames_from_a_program_to_its_loss(tmp_path, name):
   assert frames[0] == (f"experiments/{name}.py", "main"), frames
   assert len(own) <= bound, own
   assert len(frames) - len(own) <= _RUNTIME_FRAMES, frames
+
+
+CORE_FUNCTION_LINES = 60  # the core is read by every method's user: short functions, one job each
+
+
+def test_no_core_function_is_longer_than_the_bound():
+  long = []
+  for path in sorted((ROOT / "jaxlab" / "core").rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        lines = node.end_lineno - node.lineno + 1
+        if lines > CORE_FUNCTION_LINES:
+          long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+  assert not long, long

@@ -13,6 +13,7 @@ trajectories' own ``real_flicker/h<h>``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 
 from jaxlab.core import stats
@@ -91,24 +92,33 @@ def cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[int, d
   The seeds run one after another through the same compiled stages (`decoder_eval.Evaluator`),
   not vmapped: this study trains world models on random play, not the Dyna agent that
   ``experiments.itc --seeds`` vmaps, and each seed's world model is kept on disk as it finishes."""
-  from jaxlab.core import metrics
   from jaxlab.rl.itc import decoder_eval
+
+  c, s = config(), setting()
+  make = functools.partial(decoder_eval.Evaluator, c, s, ARMS)  # (shared folder) -> evaluator
+  return _shared_cell(arm, seeds, workdir, c, s, "decoders.json", make, flat)
+
+
+def _shared_cell(arm, seeds, workdir, c, s, name: str, make_evaluator, flatten) -> dict[int, dict]:
+  """Per seed, ``flatten(result, arm)`` of the result every decoder shares, kept as
+  ``<workdir>/../world_models/seed_<s>/<name>``: the first arm to reach a seed runs the evaluator
+  (built once, at the first seed not evaluated yet: its compiles take minutes) and writes it."""
+  from jaxlab.core import metrics
 
   workdir = pathlib.Path(workdir)
   shared = workdir.parent / "world_models"
-  c, s = config(), setting()
   rec = {"itc": c.to_dict(), "setting": dataclasses.asdict(s), "decoder": arm}
-  evaluator = []  # built at the first seed not evaluated yet (its compiles take minutes)
+  evaluator = []
 
   def compute(seed):
-    path = shared / f"seed_{seed}" / "decoders.json"
+    path = shared / f"seed_{seed}" / name
     if not path.exists():
       if not evaluator:
-        evaluator.append(decoder_eval.Evaluator(c, s, ARMS, shared))
+        evaluator.append(make_evaluator(shared))
       res = evaluator[0].seed(seed)
       path.parent.mkdir(parents=True, exist_ok=True)
       metrics.write_json(path, res)
-    return flat(metrics.read_json(path), arm)
+    return flatten(metrics.read_json(path), arm)
 
   return {
     seed: runner.once(workdir / f"seed{seed}", {**rec, "seed": seed}, lambda q=seed: compute(q))
@@ -196,29 +206,11 @@ def obj_cell(arm: str, seeds: tuple[int, ...], workdir: pathlib.Path) -> dict[in
   """The decoder ``arm`` on each seed's world model; as :func:`cell`, the first arm to reach a
   seed runs every decoder there (one `objects.Evaluator`, compiled once for all seeds) and keeps
   the result in ``<workdir>/../world_models/seed_<s>/objects.json``."""
-  from jaxlab.core import metrics
   from jaxlab.rl.itc import objects
 
-  workdir = pathlib.Path(workdir)
-  shared = workdir.parent / "world_models"
   c, s = config(), obj_setting()
-  rec = {"itc": c.to_dict(), "setting": dataclasses.asdict(s), "decoder": arm}
-  evaluator = []
-
-  def compute(seed):
-    path = shared / f"seed_{seed}" / "objects.json"
-    if not path.exists():
-      if not evaluator:
-        evaluator.append(objects.Evaluator(c, s, shared))
-      res = evaluator[0].seed(seed)
-      path.parent.mkdir(parents=True, exist_ok=True)
-      metrics.write_json(path, res)
-    return obj_flat(metrics.read_json(path), arm)
-
-  return {
-    seed: runner.once(workdir / f"seed{seed}", {**rec, "seed": seed}, lambda q=seed: compute(q))
-    for seed in seeds
-  }
+  make = functools.partial(objects.Evaluator, c, s)
+  return _shared_cell(arm, seeds, workdir, c, s, "objects.json", make, obj_flat)
 
 
 _OBJ_PAIRS = (("itc", "sample"), ("itc", "argmax"), ("keep_prev", "itc"))

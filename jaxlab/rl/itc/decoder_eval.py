@@ -116,9 +116,10 @@ def validate(config, setting: Setting, decoders) -> Setting:
   return s
 
 
-def collect(env, key: Array, steps: int) -> dict:
+def collect(env, key: Array, steps: int, record=None) -> dict:
   """``steps`` random-action steps of ``env``: batch-major ``obs`` (uint8, the frame each action
-  was taken in), ``reset, action, reward, done`` ``[N, steps]``."""
+  was taken in), ``reset, action, reward, done`` ``[N, steps]``, and ``record(state)``'s arrays
+  of the state each action was taken in (``record``: None or a function to a dict)."""
   k_reset, k_run = jax.random.split(key)
   obs, state = env.reset(k_reset)
   reset = jnp.ones((env.num_envs,), bool)
@@ -127,9 +128,10 @@ def collect(env, key: Array, steps: int) -> dict:
     obs, state, reset = c
     k_a, k_e = jax.random.split(k)
     action = jax.random.randint(k_a, (env.num_envs,), 0, env.num_actions)
+    extra = record(state) if record is not None else {}
     nxt, state, reward, done, _ = env.step(state, action, k_e)
     rec = dict(obs=buffer_lib.to_uint8(obs), reset=reset, action=action, reward=reward, done=done)
-    return (nxt, state, done), rec
+    return (nxt, state, done), {**rec, **extra}
 
   _, traj = jax.lax.scan(step, (obs, state, reset), jax.random.split(k_run, steps))
   return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)

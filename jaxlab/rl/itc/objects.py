@@ -45,7 +45,6 @@ import numpy as np
 
 from jaxlab.core import metrics as metrics_lib
 from jaxlab.core.errors import require
-from jaxlab.rl.itc import buffer as buffer_lib
 from jaxlab.rl.itc import decode as decode_lib
 from jaxlab.rl.itc import decoder_eval, imagine
 from jaxlab.rl.itc import tokenizer as tok_lib
@@ -274,28 +273,11 @@ class Setting:
 
 def collect(env, key: Array, steps: int) -> dict:
   """`decoder_eval.collect` plus ``classes [N, steps, 81]`` of each recorded frame's state."""
-  k_reset, k_run = jax.random.split(key)
-  obs, state = env.reset(k_reset)
-  reset = jnp.ones((env.num_envs,), bool)
+  return decoder_eval.collect(env, key, steps, record=_record_classes)
 
-  def step(c, k):
-    obs, state, reset = c
-    k_a, k_e = jax.random.split(k)
-    action = jax.random.randint(k_a, (env.num_envs,), 0, env.num_actions)
-    classes = cell_classes(state.env).astype(jnp.int8)
-    nxt, state, reward, done, _ = env.step(state, action, k_e)
-    rec = dict(
-      obs=buffer_lib.to_uint8(obs),
-      classes=classes,
-      reset=reset,
-      action=action,
-      reward=reward,
-      done=done,
-    )
-    return (nxt, state, done), rec
 
-  _, traj = jax.lax.scan(step, (obs, state, reset), jax.random.split(k_run, steps))
-  return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), traj)
+def _record_classes(state) -> dict:
+  return {"classes": cell_classes(state.env).astype(jnp.int8)}
 
 
 def windows(data: dict, horizon: int, skip: int, stride: int) -> dict:

@@ -175,3 +175,27 @@ def test_objects_cell_evaluates_every_decoder_once_per_seed(tmp_path, monkeypatc
   assert out[0]["objects/error/h1"] == 0.2 and again[0]["objects/error/h1"] == 0.0
   assert "objects/error/h2" not in out[0] and out[0]["class/cow/duplicated/h1"] == 0.1
   assert out[0]["wm_heldout_token_acc"] == 0.7 and out[0]["config"]["decoder"] == "itc"
+
+
+def test_a_seeds_world_model_is_trained_once_then_restored(tmp_path, monkeypatch):
+  from jaxlab.rl.itc import decoder_eval as E
+
+  saved = {}
+  monkeypatch.setattr(E, "_save", lambda path, wm, book: saved.update({path: (wm, book)}))
+  monkeypatch.setattr(E, "_load", lambda path, init, book: saved[path])
+  monkeypatch.setattr(E, "init_world_model", lambda cfg, key: None)
+
+  class Fake:
+    cfg, calls, lines = None, [], []
+    log = lines.append
+
+    def train(self, data, book, key):
+      self.calls.append(key)
+      (tmp_path / "world_model.msgpack").touch()  # what _save leaves on disk
+      return "wm", {"loss": np.float32(0.5)}
+
+  ev, codebook = Fake(), type("Book", (), {"size": 3})()
+  wm, book, m = E.trained_world_model(ev, tmp_path, 0, None, codebook, 7)
+  assert (wm, book, m["loss"]) == ("wm", codebook, 0.5) and m["train_seconds"] >= 0
+  again = E.trained_world_model(ev, tmp_path, 0, None, codebook, 7)
+  assert ev.calls == [7] and again == ("wm", codebook, m)

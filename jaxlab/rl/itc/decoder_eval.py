@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import time
 
 import flax.serialization
 import jax
@@ -241,6 +242,26 @@ def map_mask(grid: tuple[int, int], inventory_rows: int) -> np.ndarray:
 # --- one evaluation per seed ---
 
 
+def trained_world_model(evaluator, out: pathlib.Path, seed: int, data, book, key: Array):
+  """``(world model, codebook, training metrics)`` of a seed: restored from
+  ``out/world_model.msgpack`` when a run already trained it, else trained by ``evaluator.train``
+  (its seconds recorded, the first seed's compile included) and kept there."""
+  ckpt = out / "world_model.msgpack"
+  if ckpt.exists():
+    wm, book = _load(ckpt, init_world_model(evaluator.cfg, key), book)
+    train_metrics = json.loads((out / "world_model.json").read_text())
+    evaluator.log(f"seed {seed}: world model restored from {ckpt}")
+    return wm, book, train_metrics
+  t0 = time.perf_counter()
+  wm, train_metrics = evaluator.train(data, book, key)
+  train_metrics = {k: float(v) for k, v in train_metrics.items()}
+  train_metrics["train_seconds"] = time.perf_counter() - t0
+  _save(ckpt, wm, book)
+  metrics_lib.write_json(out / "world_model.json", train_metrics)
+  evaluator.log(f"seed {seed}: world model trained ({train_metrics}), codebook {int(book.size)}")
+  return wm, book, train_metrics
+
+
 def _save(path: pathlib.Path, wm: TrainState, book) -> None:
   blob = flax.serialization.to_bytes({"params": wm.params, "codes": book.codes, "size": book.size})
   tmp = path.with_suffix(".tmp")
@@ -286,17 +307,7 @@ class Evaluator:
     k_data, k_wm, k_img = jax.random.split(jax.random.key(seed), 3)
     data = self.collect(self.env, k_data, self.setting.steps)
     book = self.grow(data)
-    ckpt = out / "world_model.msgpack"
-    if ckpt.exists():
-      wm, book = _load(ckpt, init_world_model(self.cfg, k_wm), book)
-      train_metrics = json.loads((out / "world_model.json").read_text())
-      self.log(f"seed {seed}: world model restored from {ckpt}")
-    else:
-      wm, train_metrics = self.train(data, book, k_wm)
-      train_metrics = {k: float(v) for k, v in train_metrics.items()}
-      _save(ckpt, wm, book)
-      metrics_lib.write_json(out / "world_model.json", train_metrics)
-      self.log(f"seed {seed}: world model trained ({train_metrics}), codebook {int(book.size)}")
+    wm, book, train_metrics = trained_world_model(self, out, seed, data, book, k_wm)
     res = jax.device_get(self.imagine(wm, book, self.windows, k_img))
     nan = lambda x: None if np.isnan(x) else float(x)  # noqa: E731
     res = {m: {k: [nan(x) for x in v] for k, v in r.items()} for m, r in res.items()}

@@ -35,7 +35,6 @@ docs/itc.md), ``keep_prev`` (keep the previous token where its perturbed probabi
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import time
 
@@ -43,7 +42,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.core import metrics as metrics_lib
 from jaxlab.core.errors import require
 from jaxlab.rl.itc import decode as decode_lib
 from jaxlab.rl.itc import decoder_eval, imagine
@@ -354,20 +352,7 @@ class Evaluator:
     k_data, k_wm, k_img = jax.random.split(jax.random.key(seed), 3)
     data = self.collect(self.env, k_data, self.setting.steps)
     book = self.grow(data)
-    ckpt = out / "world_model.msgpack"
-    if ckpt.exists():
-      init = decoder_eval.init_world_model(self.cfg, k_wm)
-      wm, book = decoder_eval._load(ckpt, init, book)
-      train_metrics = json.loads((out / "world_model.json").read_text())
-      self.log(f"seed {seed}: world model restored from {ckpt}")
-    else:
-      t0 = time.perf_counter()
-      wm, train_metrics = self.train(data, book, k_wm)
-      train_metrics = {k: float(v) for k, v in train_metrics.items()}
-      train_metrics["train_seconds"] = time.perf_counter() - t0  # compile included at the first
-      decoder_eval._save(ckpt, wm, book)
-      metrics_lib.write_json(out / "world_model.json", train_metrics)
-      self.log(f"seed {seed}: world model trained ({train_metrics}), codebook {int(book.size)}")
+    wm, book, train_metrics = decoder_eval.trained_world_model(self, out, seed, data, book, k_wm)
     vocab = self.cfg.wm.vocab_size
     table, purity = code_classes(
       np.asarray(self.encode(book, data["obs"])), np.asarray(data["classes"]), vocab

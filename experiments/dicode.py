@@ -93,8 +93,8 @@ def main(argv):
   # --videos=N: N episodes per seed in <workdir>/videos/eval_<step>.gif at the held-out evaluation
   videos = reporting.evaluation_videos(run.video_episodes(1))
   if len(run.seeds) == 1:
-    # 10 calls from here to PPO's loss: main, runner.run, loop.run_together, runtime.train, the
-    # PPO update, its learning step, ppo.learn, TrainState.apply_loss, the loss function, ppo_loss
+    # from here to PPO's loss: runner.run, loop.run_together, runtime.train, then PPO's gated
+    # update (docs/dicode.md lists the frames)
     with videos:
       runner.run(run.workdir, _CONFIG.value, FLAGS.curriculum, proposer, run.seed)
     return

@@ -332,7 +332,6 @@ def run_together(loops, sessions: int | None = None, stop_after: int | None = No
       plans = plan_together(group, session)
       update, state, key, seeds, envs = training.session_inputs(group, plans, session)
       t0 = time.perf_counter()
-      # the 4th of the 10 calls from `python -m experiments.dicode` to ppo_loss (docs/dicode.md)
       state, result = runtime.train(
         state, update, group[0]._runtime_loop(), key=key, data=training.flag(True), seeds=seeds
       )

@@ -299,6 +299,5 @@ def run(workdir, config, curriculum: str, proposer: dict, seed: int = 0, hooks=N
   )
   if curriculum == "sfl":
     cur.score_levels = session_loop.score_levels
-  # the 2nd of the 10 calls from `python -m experiments.dicode` to ppo_loss (docs/dicode.md)
   state = loop_lib.run_together([session_loop])[0]
   return reporting.finish(session_loop, state, curriculum)

@@ -199,3 +199,23 @@ def test_a_seeds_world_model_is_trained_once_then_restored(tmp_path, monkeypatch
   assert (wm, book, m["loss"]) == ("wm", codebook, 0.5) and m["train_seconds"] >= 0
   again = E.trained_world_model(ev, tmp_path, 0, None, codebook, 7)
   assert ev.calls == [7] and again == ("wm", codebook, m)
+
+
+def test_collect_records_the_state_each_action_was_taken_in():
+  from jaxlab.rl.itc import decoder_eval as E
+
+  class Counter:  # obs and state: the step count per environment
+    num_envs, num_actions = 2, 3
+
+    def reset(self, key):
+      return jnp.zeros((2, 1, 1, 1)), jnp.zeros((2,), jnp.int32)
+
+    def step(self, state, action, key):
+      nxt = state + 1
+      obs = jnp.broadcast_to(nxt[:, None, None, None], (2, 1, 1, 1)).astype(jnp.float32)
+      return obs, nxt, jnp.zeros((2,)), jnp.zeros((2,), bool), {}
+
+  out = E.collect(Counter(), jax.random.key(0), 4, record=lambda s: {"count": s})
+  assert out["count"].shape == (2, 4) and out["action"].shape == (2, 4)
+  np.testing.assert_array_equal(out["count"], [[0, 1, 2, 3]] * 2)
+  assert set(out) == {"obs", "reset", "action", "reward", "done", "count"}

@@ -273,7 +273,7 @@ STUDIES = (
       f"steps, on held-out seeds 3, 4, 5. Headline: held-out success on `{LONG_HEADLINE}` (a "
       "mid-game achievement), chosen from `dicode/selection`'s runs (seeds 0-2) and its probe "
       "(seed 100), which are therefore this study's tuning seeds; return secondary; "
-      f"`{HEADLINE}` reported, not tested; Holm over 4 (2 tests x 2 pairs). Not run yet."
+      f"`{HEADLINE}` reported, not tested; Holm over 4 (2 tests x 2 pairs)."
     ),
   ),
 )
